@@ -1,0 +1,48 @@
+// The Backend interface: weights and KV memory on one device, and one forward step at a time.
+// Implementations: gpu/cpu/ (the reference and embedded default) and gpu/cuda/.
+//
+// Thread-safety: owned by the gpu-worker actor and called from its executor only. `launch`
+// returns at once; the completion runs exactly once, on a thread of the backend's own (a compute
+// thread on CPU, an event-poll thread on CUDA) — the caller re-posts it to its executor. gpu/
+// does not depend on Asio, so completion is a plain callback here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "gpu/step.hpp"
+
+namespace troupe::gpu {
+
+// Shape of the paged KV memory a backend allocated; the kv-cache actor's BlockPool mirrors it.
+struct KvCacheGeometry {
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;  // tokens per block
+  int64_t bytes = 0;        // device (or host) memory the KV blocks take
+};
+
+// A step either produced its tokens or failed as a whole (device error); scarcity never gets
+// here — the scheduler only plans steps that fit.
+struct StepOutcome {
+  StepResult result;
+  std::string error;  // empty on success
+  bool ok() const { return error.empty(); }
+};
+
+class Backend {
+ public:
+  using Completion = std::function<void(StepOutcome)>;
+
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;  // "cpu", "cuda"
+  virtual KvCacheGeometry kv_geometry() const = 0;
+
+  // Enqueues one step; returns at once. `done` runs exactly once when the step's results are
+  // ready (after the device's completion event on CUDA).
+  virtual void launch(StepBatch batch, Completion done) = 0;
+};
+
+}  // namespace troupe::gpu

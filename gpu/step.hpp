@@ -1,0 +1,73 @@
+// The seam between the scheduler and a backend: one forward step for a mixed batch of prefill
+// chunks and decode tokens, flattened so a backend (CPU or CUDA) can consume it without knowing
+// anything about requests, priorities or text (DESIGN.md §2).
+//
+// Thread-safety: plain values. The scheduler thread builds a StepBatch and hands it over by move;
+// the backend's thread owns it from then on.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/sampling_params.hpp"
+
+namespace troupe::gpu {
+
+// One scheduled sequence in a step.
+//
+//   token_ids:  [ seq0 span ........ | seq1 | seq2 span .... ]
+//                ^ token_offset        num_tokens of each span
+//   The span holds positions [context_len - num_tokens, context_len) of the sequence; KV for
+//   positions before the span is already in the blocks of its block-table row.
+struct SequenceSlice {
+  uint64_t seq_id = 0;          // opaque to the backend; stable for the sequence's life
+  int32_t token_offset = 0;     // first token of this span in StepBatch::token_ids
+  int32_t num_tokens = 0;       // tokens computed this step (prefill chunk, or 1 for decode)
+  int32_t context_len = 0;      // tokens in KV once this step is done
+  int32_t block_table_row = 0;  // row of StepBatch::block_tables
+  bool sample = false;          // sample one token from the span's last position
+  int32_t sampling_index = -1;  // into StepBatch::sampling when sample is true
+};
+
+// Sampling inputs of one sampling sequence.
+struct SamplingSlot {
+  model::SamplingParams params;
+  // Number of tokens this sequence generated before this step: with params.seed it fixes the
+  // random stream, so a sequence samples the same token whether or not it was preempted.
+  int32_t num_generated = 0;
+  int32_t recent_offset = 0;  // its penalty window in StepBatch::recent_tokens
+  int32_t recent_count = 0;
+};
+
+struct StepBatch {
+  uint64_t step_id = 0;
+  std::vector<int32_t> token_ids;   // all spans, concatenated
+  std::vector<int32_t> positions;   // absolute position of each token in token_ids
+  std::vector<SequenceSlice> seqs;
+  // [seqs.size() x max_blocks_per_seq] physical KV block ids, padded with -1.
+  std::vector<int32_t> block_tables;
+  int32_t max_blocks_per_seq = 0;
+  std::vector<SamplingSlot> sampling;
+  std::vector<int32_t> recent_tokens;  // penalty windows of the sampling slots, concatenated
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+};
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  uint64_t seq_id = 0;
+  int32_t token_id = 0;
+  float logprob = 0.0f;                    // filled when params.logprobs
+  std::vector<TokenLogprob> top_logprobs;  // params.top_logprobs entries, best first
+};
+
+struct StepResult {
+  uint64_t step_id = 0;
+  std::vector<SampledToken> tokens;  // one per sampling sequence, in StepBatch::seqs order
+};
+
+}  // namespace troupe::gpu
