@@ -1,0 +1,54 @@
+// Paged attention: one query token attends to keys [0, num_keys) of its sequence, read through
+// the sequence's block table from fp16 KV blocks.
+//
+//   KV layout of one layer:  block b -> [num_kv_heads][block_size][head_dim] fp16, K and V apart
+//   key position t lives in block block_table[t / block_size], slot t % block_size
+//
+// A work item is (query token, KV head): the group of num_heads / num_kv_heads query heads that
+// share the KV head (GQA) is done together so each K/V row is converted once. Causality is by
+// position: a token at position p passes num_keys = p + 1, and keys of a prefill chunk are in
+// the blocks (written before attention runs) like any cached prefix, so a token's result does not
+// depend on how its prompt was chunked or what else is in the batch.
+//
+// Thread-safety: pure functions over caller-owned buffers; items touch disjoint outputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/cpu/cpu_features.hpp"
+
+namespace troupe::gpu::cpu {
+
+struct KvLayerView {
+  uint16_t* k = nullptr;  // fp16 bits, [num_blocks][num_kv_heads][block_size][head_dim]
+  uint16_t* v = nullptr;
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+
+  size_t block_elements() const {
+    return static_cast<size_t>(num_kv_heads) * block_size * head_dim;
+  }
+  size_t offset(int32_t block, int32_t kv_head, int32_t slot) const {
+    return static_cast<size_t>(block) * block_elements() +
+           (static_cast<size_t>(kv_head) * block_size + slot) * head_dim;
+  }
+};
+
+// Stores one token's K and V ([num_kv_heads][head_dim] floats each) at (block, slot), as fp16.
+void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k, const float* v);
+
+// q: [group][head_dim] (the query heads of kv_head); out: [group][head_dim].
+// scratch: at least group * num_keys floats.
+void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
+                     int32_t kv_head, const float* q, int32_t group, float scale, float* out,
+                     float* scratch, IsaLevel isa);
+
+// Double-precision reference with the same inputs.
+void attention_group_reference(const KvLayerView& kv, const int32_t* block_table,
+                               int32_t num_keys, int32_t kv_head, const float* q, int32_t group,
+                               float scale, float* out);
+
+}  // namespace troupe::gpu::cpu

@@ -1,0 +1,388 @@
+// Packing, activation quantization, dispatch, and the scalar paths of the batched matmul
+// (see matmul.hpp for the numerics every path follows).
+#include "gpu/cpu/matmul.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "gpu/cpu/fp16.hpp"
+#include "gpu/cpu/matmul_kernels.hpp"
+#include "gpu/cpu/thread_pool.hpp"
+
+namespace troupe::gpu::cpu {
+
+using model::TensorType;
+
+namespace {
+
+// Round to nearest even for |v| < 2^22, bit-identical to cvtps2dq under the default MXCSR.
+inline int32_t round_nearest_even(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  volatile float t = v + kMagic;         // volatile: keep the two roundings separate
+  return static_cast<int32_t>(t - kMagic);
+}
+
+std::string type_name(TensorType t) { return std::string(model::tensor_type_name(t)); }
+
+}  // namespace
+
+void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
+                   QuantizedRows& out) {
+  if (num_cols % kQuantBlock != 0) throw std::invalid_argument("quantize_rows: cols % 32 != 0");
+  const int64_t nb = num_cols / kQuantBlock;
+  out.num_rows = num_rows;
+  out.num_cols = num_cols;
+  if (static_cast<int64_t>(out.qs.size()) < num_rows * num_cols) out.qs.resize(num_rows * num_cols);
+  if (static_cast<int64_t>(out.scale.size()) < num_rows * nb) {
+    out.scale.resize(num_rows * nb);
+    out.sum.resize(num_rows * nb);
+    out.scaled_sum.resize(num_rows * nb);
+  }
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const float* xr = x + r * ldx;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = xr + b * kQuantBlock;
+      float amax = 0.0f;
+      for (int i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int8_t* q = out.qs.data() + r * num_cols + b * kQuantBlock;
+      int32_t sum = 0;
+      for (int i = 0; i < kQuantBlock; ++i) {
+        const int32_t v = std::clamp(round_nearest_even(xb[i] * id), -127, 127);
+        q[i] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      out.scale[r * nb + b] = d;
+      out.sum[r * nb + b] = sum;
+      out.scaled_sum[r * nb + b] = d * static_cast<float>(sum);
+    }
+  }
+}
+
+bool is_supported_weight_type(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+    case TensorType::kF16:
+    case TensorType::kBF16:
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ8_0: return true;
+    default: return false;
+  }
+}
+
+void PackedMatrix::FreeAligned::operator()(std::byte* p) const { std::free(p); }
+
+PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_outputs,
+                                int64_t num_inputs) {
+  PackedMatrix m;
+  m.source_type_ = type;
+  m.num_outputs_ = num_outputs;
+  m.num_inputs_ = num_inputs;
+  switch (type) {
+    case TensorType::kF32: m.format_ = PackedFormat::kF32; break;
+    case TensorType::kF16: m.format_ = PackedFormat::kF16; break;
+    case TensorType::kBF16: m.format_ = PackedFormat::kBF16; break;
+    case TensorType::kQ4_0: m.format_ = PackedFormat::kQ4_0; break;
+    case TensorType::kQ4_1: m.format_ = PackedFormat::kQ4_1; break;
+    case TensorType::kQ8_0: m.format_ = PackedFormat::kQ8_0; break;
+    default:
+      throw std::invalid_argument("matmul: weight type " + type_name(type) +
+                                  " is not supported by the CPU backend yet");
+  }
+  const bool quant = m.quantized();
+  if (quant && num_inputs % kQuantBlock != 0) {
+    throw std::invalid_argument("matmul: " + type_name(type) + " row length " +
+                                std::to_string(num_inputs) + " is not a multiple of 32");
+  }
+  const int64_t nb = num_inputs / kQuantBlock;
+  const int unit = detail::packed_block_bytes(m.format_);
+  m.tile_bytes_ = static_cast<size_t>(quant ? nb : num_inputs) * unit;
+  const size_t total = m.tile_bytes_ * static_cast<size_t>(m.num_tiles());
+  auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64 + 64));
+  if (raw == nullptr) throw std::bad_alloc();
+  std::memset(raw, 0, total);
+  m.data_ = std::shared_ptr<std::byte>(raw, FreeAligned{});
+
+  const auto* src = static_cast<const uint8_t*>(data);
+  const size_t src_row = model::row_bytes(type, static_cast<uint64_t>(num_inputs));
+  for (int64_t t = 0; t < m.num_tiles(); ++t) {
+    auto* tile = reinterpret_cast<uint8_t*>(raw + t * m.tile_bytes_);
+    for (int lane = 0; lane < kTileOutputs; ++lane) {
+      const int64_t o = t * kTileOutputs + lane;
+      if (o >= num_outputs) break;  // padding lanes stay zero (scale 0)
+      const uint8_t* row = src + static_cast<size_t>(o) * src_row;
+      switch (m.format_) {
+        case PackedFormat::kQ4_0:
+        case PackedFormat::kQ4_1: {
+          const bool has_min = m.format_ == PackedFormat::kQ4_1;
+          const int src_bytes = has_min ? 20 : 18;
+          const int bb = has_min ? detail::kQ4_1BlockBytes : detail::kQ4_0BlockBytes;
+          for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* s = row + b * src_bytes;
+            uint8_t* d = tile + b * bb;
+            std::memcpy(d + 2 * lane, s, 2);                      // d
+            if (has_min) std::memcpy(d + 32 + 2 * lane, s + 2, 2);  // m
+            const uint8_t* qs = s + (has_min ? 4 : 2);
+            uint8_t q[32];
+            for (int i = 0; i < 16; ++i) {
+              q[i] = qs[i] & 0x0F;
+              q[i + 16] = qs[i] >> 4;
+            }
+            uint8_t* dq = d + (has_min ? 64 : 32);
+            for (int p = 0; p < 4; ++p) {
+              for (int j = 0; j < 4; ++j) {
+                dq[64 * p + 4 * lane + j] = static_cast<uint8_t>(q[8 * p + j] | (q[8 * p + 4 + j] << 4));
+              }
+            }
+          }
+          break;
+        }
+        case PackedFormat::kQ8_0: {
+          for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* s = row + b * 34;
+            uint8_t* d = tile + b * detail::kQ8_0BlockBytes;
+            std::memcpy(d + 2 * lane, s, 2);
+            for (int g = 0; g < 8; ++g) {
+              for (int j = 0; j < 4; ++j) {
+                const int8_t q = static_cast<int8_t>(s[2 + 4 * g + j]);
+                d[32 + 64 * g + 4 * lane + j] = static_cast<uint8_t>(q + 128);
+              }
+            }
+          }
+          break;
+        }
+        case PackedFormat::kF32:
+          for (int64_t k = 0; k < num_inputs; ++k) std::memcpy(tile + k * 64 + 4 * lane, row + 4 * k, 4);
+          break;
+        case PackedFormat::kF16:
+        case PackedFormat::kBF16:
+          for (int64_t k = 0; k < num_inputs; ++k) std::memcpy(tile + k * 32 + 2 * lane, row + 2 * k, 2);
+          break;
+      }
+    }
+  }
+  return m;
+}
+
+namespace detail {
+
+// The portable path: the packed layout walked lane by lane with the numerics of matmul.hpp.
+void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+  const int64_t nb = job.num_inputs / kQuantBlock;
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
+    for (int64_t r = 0; r < job.num_rows; ++r) {
+      for (int lane = 0; lane < kTileOutputs; ++lane) {
+        const int64_t o = t * kTileOutputs + lane;
+        if (o >= job.num_outputs) break;
+        float acc = 0.0f;
+        switch (job.format) {
+          case PackedFormat::kQ4_0:
+          case PackedFormat::kQ4_1:
+          case PackedFormat::kQ8_0: {
+            const int bb = packed_block_bytes(job.format);
+            const int8_t* xq = job.xq + r * job.num_inputs;
+            for (int64_t b = 0; b < nb; ++b) {
+              const uint8_t* blk = tile + b * bb;
+              const float dw = fp16_to_fp32(load_u16(blk + 2 * lane));
+              const int8_t* xb = xq + b * kQuantBlock;
+              const int32_t xsum = job.xsum[r * nb + b];
+              int32_t isum = 0;
+              if (job.format == PackedFormat::kQ8_0) {
+                isum = -128 * xsum;
+                for (int g = 0; g < 8; ++g)
+                  for (int j = 0; j < 4; ++j) isum += blk[32 + 64 * g + 4 * lane + j] * xb[4 * g + j];
+              } else {
+                const uint8_t* qs = blk + (job.format == PackedFormat::kQ4_1 ? 64 : 32);
+                if (job.format == PackedFormat::kQ4_0) isum = -8 * xsum;
+                for (int p = 0; p < 4; ++p) {
+                  for (int j = 0; j < 4; ++j) {
+                    const uint8_t v = qs[64 * p + 4 * lane + j];
+                    isum += (v & 0x0F) * xb[8 * p + j] + (v >> 4) * xb[8 * p + 4 + j];
+                  }
+                }
+              }
+              acc = std::fma(static_cast<float>(isum), dw * job.dx[r * nb + b], acc);
+              if (job.format == PackedFormat::kQ4_1) {
+                const float mw = fp16_to_fp32(load_u16(blk + 32 + 2 * lane));
+                acc = std::fma(mw, job.xsx[r * nb + b], acc);
+              }
+            }
+            break;
+          }
+          case PackedFormat::kF32:
+          case PackedFormat::kF16:
+          case PackedFormat::kBF16: {
+            const float* x = job.x + r * job.ldx;
+            for (int64_t k = 0; k < job.num_inputs; ++k) {
+              float w;
+              if (job.format == PackedFormat::kF32) {
+                std::memcpy(&w, tile + k * 64 + 4 * lane, 4);
+              } else if (job.format == PackedFormat::kF16) {
+                w = fp16_to_fp32(load_u16(tile + k * 32 + 2 * lane));
+              } else {
+                w = bf16_to_fp32(load_u16(tile + k * 32 + 2 * lane));
+              }
+              acc = std::fma(w, x[k], acc);
+            }
+            break;
+          }
+        }
+        job.y[r * job.ldy + o] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+detail::TileJob make_job(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy) {
+  detail::TileJob job{};
+  job.format = w.format();
+  job.tiles = w.tile(0);
+  job.tile_bytes = w.tile_bytes();
+  job.num_outputs = w.num_outputs();
+  job.num_inputs = w.num_inputs();
+  job.num_rows = in.num_rows;
+  job.x = in.x;
+  job.ldx = in.ldx;
+  job.y = y;
+  job.ldy = ldy;
+  if (w.quantized()) {
+    if (in.q == nullptr || in.q->num_cols != w.num_inputs() || in.q->num_rows < in.num_rows) {
+      throw std::invalid_argument("matmul: quantized weights need matching quantized activations");
+    }
+    job.xq = in.q->qs.data();
+    job.dx = in.q->scale.data();
+    job.xsum = in.q->sum.data();
+    job.xsx = in.q->scaled_sum.data();
+  }
+  return job;
+}
+
+void run_tiles(const detail::TileJob& job, int64_t tile_begin, int64_t tile_end, IsaLevel isa) {
+  switch (isa) {
+    case IsaLevel::kAvx512Vnni: detail::matmul_tiles_avx512(job, tile_begin, tile_end); return;
+    case IsaLevel::kAvx2: detail::matmul_tiles_avx2(job, tile_begin, tile_end); return;
+    case IsaLevel::kScalar: detail::matmul_tiles_scalar(job, tile_begin, tile_end); return;
+  }
+}
+
+}  // namespace
+
+void matmul_tiles(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
+                  int64_t tile_begin, int64_t tile_end, IsaLevel isa) {
+  if (in.num_rows == 0) return;
+  run_tiles(make_job(w, in, y, ldy), tile_begin, tile_end, isa);
+}
+
+void matmul(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
+            ThreadPool* pool, IsaLevel isa) {
+  if (in.num_rows == 0) return;
+  const detail::TileJob job = make_job(w, in, y, ldy);
+  if (pool == nullptr || pool->num_threads() == 1) {
+    run_tiles(job, 0, w.num_tiles(), isa);
+    return;
+  }
+  pool->parallel_for(w.num_tiles(), [&](int64_t b, int64_t e, int) { run_tiles(job, b, e, isa); });
+}
+
+void dequantize_row(TensorType type, const void* row, int64_t n, float* out) {
+  const auto* s = static_cast<const uint8_t*>(row);
+  switch (type) {
+    case TensorType::kF32: std::memcpy(out, s, 4 * n); return;
+    case TensorType::kF16:
+      for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(load_u16(s + 2 * i));
+      return;
+    case TensorType::kBF16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(load_u16(s + 2 * i));
+      return;
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_1: {
+      const bool has_min = type == TensorType::kQ4_1;
+      const int bytes = has_min ? 20 : 18;
+      for (int64_t b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = s + b * bytes;
+        const float d = fp16_to_fp32(load_u16(blk));
+        const float m = has_min ? fp16_to_fp32(load_u16(blk + 2)) : 0.0f;
+        const uint8_t* qs = blk + (has_min ? 4 : 2);
+        for (int i = 0; i < 16; ++i) {
+          const int lo = qs[i] & 0x0F, hi = qs[i] >> 4;
+          out[32 * b + i] = has_min ? d * lo + m : d * (lo - 8);
+          out[32 * b + i + 16] = has_min ? d * hi + m : d * (hi - 8);
+        }
+      }
+      return;
+    }
+    case TensorType::kQ8_0:
+      for (int64_t b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = s + b * 34;
+        const float d = fp16_to_fp32(load_u16(blk));
+        for (int i = 0; i < 32; ++i) out[32 * b + i] = d * static_cast<int8_t>(blk[2 + i]);
+      }
+      return;
+    default:
+      throw std::invalid_argument("dequantize_row: type " + type_name(type) + " not supported");
+  }
+}
+
+void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64_t num_inputs,
+                      const MatmulInput& in, float* y, int64_t ldy) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  const size_t row_bytes = model::row_bytes(type, static_cast<uint64_t>(num_inputs));
+  const int64_t nb = num_inputs / kQuantBlock;
+  for (int64_t r = 0; r < in.num_rows; ++r) {
+    for (int64_t o = 0; o < num_outputs; ++o) {
+      const uint8_t* row = base + o * row_bytes;
+      float acc = 0.0f;
+      switch (type) {
+        case TensorType::kQ4_0:
+        case TensorType::kQ4_1:
+        case TensorType::kQ8_0: {
+          const int8_t* xq = in.q->qs.data() + r * num_inputs;
+          for (int64_t b = 0; b < nb; ++b) {
+            const int8_t* xb = xq + b * 32;
+            int32_t isum = 0;
+            float dw = 0, mw = 0;
+            if (type == TensorType::kQ8_0) {
+              const uint8_t* blk = row + b * 34;
+              dw = fp16_to_fp32(load_u16(blk));
+              for (int i = 0; i < 32; ++i) isum += static_cast<int8_t>(blk[2 + i]) * xb[i];
+            } else {
+              const bool has_min = type == TensorType::kQ4_1;
+              const uint8_t* blk = row + b * (has_min ? 20 : 18);
+              dw = fp16_to_fp32(load_u16(blk));
+              if (has_min) mw = fp16_to_fp32(load_u16(blk + 2));
+              const uint8_t* qs = blk + (has_min ? 4 : 2);
+              const int offset = has_min ? 0 : 8;
+              for (int i = 0; i < 16; ++i) {
+                isum += ((qs[i] & 0x0F) - offset) * xb[i] + ((qs[i] >> 4) - offset) * xb[i + 16];
+              }
+            }
+            acc = std::fma(static_cast<float>(isum), dw * in.q->scale[r * nb + b], acc);
+            if (type == TensorType::kQ4_1) acc = std::fma(mw, in.q->scaled_sum[r * nb + b], acc);
+          }
+          break;
+        }
+        default: {
+          std::vector<float> wrow(num_inputs);
+          dequantize_row(type, row, num_inputs, wrow.data());
+          const float* x = in.x + r * in.ldx;
+          for (int64_t k = 0; k < num_inputs; ++k) acc = std::fma(wrow[k], x[k], acc);
+          break;
+        }
+      }
+      y[r * ldy + o] = acc;
+    }
+  }
+}
+
+}  // namespace troupe::gpu::cpu

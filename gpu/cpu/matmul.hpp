@@ -1,0 +1,126 @@
+// Batched matrix product y = x W^T for quantized and float weights: the CPU backend's hot loop.
+//
+// One weight pass serves the whole batch: W is repacked once (PackedMatrix) into tiles of
+// kTileOutputs output rows, interleaved so that one SIMD lane holds one output; the kernels walk
+// a tile's blocks once and reuse each unpacked weight vector for every activation row.
+//
+// Numerics (what must hold): for every (row r, output o) the value is computed by the same
+// sequence of floating-point operations, whatever the batch size, the row's position in the
+// batch, the tiling or the thread count:
+//   quantized W (Q4_0/Q4_1/Q8_0), activations quantized per 32-block to int8 (scale dx, sum sx):
+//     acc = 0; for block b in order:
+//       isum = exact int32 dot of the block's integer weights and activations (minus the offset)
+//       acc  = fma(float(isum), dw[b] * dx[b], acc)
+//       Q4_1 only: acc = fma(m[b], dx[b] * float(sum_q[b]), acc)
+//   float W (F32/F16/BF16): acc = 0; for k in order: acc = fma(float(w[k]), x[k], acc)
+// Integer dot products are exact, so SIMD width and lane order never show, and the AVX-512,
+// AVX2 and scalar paths return bit-identical results (the tests check this). Threads split
+// output tiles, never a reduction. This is what makes a sequence's logits batch-invariant.
+//
+// Thread-safety: PackedMatrix is immutable after pack() and shared freely; matmul() may run
+// concurrently on different outputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/cpu/cpu_features.hpp"
+#include "model/tensor_type.hpp"
+
+namespace troupe::gpu::cpu {
+
+class ThreadPool;
+
+inline constexpr int kQuantBlock = 32;    // elements per Q8 activation block and Q4/Q8 weight block
+inline constexpr int kTileOutputs = 16;   // output rows per packed tile (one AVX-512 lane each)
+
+// Activation rows quantized to int8 per 32-element block (Q8_0 scale, plus the block sums that
+// Q4_0/Q4_1/Q8_0 offsets need). Reused across every weight that reads the same activations.
+struct QuantizedRows {
+  int64_t num_rows = 0;
+  int64_t num_cols = 0;  // a multiple of kQuantBlock
+  std::vector<int8_t> qs;            // [num_rows][num_cols]
+  std::vector<float> scale;          // [num_rows][num_blocks]  dx = amax / 127
+  std::vector<int32_t> sum;          // [num_rows][num_blocks]  sum of the block's int8 values
+  std::vector<float> scaled_sum;     // [num_rows][num_blocks]  dx * float(sum)
+
+  int64_t num_blocks() const { return num_cols / kQuantBlock; }
+};
+
+// Quantizes rows of x (row stride ldx). Round to nearest even, as cvtps2dq does.
+void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
+                   QuantizedRows& out);
+
+// Storage formats of packed weights. K-quants (Q4_K/Q5_K/Q6_K) get their own formats here:
+// their 256-element super-blocks split into 32-element sub-blocks with 6/8-bit sub-scales, so
+// they fit the same per-32-block integer kernel with one more scale multiply.
+enum class PackedFormat { kQ4_0, kQ4_1, kQ8_0, kF32, kF16, kBF16 };
+
+// True when `type` can be packed (and so multiplied).
+bool is_supported_weight_type(model::TensorType type);
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+
+  // Repacks a ggml row-major matrix: `num_outputs` rows of `num_inputs` elements of `type`
+  // (GGUF dims [num_inputs, num_outputs]). Throws std::invalid_argument for an unsupported type
+  // or a num_inputs that is not a multiple of the type's block.
+  static PackedMatrix pack(model::TensorType type, const void* data, int64_t num_outputs,
+                           int64_t num_inputs);
+
+  PackedFormat format() const { return format_; }
+  model::TensorType source_type() const { return source_type_; }
+  bool quantized() const {
+    return format_ == PackedFormat::kQ4_0 || format_ == PackedFormat::kQ4_1 ||
+           format_ == PackedFormat::kQ8_0;
+  }
+  int64_t num_outputs() const { return num_outputs_; }
+  int64_t num_inputs() const { return num_inputs_; }
+  int64_t num_tiles() const { return (num_outputs_ + kTileOutputs - 1) / kTileOutputs; }
+  size_t tile_bytes() const { return tile_bytes_; }
+  const std::byte* tile(int64_t t) const { return data_.get() + static_cast<size_t>(t) * tile_bytes_; }
+  size_t bytes() const { return tile_bytes_ * static_cast<size_t>(num_tiles()); }
+
+ private:
+  struct FreeAligned {
+    void operator()(std::byte* p) const;
+  };
+  PackedFormat format_ = PackedFormat::kF32;
+  model::TensorType source_type_ = model::TensorType::kF32;
+  int64_t num_outputs_ = 0;
+  int64_t num_inputs_ = 0;
+  size_t tile_bytes_ = 0;
+  std::shared_ptr<std::byte> data_;
+};
+
+// The activations of one matmul: float rows always; quantized rows when the weight is
+// quantized (quantize once, share across the weights that read the same input).
+struct MatmulInput {
+  const float* x = nullptr;  // [num_rows][ldx]
+  int64_t ldx = 0;
+  int64_t num_rows = 0;
+  const QuantizedRows* q = nullptr;
+};
+
+// y[r][o] (row stride ldy) for every row of `in` and every output of `w`, at `isa`, split over
+// the pool's threads by output tiles (pool may be null: the calling thread does it all).
+void matmul(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
+            ThreadPool* pool, IsaLevel isa);
+
+// The same, over a range of tiles on the calling thread (what each pool thread runs).
+void matmul_tiles(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
+                  int64_t tile_begin, int64_t tile_end, IsaLevel isa);
+
+// Plain scalar reference straight from the ggml layout (no packing), same numerics as above:
+// the optimized paths must match it bit for bit.
+void matmul_reference(model::TensorType type, const void* w, int64_t num_outputs,
+                      int64_t num_inputs, const MatmulInput& in, float* y, int64_t ldy);
+
+// Dequantizes one ggml row of `num_elements` elements to float (embedding look-up, tests).
+void dequantize_row(model::TensorType type, const void* row, int64_t num_elements, float* out);
+
+}  // namespace troupe::gpu::cpu

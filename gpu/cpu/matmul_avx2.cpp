@@ -1,0 +1,177 @@
+// AVX2 tile kernels of the batched matmul (layouts in matmul_kernels.hpp, numerics in
+// matmul.hpp). A 16-output tile is done as two 8-lane halves; int8 products use
+// vpmaddubsw + vpmaddwd, whose 16-bit intermediates cannot saturate for these ranges
+// (Q4: 15 * 127 * 2; Q8 via the sign trick: 128 * 127 * 2 < 32767).
+#include <cstring>
+
+#include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/matmul_kernels.hpp"
+
+namespace troupe::gpu::cpu::detail {
+
+#if TROUPE_X86
+namespace {
+
+constexpr int kRows = 4;
+
+TROUPE_TARGET_AVX2 inline __m256i broadcast_dword(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+TROUPE_TARGET_AVX2 inline void store_half(float* y, __m256 v, int64_t valid) {
+  if (valid >= 8) {
+    _mm256_storeu_ps(y, v);
+  } else if (valid > 0) {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    for (int64_t i = 0; i < valid; ++i) y[i] = tmp[i];
+  }
+}
+
+template <PackedFormat F, int R>
+TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
+                                   int64_t o0) {
+  constexpr int kBlockBytes = F == PackedFormat::kQ4_0   ? kQ4_0BlockBytes
+                              : F == PackedFormat::kQ4_1 ? kQ4_1BlockBytes
+                                                         : kQ8_0BlockBytes;
+  constexpr int kQuantOffset = F == PackedFormat::kQ4_1 ? 64 : 32;
+  const int64_t nb = job.num_inputs / kQuantBlock;
+  const int64_t K = job.num_inputs;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = tile + b * kBlockBytes;
+    const uint8_t* qs = blk + kQuantOffset + 32 * h;
+    __m256i isum[R];
+    for (int i = 0; i < R; ++i) {
+      if constexpr (F == PackedFormat::kQ4_0) {
+        isum[i] = _mm256_set1_epi32(-8 * job.xsum[(r0 + i) * nb + b]);
+      } else {
+        isum[i] = _mm256_setzero_si256();  // Q8 uses signed weights directly: no offset
+      }
+    }
+    if constexpr (F == PackedFormat::kQ8_0) {
+      for (int g = 0; g < 8; ++g) {
+        const __m256i s = _mm256_xor_si256(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g)), flip);
+        const __m256i a = _mm256_abs_epi8(s);
+        for (int i = 0; i < R; ++i) {
+          const __m256i x = broadcast_dword(job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g);
+          const __m256i p16 = _mm256_maddubs_epi16(a, _mm256_sign_epi8(x, s));
+          isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p16, ones16));
+        }
+      }
+    } else {
+      for (int p = 0; p < 4; ++p) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
+        const __m256i lo = _mm256_and_si256(v, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        for (int i = 0; i < R; ++i) {
+          const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 8 * p;
+          const __m256i plo = _mm256_maddubs_epi16(lo, broadcast_dword(xb));
+          const __m256i phi = _mm256_maddubs_epi16(hi, broadcast_dword(xb + 4));
+          isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_add_epi16(plo, phi), ones16));
+        }
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+    __m256 mw;
+    if constexpr (F == PackedFormat::kQ4_1) {
+      mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+    }
+    for (int i = 0; i < R; ++i) {
+      const int64_t xi = (r0 + i) * nb + b;
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(job.dx[xi]));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), scale, acc[i]);
+      if constexpr (F == PackedFormat::kQ4_1) {
+        acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[xi]), acc[i]);
+      }
+    }
+  }
+  const int64_t valid = job.num_outputs - o0 - 8 * h;
+  for (int i = 0; i < R; ++i) store_half(job.y + (r0 + i) * job.ldy + o0 + 8 * h, acc[i], valid);
+}
+
+template <PackedFormat F>
+TROUPE_TARGET_AVX2 inline __m256 load_float_half(const uint8_t* p) {
+  if constexpr (F == PackedFormat::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (F == PackedFormat::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+}
+
+template <PackedFormat F, int R>
+TROUPE_TARGET_AVX2 void float_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
+                                   int64_t o0) {
+  constexpr int kStride = F == PackedFormat::kF32 ? 64 : 32;
+  constexpr int kHalf = kStride / 2;
+  __m256 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < job.num_inputs; ++k) {
+    const __m256 w = load_float_half<F>(tile + k * kStride + kHalf * h);
+    for (int i = 0; i < R; ++i) {
+      acc[i] = _mm256_fmadd_ps(w, _mm256_set1_ps(job.x[(r0 + i) * job.ldx + k]), acc[i]);
+    }
+  }
+  const int64_t valid = job.num_outputs - o0 - 8 * h;
+  for (int i = 0; i < R; ++i) store_half(job.y + (r0 + i) * job.ldy + o0 + 8 * h, acc[i], valid);
+}
+
+template <PackedFormat F, int R>
+TROUPE_TARGET_AVX2 void one_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
+                                 int64_t o0) {
+  if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0) {
+    quant_half<F, R>(job, tile, h, r0, o0);
+  } else {
+    float_half<F, R>(job, tile, h, r0, o0);
+  }
+}
+
+template <PackedFormat F>
+TROUPE_TARGET_AVX2 void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
+    const int64_t o0 = t * kTileOutputs;
+    for (int h = 0; h < 2; ++h) {
+      if (o0 + 8 * h >= job.num_outputs) break;
+      int64_t r = 0;
+      for (; r + kRows <= job.num_rows; r += kRows) one_half<F, kRows>(job, tile, h, r, o0);
+      switch (job.num_rows - r) {
+        case 0: break;
+        case 1: one_half<F, 1>(job, tile, h, r, o0); break;
+        case 2: one_half<F, 2>(job, tile, h, r, o0); break;
+        case 3: one_half<F, 3>(job, tile, h, r, o0); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+  switch (job.format) {
+    case PackedFormat::kQ4_0: run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ4_1: run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ8_0: run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
+    case PackedFormat::kF32: run<PackedFormat::kF32>(job, tile_begin, tile_end); return;
+    case PackedFormat::kF16: run<PackedFormat::kF16>(job, tile_begin, tile_end); return;
+    case PackedFormat::kBF16: run<PackedFormat::kBF16>(job, tile_begin, tile_end); return;
+  }
+}
+
+#else
+void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+  matmul_tiles_scalar(job, tile_begin, tile_end);
+}
+#endif
+
+}  // namespace troupe::gpu::cpu::detail

@@ -1,0 +1,67 @@
+// Internal to matmul*.cpp: the packed tile layouts and the per-ISA tile kernels.
+//
+// A tile holds kTileOutputs (16) output rows; lane l of every vector below is output 16t + l.
+// Quantized formats are block-major (one 32-input block of all 16 lanes after another):
+//
+//   Q4_0 block (288 B):  d[16] fp16 | quants[256]
+//   Q4_1 block (320 B):  d[16] fp16 | m[16] fp16 | quants[256]
+//   Q8_0 block (544 B):  d[16] fp16 | quants[512]
+//
+//   Q4 quants: 4 chunks p of 64 B; byte [64p + 4l + j] = w[l][8p + j] | w[l][8p + 4 + j] << 4
+//              (low nibbles: inputs 8p..8p+3, high nibbles: inputs 8p+4..8p+7; unsigned 0..15)
+//   Q8 quants: 8 chunks g of 64 B; byte [64g + 4l + j] = uint8(w[l][4g + j] + 128)
+//
+// So a 64-byte chunk is one zmm whose 32-bit lane l holds 4 consecutive inputs of output l: one
+// vpdpbusd against a broadcast dword of 4 activations adds 4 products to each of 16 outputs.
+// Float formats are input-major: for each input k, 16 lanes (F32: 64 B, F16/BF16: 32 B).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/cpu/matmul.hpp"
+
+namespace troupe::gpu::cpu::detail {
+
+inline constexpr int kQ4_0BlockBytes = 32 + 256;
+inline constexpr int kQ4_1BlockBytes = 64 + 256;
+inline constexpr int kQ8_0BlockBytes = 32 + 512;
+
+inline int packed_block_bytes(PackedFormat f) {
+  switch (f) {
+    case PackedFormat::kQ4_0: return kQ4_0BlockBytes;
+    case PackedFormat::kQ4_1: return kQ4_1BlockBytes;
+    case PackedFormat::kQ8_0: return kQ8_0BlockBytes;
+    case PackedFormat::kF32: return 64;   // per input
+    case PackedFormat::kF16: return 32;   // per input
+    case PackedFormat::kBF16: return 32;  // per input
+  }
+  return 0;
+}
+
+// Everything a tile kernel needs, as raw pointers (kernels are compiled for other ISAs and must
+// not instantiate shared inline code; see isa_target.hpp).
+struct TileJob {
+  PackedFormat format;
+  const std::byte* tiles;  // tile 0
+  size_t tile_bytes;
+  int64_t num_outputs;
+  int64_t num_inputs;
+  int64_t num_rows;
+  // Quantized activations (quantized formats).
+  const int8_t* xq;
+  const float* dx;
+  const int32_t* xsum;
+  const float* xsx;
+  // Float activations (float formats).
+  const float* x;
+  int64_t ldx;
+  float* y;
+  int64_t ldy;
+};
+
+void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_end);
+void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end);
+void matmul_tiles_avx512(const TileJob& job, int64_t tile_begin, int64_t tile_end);
+
+}  // namespace troupe::gpu::cpu::detail

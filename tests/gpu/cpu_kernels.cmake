@@ -1,0 +1,7 @@
+# CPU backend kernel tests: each optimized kernel against its scalar reference.
+troupe_add_test(NAME cpu_matmul_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_matmul_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")
+troupe_add_test(NAME cpu_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_ops_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")
+troupe_add_test(NAME cpu_attention_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_attention_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")

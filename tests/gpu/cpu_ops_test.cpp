@@ -1,0 +1,147 @@
+// RMSNorm, SwiGLU, softmax, RoPE, fp16 conversion and the thread pool against plain references.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "gpu/cpu/fp16.hpp"
+#include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/rmsnorm.hpp"
+#include "gpu/cpu/rope.hpp"
+#include "gpu/cpu/softmax.hpp"
+#include "gpu/cpu/swiglu.hpp"
+#include "gpu/cpu/thread_pool.hpp"
+#include "tests/gpu/cpu_test_util.hpp"
+
+namespace troupe::gpu::cpu {
+namespace {
+
+const int64_t kSizes[] = {1, 7, 16, 33, 576, 1000, 1536};
+
+// Tolerances: RMSNorm 1e-5 relative (float32 sum of squares vs double); SwiGLU 4e-6 relative
+// plus 1e-6 absolute (2-ulp exp); softmax 2e-6 relative per probability.
+TEST(RmsNorm, MatchesReference) {
+  for (IsaLevel isa : runnable_isas()) {
+    for (int64_t n : kSizes) {
+      const auto x = testing::random_floats(n, n, 3.0f);
+      const auto w = testing::random_floats(n, n + 1);
+      std::vector<float> got(n), want(n);
+      rmsnorm(x.data(), w.data(), got.data(), n, 1e-5f, isa);
+      rmsnorm_reference(x.data(), w.data(), want.data(), n, 1e-5f);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-7) << to_string(isa) << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(SwiGlu, MatchesReference) {
+  for (IsaLevel isa : runnable_isas()) {
+    for (int64_t n : kSizes) {
+      auto g = testing::random_floats(n, 5 + n, 4.0f);
+      if (n > 3) g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f;
+      const auto u = testing::random_floats(n, 9 + n);
+      std::vector<float> got(n), want(n);
+      swiglu(g.data(), u.data(), got.data(), n, isa);
+      swiglu_reference(g.data(), u.data(), want.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 4e-6 * std::fabs(want[i]) + 1e-6) << to_string(isa) << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(Softmax, MatchesReference) {
+  for (IsaLevel isa : runnable_isas()) {
+    for (int64_t n : kSizes) {
+      auto a = testing::random_floats(n, 2 * n, 5.0f);
+      if (n > 2) a[1] = -80.0f;
+      auto b = a;
+      softmax(a.data(), n, isa);
+      softmax_reference(b.data(), n);
+      double total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(a[i], b[i], 2e-6 * b[i] + 1e-9) << to_string(isa);
+        total += a[i];
+      }
+      EXPECT_NEAR(total, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST(Rope, MatchesReferenceIncludingPassThroughDims) {
+  const RopeParams p{32, 100000.0f, 0.5f};  // n_rot 32 of head_dim 48; linear scale 2
+  for (int32_t pos : {0, 1, 17, 300, 4000}) {
+    auto a = testing::random_floats(3 * 48, pos + 1);
+    auto b = a;
+    std::vector<float> c(16), s(16);
+    rope_table(pos, p, c.data(), s.data());
+    rope_apply(a.data(), 3, 48, 32, c.data(), s.data());
+    rope_reference(b.data(), 3, 48, pos, p);
+    for (int i = 0; i < 3 * 48; ++i) {
+      // Float theta accumulates ~1e-6 relative error per step: at pos 4000 that is ~4e-3 rad.
+      ASSERT_NEAR(a[i], b[i], 5e-6 * (1 + pos)) << "pos " << pos << " i " << i;
+    }
+    // Dims 32..47 of each head untouched.
+    auto orig = testing::random_floats(3 * 48, pos + 1);
+    for (int h = 0; h < 3; ++h)
+      for (int d = 32; d < 48; ++d) ASSERT_EQ(a[h * 48 + d], orig[h * 48 + d]);
+  }
+}
+
+TEST(Rope, AdjacentPairsRotate) {
+  // NORM mode pairs (0,1): at pos 1 with n_rot 2, theta = 1 rad.
+  float x[2] = {1.0f, 0.0f};
+  float c, s;
+  rope_table(1, {2, 10000.0f, 1.0f}, &c, &s);
+  rope_apply(x, 1, 2, 2, &c, &s);
+  EXPECT_NEAR(x[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(x[1], std::sin(1.0), 1e-6);
+}
+
+#if TROUPE_X86
+TROUPE_TARGET_AVX2 uint16_t hw_fp16(float f) {
+  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), 0), 0));
+}
+TROUPE_TARGET_AVX2 float hw_fp32(uint16_t h) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+TEST(Fp16, MatchesF16cOnEveryHalfAndRandomFloats) {
+  if (supported_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "no F16C";
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = fp16_to_fp32(static_cast<uint16_t>(h)), b = hw_fp32(static_cast<uint16_t>(h));
+    if (std::isnan(b)) {
+      ASSERT_TRUE(std::isnan(a));
+    } else {
+      ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << h;
+    }
+  }
+  std::mt19937 rng(1);
+  for (int i = 0; i < 2000000; ++i) {
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(fp32_to_fp16(f), hw_fp16(f)) << f;
+  }
+}
+#endif
+
+TEST(ThreadPool, CoversEveryItemOnceWithDeterministicSplit) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 5, 100, 1001}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+        EXPECT_EQ(b, ThreadPool::split_point(n, t, threads));
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace troupe::gpu::cpu

@@ -1,0 +1,80 @@
+// Helpers shared by the CPU kernel tests: random ggml-format weights and inputs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu/cpu/fp16.hpp"
+#include "model/tensor_type.hpp"
+
+namespace troupe::gpu::cpu::testing {
+
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// num_outputs rows of num_inputs elements in ggml layout, random values of a typical scale.
+inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_outputs,
+                                           int64_t num_inputs, uint64_t seed) {
+  using model::TensorType;
+  std::mt19937_64 rng(seed);
+  const size_t row = model::row_bytes(type, num_inputs);
+  std::vector<uint8_t> w(row * num_outputs);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  auto put_half = [](uint8_t* p, float f) {
+    const uint16_t h = fp32_to_fp16(f);
+    std::memcpy(p, &h, 2);
+  };
+  for (int64_t o = 0; o < num_outputs; ++o) {
+    uint8_t* r = w.data() + o * row;
+    switch (type) {
+      case TensorType::kF32:
+        for (int64_t k = 0; k < num_inputs; ++k) {
+          const float f = normal(rng);
+          std::memcpy(r + 4 * k, &f, 4);
+        }
+        break;
+      case TensorType::kF16:
+        for (int64_t k = 0; k < num_inputs; ++k) put_half(r + 2 * k, normal(rng));
+        break;
+      case TensorType::kBF16:
+        for (int64_t k = 0; k < num_inputs; ++k) {
+          const uint16_t b = fp32_to_bf16(normal(rng));
+          std::memcpy(r + 2 * k, &b, 2);
+        }
+        break;
+      case TensorType::kQ4_0:
+      case TensorType::kQ4_1:
+      case TensorType::kQ8_0: {
+        const int bytes = type == TensorType::kQ4_0 ? 18 : type == TensorType::kQ4_1 ? 20 : 34;
+        for (int64_t b = 0; b < num_inputs / 32; ++b) {
+          uint8_t* blk = r + b * bytes;
+          put_half(blk, scale(rng));
+          int first = 2;
+          if (type == TensorType::kQ4_1) {
+            put_half(blk + 2, -8.0f * scale(rng));
+            first = 4;
+          }
+          for (int i = first; i < bytes; ++i) {
+            int v = byte(rng);
+            if (type == TensorType::kQ8_0 && v == 128) v = 129;  // keep int8 in [-127, 127]
+            blk[i] = static_cast<uint8_t>(v);
+          }
+        }
+        break;
+      }
+      default: break;
+    }
+  }
+  return w;
+}
+
+}  // namespace troupe::gpu::cpu::testing
