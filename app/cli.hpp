@@ -1,0 +1,45 @@
+// Command-line parsing for the `troupe` executable. Parsing is pure (argv in, a command value or
+// a usage error out) so it is tested without running anything.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace troupe::app {
+
+// `troupe serve` flags; each set flag overrides the same key of the config file.
+struct ServeOptions {
+  std::optional<std::string> config_path;
+  std::optional<std::string> model;
+  std::optional<std::string> model_id;
+  std::optional<std::string> host;
+  std::optional<std::string> port;  // validated when applied, so the error names the flag
+  std::optional<std::string> backend;
+  std::optional<std::string> log_level;
+};
+
+struct HelpCommand {
+  std::string topic;  // empty: general help
+};
+struct VersionCommand {};
+struct ServeCommand {
+  ServeOptions options;
+};
+
+using Command = std::variant<HelpCommand, VersionCommand, ServeCommand>;
+
+// A usage error, printed as one line; exit code 2.
+struct UsageError {
+  std::string message;
+};
+
+std::variant<Command, UsageError> parse_command_line(const std::vector<std::string>& args);
+
+std::string usage_text();
+std::string serve_usage_text();
+
+}  // namespace troupe::app

@@ -1,0 +1,174 @@
+// Config loading with simdjson's DOM: the document is small and walked once, key by key, so
+// that unknown keys can be reported by their full dotted path.
+#include "app/config.hpp"
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+namespace troupe::app {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+// Dispatches each key of a JSON object to a reader; an unknown key is an error naming its path.
+class ObjectReader {
+ public:
+  using Reader = std::function<void(element, const std::string& path)>;
+
+  ObjectReader(std::string prefix) : prefix_(std::move(prefix)) {}
+
+  ObjectReader& on(std::string key, Reader reader) {
+    readers_.emplace(std::move(key), std::move(reader));
+    return *this;
+  }
+
+  void read(element value) const {
+    object obj;
+    if (value.get_object().get(obj) != simdjson::SUCCESS) {
+      throw ConfigError(fmt::format("{}: expected an object", prefix_.empty() ? "config" : prefix_));
+    }
+    for (auto [key, field] : obj) {
+      const std::string path = prefix_.empty() ? std::string(key) : prefix_ + "." + std::string(key);
+      auto it = readers_.find(std::string(key));
+      if (it == readers_.end()) throw ConfigError(fmt::format("{}: unknown config key", path));
+      it->second(field, path);
+    }
+  }
+
+ private:
+  std::string prefix_;
+  std::map<std::string, Reader, std::less<>> readers_;
+};
+
+std::string read_string(element value, const std::string& path) {
+  std::string_view text;
+  if (value.get_string().get(text) != simdjson::SUCCESS) {
+    throw ConfigError(fmt::format("{}: expected a string", path));
+  }
+  return std::string(text);
+}
+
+uint64_t read_uint(element value, const std::string& path, uint64_t min, uint64_t max) {
+  uint64_t number = 0;
+  if (value.get_uint64().get(number) != simdjson::SUCCESS) {
+    throw ConfigError(fmt::format("{}: expected an unsigned integer", path));
+  }
+  if (number < min || number > max) {
+    throw ConfigError(fmt::format("{}: {} is outside [{}, {}]", path, number, min, max));
+  }
+  return number;
+}
+
+ObjectReader log_reader(LogConfig& log) {
+  ObjectReader reader("log");
+  reader.on("level", [&log](element v, const std::string& path) {
+    log.level = read_string(v, path);
+    if (!is_valid_log_level(log.level)) {
+      throw ConfigError(fmt::format("{}: '{}' is not a log level (trace, debug, info, warn, "
+                                    "error, critical, off)", path, log.level));
+    }
+  });
+  reader.on("pattern", [&log](element v, const std::string& path) {
+    log.pattern = read_string(v, path);
+  });
+  return reader;
+}
+
+ObjectReader http_reader(net::HttpServerConfig& http) {
+  using std::chrono::milliseconds;
+  ObjectReader reader("http");
+  reader.on("host", [&http](element v, const std::string& p) { http.host = read_string(v, p); });
+  reader.on("port", [&http](element v, const std::string& p) {
+    http.port = static_cast<uint16_t>(read_uint(v, p, 0, 65535));
+  });
+  reader.on("io_threads", [&http](element v, const std::string& p) {
+    http.io_threads = static_cast<int>(read_uint(v, p, 1, 256));
+  });
+  reader.on("max_body_bytes", [&http](element v, const std::string& p) {
+    http.max_body_bytes = read_uint(v, p, 1024, uint64_t{1} << 32);
+  });
+  reader.on("max_header_bytes", [&http](element v, const std::string& p) {
+    http.max_header_bytes = static_cast<uint32_t>(read_uint(v, p, 1024, 1u << 24));
+  });
+  reader.on("read_timeout_ms", [&http](element v, const std::string& p) {
+    http.read_timeout = milliseconds(read_uint(v, p, 1, 3'600'000));
+  });
+  reader.on("keep_alive_timeout_ms", [&http](element v, const std::string& p) {
+    http.keep_alive_timeout = milliseconds(read_uint(v, p, 1, 3'600'000));
+  });
+  reader.on("shutdown_grace_ms", [&http](element v, const std::string& p) {
+    http.shutdown_grace = milliseconds(read_uint(v, p, 0, 600'000));
+  });
+  return reader;
+}
+
+}  // namespace
+
+std::string_view to_string(BackendChoice choice) {
+  switch (choice) {
+    case BackendChoice::kAuto: return "auto";
+    case BackendChoice::kCpu: return "cpu";
+    case BackendChoice::kCuda: return "cuda";
+  }
+  return "auto";
+}
+
+std::optional<BackendChoice> parse_backend(std::string_view text) {
+  if (text == "auto") return BackendChoice::kAuto;
+  if (text == "cpu") return BackendChoice::kCpu;
+  if (text == "cuda") return BackendChoice::kCuda;
+  return std::nullopt;
+}
+
+bool is_valid_log_level(std::string_view level) {
+  for (std::string_view known : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (level == known) return true;
+  }
+  return false;
+}
+
+ServerConfig parse_config(std::string_view json, ServerConfig base) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  element root;
+  if (auto error = parser.parse(padded).get(root); error != simdjson::SUCCESS) {
+    throw ConfigError(fmt::format("config: invalid JSON: {}", simdjson::error_message(error)));
+  }
+  ServerConfig config = std::move(base);
+  ObjectReader reader("");
+  reader.on("model", [&config](element v, const std::string& p) { config.model = read_string(v, p); });
+  reader.on("model_id", [&config](element v, const std::string& p) {
+    config.model_id = read_string(v, p);
+  });
+  reader.on("backend", [&config](element v, const std::string& p) {
+    const std::string text = read_string(v, p);
+    const auto choice = parse_backend(text);
+    if (!choice) throw ConfigError(fmt::format("{}: '{}' is not one of auto, cpu, cuda", p, text));
+    config.backend = *choice;
+  });
+  reader.on("log", [&config](element v, const std::string&) { log_reader(config.log).read(v); });
+  reader.on("http", [&config](element v, const std::string&) { http_reader(config.http).read(v); });
+  reader.read(root);
+  return config;
+}
+
+ServerConfig load_config_file(const std::filesystem::path& path, ServerConfig base) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read config file", path.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return parse_config(text.str(), std::move(base));
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", path.string(), e.what()));
+  }
+}
+
+}  // namespace troupe::app

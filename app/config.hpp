@@ -1,0 +1,49 @@
+// troupe's configuration: one struct per component, loaded from a JSON file (configs/*.json) and
+// then overridden by command-line flags. Every key is known: an unknown key, a wrong type or a
+// value out of range is a ConfigError naming the key ("http.max_body_bytes: expected an
+// unsigned integer").
+//
+// Thread-safety: plain values, built on the main thread before anything starts.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "net/http_server.hpp"
+
+namespace troupe::app {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class BackendChoice { kAuto, kCpu, kCuda };
+std::string_view to_string(BackendChoice choice);
+
+struct LogConfig {
+  std::string level = "info";  // trace|debug|info|warn|error|critical|off
+  std::string pattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v";
+};
+
+struct ServerConfig {
+  std::filesystem::path model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::string model_id;  // served name; empty => derived from the file name
+  BackendChoice backend = BackendChoice::kAuto;
+  LogConfig log;
+  net::HttpServerConfig http;  // host, port, io threads, limits, timeouts
+};
+
+// Parses a JSON config document over the defaults in `base`. Throws ConfigError.
+ServerConfig parse_config(std::string_view json, ServerConfig base = {});
+
+// Reads and parses a config file. Throws ConfigError (naming the path when it cannot be read).
+ServerConfig load_config_file(const std::filesystem::path& path, ServerConfig base = {});
+
+std::optional<BackendChoice> parse_backend(std::string_view text);
+bool is_valid_log_level(std::string_view level);
+
+}  // namespace troupe::app

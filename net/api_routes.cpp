@@ -1,0 +1,64 @@
+#include "net/api_routes.hpp"
+
+#include <fmt/format.h>
+
+#include "net/json_writer.hpp"
+
+namespace troupe::net {
+
+std::string_view to_string(ServerPhase phase) {
+  switch (phase) {
+    case ServerPhase::kLoading: return "loading";
+    case ServerPhase::kReady: return "ok";
+    case ServerPhase::kDraining: return "draining";
+  }
+  return "unknown";
+}
+
+std::string model_object_json(const ServerState& state) {
+  const model::ModelInfo& m = state.model;
+  JsonWriter w;
+  w.begin_object();
+  w.field("id", m.id).field("object", "model").field("created", state.created_unix_seconds);
+  w.field("owned_by", "troupe").field("root", m.id);
+  w.field("max_model_len", m.context_length);
+  // llama.cpp's server puts the model's facts under "meta"; same idea, self-explaining names.
+  w.key("meta").begin_object();
+  w.field("name", m.name).field("architecture", m.architecture);
+  w.field("context_length", m.context_length).field("num_layers", m.num_layers);
+  w.field("embedding_length", m.embedding_length).field("num_heads", m.num_heads);
+  w.field("num_kv_heads", m.num_kv_heads).field("vocab_size", m.vocab_size);
+  w.field("num_parameters", m.num_parameters).field("quantization", m.quantization);
+  w.field("file_bytes", m.file_bytes).field("backend", state.backend);
+  w.end_object();
+  w.end_object();
+  return w.take();
+}
+
+void add_info_routes(Router& router, const ServerState& state) {
+  router.add("GET", "/health", [&state](const HttpRequest&) {
+    const ServerPhase phase = state.phase.load(std::memory_order_acquire);
+    JsonWriter w;
+    w.begin_object().field("status", to_string(phase)).end_object();
+    return json_response(phase == ServerPhase::kReady ? 200 : 503, w.take());
+  });
+
+  router.add("GET", "/v1/models", [&state](const HttpRequest&) {
+    JsonWriter w;
+    w.begin_object().field("object", "list").key("data").begin_array();
+    w.raw(model_object_json(state));
+    w.end_array().end_object();
+    return json_response(200, w.take());
+  });
+
+  router.add("GET", "/v1/models/*", [&state](const HttpRequest& request) {
+    const std::string_view id = request.path().substr(std::string_view("/v1/models/").size());
+    if (id != state.model.id) {
+      return error_response(404, fmt::format("The model '{}' does not exist", id),
+                            "not_found_error", "model", "model_not_found");
+    }
+    return json_response(200, model_object_json(state));
+  });
+}
+
+}  // namespace troupe::net

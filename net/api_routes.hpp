@@ -1,0 +1,17 @@
+// The HTTP API's routes that need no engine: /health and /v1/models.
+//
+// Thread-safety: call once while building the router; the handlers read `state` from any io
+// thread (see ServerState).
+#pragma once
+
+#include "net/router.hpp"
+#include "net/server_state.hpp"
+
+namespace troupe::net {
+
+void add_info_routes(Router& router, const ServerState& state);
+
+// The OpenAI model object for the served model (shared by /v1/models and /v1/models/{id}).
+std::string model_object_json(const ServerState& state);
+
+}  // namespace troupe::net

@@ -1,0 +1,53 @@
+// The HTTP/1.1 listener: Boost.Beast C++20 coroutines on a pool of io threads, one strand per
+// connection. Request handling is delegated to a Router (a pure function); this class owns only
+// sockets, timeouts, limits and shutdown. Beast stays inside http_server.cpp (pimpl), so files
+// that include this header compile in seconds.
+//
+// Thread-safety: construct, start() and stop() from one controlling thread (main). The router is
+// shared read-only with the io threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "net/router.hpp"
+
+namespace troupe::net {
+
+struct HttpServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;        // 0 picks a free port (see HttpServer::port())
+  int io_threads = 1;
+  uint64_t max_body_bytes = 8u << 20;  // larger bodies get 413
+  uint32_t max_header_bytes = 64u << 10;
+  std::chrono::milliseconds read_timeout{30'000};        // headers + body of one request
+  std::chrono::milliseconds keep_alive_timeout{60'000};  // idle time between requests
+  std::chrono::milliseconds shutdown_grace{5'000};       // in-flight requests may finish
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds, listens and starts the io threads. Throws std::system_error (with the address in the
+  // message) when the address cannot be bound.
+  void start();
+
+  // The bound port; valid after start().
+  uint16_t port() const;
+
+  // Stops accepting, closes idle connections, lets in-flight requests finish within
+  // shutdown_grace, then joins the io threads. Idempotent.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,44 @@
+// Plain HTTP request/response values. Handlers and codecs work on these, so they compile and
+// test without Beast; only net/http_server.cpp converts to and from Beast's types.
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace troupe::net {
+
+struct HttpRequest {
+  std::string method;   // "GET", "POST", ...
+  std::string target;   // path and query, as received
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  // The target without its query string.
+  std::string_view path() const {
+    const std::string_view t = target;
+    return t.substr(0, t.find('?'));
+  }
+  // Case-insensitive header look-up; empty when absent.
+  std::string_view header(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+};
+
+// OpenAI's error shape: {"error":{"message","type","param","code"}}. `type` follows OpenAI's
+// names ("invalid_request_error", "not_found_error", ...); `param` names the offending field.
+HttpResponse error_response(int status, std::string_view message,
+                            std::string_view type = "invalid_request_error",
+                            std::string_view param = {}, std::string_view code = {});
+
+HttpResponse json_response(int status, std::string body);
+
+}  // namespace troupe::net

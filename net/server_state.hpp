@@ -1,0 +1,27 @@
+// What the HTTP front knows about the server as a whole: the served model's card and the
+// server's phase (loading -> ready -> draining), which /health reports.
+//
+// Thread-safety: `model` is written once before serving starts and read-only afterwards;
+// `phase` is atomic and may be changed from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "model/model_info.hpp"
+
+namespace troupe::net {
+
+enum class ServerPhase : uint8_t { kLoading, kReady, kDraining };
+
+std::string_view to_string(ServerPhase phase);
+
+struct ServerState {
+  model::ModelInfo model;
+  std::string backend;            // "cpu", "cuda"
+  int64_t created_unix_seconds = 0;  // the `created` field of /v1/models
+  std::atomic<ServerPhase> phase{ServerPhase::kLoading};
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,34 @@
+#include "app/cli.hpp"
+
+#include <gtest/gtest.h>
+
+namespace troupe::app {
+namespace {
+
+TEST(CommandLine, ParsesServeFlags) {
+  auto parsed = parse_command_line({"serve", "--model", "m.gguf", "--port=9", "--backend", "cpu"});
+  const auto& serve = std::get<ServeCommand>(std::get<Command>(parsed));
+  EXPECT_EQ(serve.options.model, "m.gguf");
+  EXPECT_EQ(serve.options.port, "9");
+  EXPECT_EQ(serve.options.backend, "cpu");
+  EXPECT_FALSE(serve.options.host);
+}
+
+TEST(CommandLine, HelpAndVersion) {
+  EXPECT_TRUE(std::holds_alternative<HelpCommand>(std::get<Command>(parse_command_line({}))));
+  EXPECT_TRUE(std::holds_alternative<HelpCommand>(std::get<Command>(parse_command_line({"--help"}))));
+  EXPECT_TRUE(std::holds_alternative<VersionCommand>(std::get<Command>(parse_command_line({"--version"}))));
+  auto serve_help = parse_command_line({"serve", "--help"});
+  EXPECT_EQ(std::get<HelpCommand>(std::get<Command>(serve_help)).topic, "serve");
+}
+
+TEST(CommandLine, UsageErrors) {
+  EXPECT_TRUE(std::holds_alternative<UsageError>(parse_command_line({"frobnicate"})));
+  EXPECT_TRUE(std::holds_alternative<UsageError>(parse_command_line({"serve", "--bogus"})));
+  const auto missing = parse_command_line({"serve", "--port"});
+  ASSERT_TRUE(std::holds_alternative<UsageError>(missing));
+  EXPECT_NE(std::get<UsageError>(missing).message.find("--port needs a value"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe::app

@@ -1,0 +1,102 @@
+#include "app/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "app/serve.hpp"
+
+namespace troupe::app {
+namespace {
+
+void expect_config_error(std::string_view json, std::string_view needle) {
+  try {
+    (void)parse_config(json);
+    FAIL() << "expected ConfigError containing '" << needle << "'";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string_view(e.what()).find(needle), std::string_view::npos) << e.what();
+  }
+}
+
+TEST(Config, DefaultsWhenEmpty) {
+  const ServerConfig c = parse_config("{}");
+  EXPECT_EQ(c.http.host, "127.0.0.1");
+  EXPECT_EQ(c.http.port, 8080);
+  EXPECT_EQ(c.backend, BackendChoice::kAuto);
+  EXPECT_EQ(c.http.max_body_bytes, 8u << 20);
+}
+
+TEST(Config, ReadsEveryKey) {
+  const ServerConfig c = parse_config(R"({
+    "model": "m.gguf", "model_id": "x", "backend": "cpu",
+    "log": {"level": "debug", "pattern": "%v"},
+    "http": {"host": "0.0.0.0", "port": 9000, "io_threads": 3, "max_body_bytes": 2048,
+             "max_header_bytes": 4096, "read_timeout_ms": 10, "keep_alive_timeout_ms": 20,
+             "shutdown_grace_ms": 30}})");
+  EXPECT_EQ(c.model, "m.gguf");
+  EXPECT_EQ(c.model_id, "x");
+  EXPECT_EQ(c.backend, BackendChoice::kCpu);
+  EXPECT_EQ(c.log.level, "debug");
+  EXPECT_EQ(c.http.host, "0.0.0.0");
+  EXPECT_EQ(c.http.port, 9000);
+  EXPECT_EQ(c.http.io_threads, 3);
+  EXPECT_EQ(c.http.max_body_bytes, 2048u);
+  EXPECT_EQ(c.http.shutdown_grace.count(), 30);
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  expect_config_error(R"({"modle": "x"})", "modle: unknown config key");
+  expect_config_error(R"({"http": {"prot": 1}})", "http.prot: unknown config key");
+  expect_config_error(R"({"http": {"port": "80"}})", "http.port: expected an unsigned integer");
+  expect_config_error(R"({"http": {"port": 70000}})", "http.port: 70000 is outside");
+  expect_config_error(R"({"http": {"port": -1}})", "http.port: expected an unsigned integer");
+  expect_config_error(R"({"backend": "tpu"})", "backend: 'tpu' is not one of");
+  expect_config_error(R"({"log": {"level": "loud"}})", "log.level: 'loud' is not a log level");
+  expect_config_error(R"({"http": 5})", "http: expected an object");
+  expect_config_error(R"([1,2])", "config: expected an object");
+  expect_config_error(R"({"model": )", "invalid JSON");
+}
+
+TEST(Config, FlagsOverrideTheFileAndAreValidated) {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_cfg_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto model = dir / "model.gguf";
+  std::ofstream(model) << "x";
+  const auto config_path = dir / "c.json";
+  std::ofstream(config_path) << R"({"model": ")" << model.string() << R"(", "http": {"port": 1234}})";
+
+  ServeOptions options;
+  options.config_path = config_path.string();
+  options.port = "4321";
+  options.backend = "cpu";
+  const ServerConfig c = resolve_config(options);
+  EXPECT_EQ(c.http.port, 4321);
+  EXPECT_EQ(c.backend, BackendChoice::kCpu);
+  EXPECT_EQ(c.model, model);
+
+  options.port = "80x";
+  EXPECT_THROW((void)resolve_config(options), ConfigError);
+  options.port.reset();
+  options.model = (dir / "missing.gguf").string();
+  try {
+    (void)resolve_config(options);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.gguf"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, ShippedPresetsParse) {
+  const std::filesystem::path configs = std::filesystem::path(TROUPE_SOURCE_DIR) / "configs";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(configs)) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_NO_THROW((void)load_config_file(entry.path())) << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 1);
+}
+
+}  // namespace
+}  // namespace troupe::app

@@ -1,0 +1,93 @@
+"""Shared fixtures for the end-to-end tests: a real `troupe serve` on a free port with the
+default model, driven by real clients."""
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+import requests
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BINARY = pathlib.Path(os.environ.get("TROUPE_BINARY", ROOT / "build" / "bin" / "troupe"))
+MODEL = pathlib.Path(os.environ.get("TROUPE_TEST_MODEL",
+                                    ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A troupe process; stops it on exit and keeps its log for failure reports."""
+
+    def __init__(self, *extra_args, log_path):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        args = [str(BINARY), "serve", "--model", str(MODEL), "--port", str(self.port), *extra_args]
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def wait_ready(self, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"troupe exited with {self.process.returncode}: {self.read_log()}")
+            try:
+                if requests.get(self.base_url + "/health", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"troupe not ready after {timeout}s: {self.read_log()}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+        return self.process.returncode
+
+    def read_log(self):
+        self.log.flush()
+        return pathlib.Path(self.log_path).read_text(errors="replace")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _check_prerequisites():
+    if not BINARY.exists():
+        pytest.exit(f"troupe binary not found at {BINARY}; build first (scripts/build)", 1)
+    if not MODEL.exists():
+        pytest.exit(f"default model not found at {MODEL}; run scripts/setup", 1)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """One shared server for read-only tests."""
+    s = Server(log_path=tmp_path_factory.mktemp("server") / "troupe.log").wait_ready()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """Starts a dedicated server (for tests that stop or break it)."""
+    started = []
+
+    def start(*args):
+        s = Server(*args, log_path=tmp_path / f"troupe{len(started)}.log")
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
