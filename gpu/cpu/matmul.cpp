@@ -22,7 +22,7 @@ namespace {
 // Round to nearest even for |v| < 2^22, bit-identical to cvtps2dq under the default MXCSR.
 inline int32_t round_nearest_even(float v) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  volatile float t = v + kMagic;         // volatile: keep the two roundings separate
+  const float t = v + kMagic;  // two roundings; IEEE semantics (no -ffast-math) keep them
   return static_cast<int32_t>(t - kMagic);
 }
 
@@ -30,8 +30,7 @@ std::string type_name(TensorType t) { return std::string(model::tensor_type_name
 
 }  // namespace
 
-void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
-                   QuantizedRows& out) {
+void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_cols) {
   if (num_cols % kQuantBlock != 0) throw std::invalid_argument("quantize_rows: cols % 32 != 0");
   const int64_t nb = num_cols / kQuantBlock;
   out.num_rows = num_rows;
@@ -42,7 +41,13 @@ void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_co
     out.sum.resize(num_rows * nb);
     out.scaled_sum.resize(num_rows * nb);
   }
-  for (int64_t r = 0; r < num_rows; ++r) {
+}
+
+void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+                        QuantizedRows& out) {
+  const int64_t num_cols = out.num_cols;
+  const int64_t nb = num_cols / kQuantBlock;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const float* xr = x + r * ldx;
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = xr + b * kQuantBlock;
@@ -62,6 +67,12 @@ void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_co
       out.scaled_sum[r * nb + b] = d * static_cast<float>(sum);
     }
   }
+}
+
+void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
+                   QuantizedRows& out) {
+  resize_quantized_rows(out, num_rows, num_cols);
+  quantize_row_range(x, ldx, 0, num_rows, out);
 }
 
 bool is_supported_weight_type(TensorType type) {

@@ -54,6 +54,12 @@ struct QuantizedRows {
 void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
                    QuantizedRows& out);
 
+// Sizes `out` for num_rows x num_cols (keeps capacity), then quantize_row_range fills rows
+// [row_begin, row_end) from x's rows of the same index (threads fill disjoint ranges).
+void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_cols);
+void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+                        QuantizedRows& out);
+
 // Storage formats of packed weights. K-quants (Q4_K/Q5_K/Q6_K) get their own formats here:
 // their 256-element super-blocks split into 32-element sub-blocks with 6/8-bit sub-scales, so
 // they fit the same per-32-block integer kernel with one more scale multiply.

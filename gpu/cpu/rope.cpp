@@ -28,6 +28,19 @@ void rope_apply(float* x, int32_t num_heads, int32_t head_dim, int32_t n_rot, co
   }
 }
 
+void rope_apply_neox(float* x, int32_t num_heads, int32_t head_dim, int32_t n_rot,
+                     const float* cos_t, const float* sin_t) {
+  const int32_t half = n_rot / 2;
+  for (int32_t h = 0; h < num_heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * head_dim;
+    for (int32_t i = 0; i < half; ++i) {
+      const float x0 = v[i], x1 = v[i + half];
+      v[i] = x0 * cos_t[i] - x1 * sin_t[i];
+      v[i + half] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+  }
+}
+
 void rope_reference(float* x, int32_t num_heads, int32_t head_dim, int32_t pos,
                     const RopeParams& p) {
   for (int32_t h = 0; h < num_heads; ++h) {

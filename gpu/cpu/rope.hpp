@@ -23,6 +23,10 @@ void rope_table(int32_t pos, const RopeParams& p, float* cos_out, float* sin_out
 void rope_apply(float* x, int32_t num_heads, int32_t head_dim, int32_t n_rot, const float* cos_t,
                 const float* sin_t);
 
+// NEOX mode (qwen2): pairs (i, i + n_rot / 2) instead of (2i, 2i + 1).
+void rope_apply_neox(float* x, int32_t num_heads, int32_t head_dim, int32_t n_rot,
+                     const float* cos_t, const float* sin_t);
+
 // Direct formula in double precision, for tests.
 void rope_reference(float* x, int32_t num_heads, int32_t head_dim, int32_t pos,
                     const RopeParams& p);

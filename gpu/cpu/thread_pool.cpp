@@ -10,9 +10,10 @@
 
 namespace troupe::gpu::cpu {
 namespace {
-// ~50-100 us of spinning before a worker sleeps: longer than the gap between the jobs of one
+// ~10-20 us of spinning, then some yields, before a worker sleeps: longer than the gap between the jobs of one
 // step, far shorter than the gap between steps when idle.
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 4000;
+constexpr int kYieldIterations = 200;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -41,7 +42,15 @@ void ThreadPool::parallel_for(int64_t num_items, const RangeFn& fn) {
   generation_.notify_all();
   const int64_t end = split_point(num_items, 1, num_threads_);
   if (end > 0) fn(0, end, 0);
-  while (pending_.load(std::memory_order_acquire) != 0) TROUPE_CPU_RELAX();
+  // Spin briefly, then yield: on an oversubscribed box a spinning waiter would hold the core the
+  // worker it waits for needs.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      TROUPE_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 
@@ -49,8 +58,12 @@ void ThreadPool::worker_loop(int thread_index) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-      TROUPE_CPU_RELAX();
+    for (int spin = 0; gen == seen && spin < kSpinIterations + kYieldIterations; ++spin) {
+      if (spin < kSpinIterations) {
+        TROUPE_CPU_RELAX();
+      } else {
+        std::this_thread::yield();
+      }
       gen = generation_.load(std::memory_order_acquire);
     }
     while (gen == seen) {

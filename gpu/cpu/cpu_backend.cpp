@@ -1,0 +1,133 @@
+// CpuBackend: step execution, sampling, and the compute thread behind launch().
+#include "gpu/cpu/cpu_backend.hpp"
+
+#include <exception>
+#include <span>
+#include <stdexcept>
+
+namespace troupe::gpu::cpu {
+namespace {
+
+ForwardConfig forward_config(const model::LlamaConfig& c, const CpuBackendConfig& config,
+                             IsaLevel isa) {
+  ForwardConfig f;
+  f.block_size = config.block_size;
+  f.isa = isa;
+  if (config.block_size <= 0) throw std::invalid_argument("CPU backend: block_size must be positive");
+  f.num_blocks = config.num_blocks;
+  if (f.num_blocks <= 0) {
+    f.num_blocks = static_cast<int32_t>(config.kv_memory_bytes /
+                                        LlamaForward::kv_bytes_per_block(c, config.block_size));
+  }
+  if (f.num_blocks <= 0) throw std::invalid_argument("CPU backend: KV memory budget holds no block");
+  return f;
+}
+
+LlamaForward make_forward(model::LlamaWeights weights, const CpuBackendConfig& config,
+                          IsaLevel isa) {
+  const ForwardConfig f = forward_config(weights.config(), config, isa);
+  return LlamaForward(std::move(weights), f);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(model::LlamaWeights weights, const CpuBackendConfig& config)
+    : isa_(config.isa.value_or(default_isa())),
+      forward_(make_forward(std::move(weights), config, isa_)),
+      pool_(config.num_threads),
+      samplers_(pool_.num_threads()) {
+  if (static_cast<int>(isa_) > static_cast<int>(supported_isa())) {
+    throw std::invalid_argument("CPU backend: ISA level " + std::string(to_string(isa_)) +
+                                " is not supported by this CPU");
+  }
+  dispatcher_ = std::thread([this] { dispatcher_loop(); });
+}
+
+CpuBackend::~CpuBackend() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  dispatcher_.join();
+}
+
+std::unique_ptr<CpuBackend> CpuBackend::from_gguf(std::shared_ptr<const model::GgufFile> file,
+                                                  const CpuBackendConfig& config) {
+  return std::make_unique<CpuBackend>(model::LlamaWeights::from_gguf(std::move(file)), config);
+}
+
+KvCacheGeometry CpuBackend::kv_geometry() const {
+  KvCacheGeometry g;
+  g.num_blocks = forward_.num_blocks();
+  g.block_size = forward_.block_size();
+  g.bytes = forward_.kv_bytes();
+  return g;
+}
+
+std::vector<float> CpuBackend::compute_logits(const StepBatch& batch) {
+  std::lock_guard lock(compute_mutex_);
+  return forward_.forward(batch, pool_);
+}
+
+StepResult CpuBackend::run_locked(const StepBatch& batch) {
+  const std::vector<float>& logits = forward_.forward(batch, pool_);
+  const int64_t V = forward_.config().n_vocab;
+  std::vector<const SequenceSlice*> sampling;
+  for (const SequenceSlice& s : batch.seqs) {
+    if (s.sample) sampling.push_back(&s);
+  }
+  StepResult result;
+  result.step_id = batch.step_id;
+  result.tokens.resize(sampling.size());
+  pool_.parallel_for(static_cast<int64_t>(sampling.size()), [&](int64_t b, int64_t e, int t) {
+    for (int64_t i = b; i < e; ++i) {
+      const SequenceSlice& s = *sampling[i];
+      const SamplingSlot& slot = batch.sampling[s.sampling_index];
+      const std::span<const int32_t> recent(batch.recent_tokens.data() + slot.recent_offset,
+                                            static_cast<size_t>(slot.recent_count));
+      SampledToken tok = samplers_[t].sample(
+          std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), slot, recent);
+      tok.seq_id = s.seq_id;
+      result.tokens[i] = std::move(tok);
+    }
+  });
+  return result;
+}
+
+StepResult CpuBackend::run_step(const StepBatch& batch) {
+  std::lock_guard lock(compute_mutex_);
+  return run_locked(batch);
+}
+
+void CpuBackend::launch(StepBatch batch, Completion done) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back(Job{std::move(batch), std::move(done)});
+  }
+  queue_cv_.notify_one();
+}
+
+void CpuBackend::dispatcher_loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every launched step has completed
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    StepOutcome outcome;
+    try {
+      std::lock_guard lock(compute_mutex_);
+      outcome.result = run_locked(job.batch);
+    } catch (const std::exception& e) {
+      outcome.error = e.what();
+      outcome.result.step_id = job.batch.step_id;
+    }
+    job.done(std::move(outcome));
+  }
+}
+
+}  // namespace troupe::gpu::cpu

@@ -1,0 +1,309 @@
+// The llama forward pass over paged KV (see forward.hpp).
+#include "gpu/cpu/forward.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "gpu/cpu/rmsnorm.hpp"
+#include "gpu/cpu/rope.hpp"
+#include "gpu/cpu/swiglu.hpp"
+
+namespace troupe::gpu::cpu {
+namespace {
+
+[[noreturn]] void bad_batch(const std::string& what) {
+  throw std::invalid_argument("StepBatch: " + what);
+}
+
+// Rows per parallel chunk for row-local elementwise work; below this one thread does it all.
+constexpr int64_t kParallelRows = 8;
+
+}  // namespace
+
+LlamaForward::Projection LlamaForward::make_projection(
+    const std::vector<const model::WeightView*>& views) {
+  Projection p;
+  bool same_type = true;
+  for (const auto* v : views) {
+    same_type = same_type && v->type == views[0]->type;
+    if (!is_supported_weight_type(v->type)) {
+      throw std::invalid_argument("tensor " + v->name + ": type " +
+                                  std::string(model::tensor_type_name(v->type)) +
+                                  " is not supported by the CPU backend yet");
+    }
+  }
+  if (same_type && views.size() > 1) {
+    std::vector<std::byte> concat;
+    int64_t rows = 0;
+    for (const auto* v : views) {
+      const size_t bytes = model::row_bytes(v->type, v->num_inputs) * v->num_outputs;
+      concat.insert(concat.end(), v->data, v->data + bytes);
+      rows += v->num_outputs;
+    }
+    p.parts.push_back(PackedMatrix::pack(views[0]->type, concat.data(), rows, views[0]->num_inputs));
+    p.column_offsets.push_back(0);
+    p.num_outputs = rows;
+  } else {
+    for (const auto* v : views) {
+      p.parts.push_back(PackedMatrix::pack(v->type, v->data, v->num_outputs, v->num_inputs));
+      p.column_offsets.push_back(p.num_outputs);
+      p.num_outputs += v->num_outputs;
+    }
+  }
+  for (const PackedMatrix& m : p.parts) p.quantized = p.quantized || m.quantized();
+  return p;
+}
+
+LlamaForward::Projection LlamaForward::single(const model::WeightView& view) {
+  return make_projection({&view});
+}
+
+int64_t LlamaForward::kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size) {
+  return static_cast<int64_t>(c.n_layer) * 2 * c.n_head_kv * block_size * c.head_dim * 2;
+}
+
+LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& config)
+    : weights_(std::move(weights)), config_(config) {
+  const model::LlamaConfig& c = weights_.config();
+  if (config_.num_blocks <= 0 || config_.block_size <= 0) {
+    throw std::invalid_argument("CPU backend: num_blocks and block_size must be positive");
+  }
+  if (c.rope_mode == model::RopeMode::kNeox && c.n_rot % 2 != 0) {
+    throw std::invalid_argument("CPU backend: NEOX RoPE needs an even n_rot");
+  }
+  for (const model::LlamaLayerWeights& l : weights_.layers()) {
+    Layer L;
+    L.qkv = make_projection({&l.wq, &l.wk, &l.wv});
+    L.wo = single(l.wo);
+    L.gate_up = make_projection({&l.w_gate, &l.w_up});
+    L.down = single(l.w_down);
+    L.attn_norm = l.attn_norm.as_f32();
+    L.ffn_norm = l.ffn_norm.as_f32();
+    if (l.bq) L.bq = l.bq->as_f32();
+    if (l.bk) L.bk = l.bk->as_f32();
+    if (l.bv) L.bv = l.bv->as_f32();
+    for (const Projection* p : {&L.qkv, &L.wo, &L.gate_up, &L.down}) {
+      for (const PackedMatrix& m : p->parts) packed_bytes_ += static_cast<int64_t>(m.bytes());
+    }
+    layers_.push_back(std::move(L));
+  }
+  output_ = single(weights_.output());
+  for (const PackedMatrix& m : output_.parts) packed_bytes_ += static_cast<int64_t>(m.bytes());
+  const size_t per_layer_side =
+      static_cast<size_t>(config_.num_blocks) * c.n_head_kv * config_.block_size * c.head_dim;
+  kv_.assign(per_layer_side * 2 * c.n_layer, 0);
+}
+
+KvLayerView LlamaForward::kv_layer(int32_t layer) {
+  const model::LlamaConfig& c = weights_.config();
+  KvLayerView v;
+  v.num_blocks = config_.num_blocks;
+  v.block_size = config_.block_size;
+  v.num_kv_heads = c.n_head_kv;
+  v.head_dim = c.head_dim;
+  const size_t side = v.block_elements() * v.num_blocks;
+  v.k = kv_.data() + side * 2 * layer;
+  v.v = v.k + side;
+  return v;
+}
+
+void LlamaForward::validate(const StepBatch& b) const {
+  const model::LlamaConfig& c = weights_.config();
+  const int32_t T = b.num_tokens();
+  if (b.positions.size() != b.token_ids.size()) bad_batch("positions and token_ids differ in size");
+  if (b.max_blocks_per_seq < 0 ||
+      b.block_tables.size() < b.seqs.size() * static_cast<size_t>(b.max_blocks_per_seq)) {
+    bad_batch("block_tables smaller than seqs x max_blocks_per_seq");
+  }
+  for (int32_t id : b.token_ids) {
+    if (id < 0 || id >= c.n_vocab) bad_batch("token id " + std::to_string(id) + " out of vocabulary");
+  }
+  int64_t covered = 0;
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const SequenceSlice& q = b.seqs[s];
+    const std::string who = "seq " + std::to_string(q.seq_id) + ": ";
+    if (q.num_tokens <= 0 || q.token_offset < 0 || q.token_offset + q.num_tokens > T) {
+      bad_batch(who + "token span out of range");
+    }
+    covered += q.num_tokens;
+    if (q.context_len < q.num_tokens) bad_batch(who + "context_len < num_tokens");
+    if (q.block_table_row < 0 || static_cast<size_t>(q.block_table_row) >= b.seqs.size()) {
+      bad_batch(who + "block_table_row out of range");
+    }
+    const int32_t needed = (q.context_len + config_.block_size - 1) / config_.block_size;
+    if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
+    const int32_t* row = b.block_tables.data() + static_cast<size_t>(q.block_table_row) * b.max_blocks_per_seq;
+    for (int32_t i = 0; i < needed; ++i) {
+      if (row[i] < 0 || row[i] >= config_.num_blocks) {
+        bad_batch(who + "block id " + std::to_string(row[i]) + " out of range");
+      }
+    }
+    for (int32_t i = 0; i < q.num_tokens; ++i) {
+      if (b.positions[q.token_offset + i] != q.context_len - q.num_tokens + i) {
+        bad_batch(who + "positions do not match context_len");
+      }
+    }
+    if (q.sample && (q.sampling_index < 0 || static_cast<size_t>(q.sampling_index) >= b.sampling.size())) {
+      bad_batch(who + "sampling_index out of range");
+    }
+  }
+  if (covered != T) bad_batch("sequence spans do not cover token_ids exactly");
+  for (const SamplingSlot& slot : b.sampling) {
+    if (slot.recent_offset < 0 || slot.recent_count < 0 ||
+        static_cast<size_t>(slot.recent_offset) + slot.recent_count > b.recent_tokens.size()) {
+      bad_batch("sampling slot recent window out of range");
+    }
+  }
+}
+
+void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int64_t rows,
+                           float* y, int64_t ldy, ThreadPool& pool) {
+  if (w.quantized) {
+    const int64_t cols = w.parts[0].num_inputs();
+    resize_quantized_rows(q_, rows, cols);
+    if (rows >= kParallelRows) {
+      pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize_row_range(x, ldx, b, e, q_); });
+    } else {
+      quantize_row_range(x, ldx, 0, rows, q_);
+    }
+  }
+  const MatmulInput in{x, ldx, rows, &q_};
+  for (size_t i = 0; i < w.parts.size(); ++i) {
+    matmul(w.parts[i], in, y + w.column_offsets[i], ldy, &pool, config_.isa);
+  }
+}
+
+void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool) {
+  const model::LlamaConfig& c = weights_.config();
+  const int32_t T = b.num_tokens();
+  const int32_t group = c.n_head / c.n_head_kv;
+  const int32_t hd = c.head_dim;
+  const int64_t W = c.q_dim() + 2 * c.kv_dim();
+  const KvLayerView kv = kv_layer(layer);
+  const float scale = c.attention_scale();
+  pool.parallel_for(static_cast<int64_t>(T) * c.n_head_kv, [&](int64_t begin, int64_t end, int t) {
+    std::vector<float>& scratch = attn_scratch_[t];
+    for (int64_t item = begin; item < end; ++item) {
+      const int32_t i = static_cast<int32_t>(item / c.n_head_kv);
+      const int32_t h = static_cast<int32_t>(item % c.n_head_kv);
+      const SequenceSlice& s = b.seqs[token_seq_[i]];
+      const int32_t* table = b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+      const int32_t num_keys = b.positions[i] + 1;
+      attention_group(kv, table, num_keys, h, qkv_.data() + i * W + static_cast<int64_t>(h) * group * hd,
+                      group, scale, attn_.data() + static_cast<int64_t>(i) * c.q_dim() + static_cast<int64_t>(h) * group * hd,
+                      scratch.data(), config_.isa);
+    }
+  });
+}
+
+const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
+  validate(b);
+  const model::LlamaConfig& c = weights_.config();
+  const int64_t T = b.num_tokens();
+  const int64_t E = c.n_embd, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim();
+  const int64_t W = Q + 2 * KV;
+  const int32_t half_rot = c.n_rot / 2;
+  const IsaLevel isa = config_.isa;
+  auto grow = [](std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  };
+  grow(x_, T * E);
+  grow(h_, T * E);
+  grow(qkv_, T * W);
+  grow(attn_, T * Q);
+  grow(gu_, T * 2 * F);
+  grow(act_, T * F);
+  grow(tmp_, T * E);
+  grow(rope_cos_, T * half_rot);
+  grow(rope_sin_, T * half_rot);
+  token_seq_.assign(T, 0);
+  int32_t max_keys = 1;
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    for (int32_t i = 0; i < b.seqs[s].num_tokens; ++i) token_seq_[b.seqs[s].token_offset + i] = static_cast<int32_t>(s);
+    max_keys = std::max(max_keys, b.seqs[s].context_len);
+  }
+  attn_scratch_.resize(pool.num_threads());
+  for (auto& s : attn_scratch_) grow(s, static_cast<int64_t>(c.n_head / c.n_head_kv) * max_keys);
+
+  // Embeddings and RoPE tables.
+  const model::WeightView& emb = weights_.token_embd();
+  const RopeParams rope{c.n_rot, c.rope_freq_base, c.rope_freq_scale};
+  for (int64_t i = 0; i < T; ++i) {
+    dequantize_row(emb.type, emb.row(b.token_ids[i]), E, x_.data() + i * E);
+    rope_table(b.positions[i], rope, rope_cos_.data() + i * half_rot, rope_sin_.data() + i * half_rot);
+  }
+
+  auto rows_parallel = [&](const auto& fn) {
+    if (T >= kParallelRows) {
+      pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) fn(i);
+      });
+    } else {
+      for (int64_t i = 0; i < T; ++i) fn(i);
+    }
+  };
+
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    const Layer& L = layers_[l];
+    const KvLayerView kv = kv_layer(l);
+    rows_parallel([&](int64_t i) { rmsnorm(x_.data() + i * E, L.attn_norm, h_.data() + i * E, E, c.rms_eps, isa); });
+    project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool);
+    rows_parallel([&](int64_t i) {
+      float* q = qkv_.data() + i * W;
+      float* k = q + Q;
+      float* v = k + KV;
+      if (L.bq) {
+        for (int64_t j = 0; j < Q; ++j) q[j] += L.bq[j];
+        for (int64_t j = 0; j < KV; ++j) k[j] += L.bk[j], v[j] += L.bv[j];
+      }
+      const float* cs = rope_cos_.data() + i * half_rot;
+      const float* sn = rope_sin_.data() + i * half_rot;
+      if (c.rope_mode == model::RopeMode::kNorm) {
+        rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, sn);
+        rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn);
+      } else {
+        rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn);
+        rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn);
+      }
+      const SequenceSlice& s = b.seqs[token_seq_[i]];
+      const int32_t pos = b.positions[i];
+      const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +
+                                           pos / config_.block_size];
+      kv_store(kv, block, pos % config_.block_size, k, v);
+    });
+    attention(b, l, pool);
+    project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool);
+    rows_parallel([&](int64_t i) {
+      float* x = x_.data() + i * E;
+      const float* t = tmp_.data() + i * E;
+      for (int64_t j = 0; j < E; ++j) x[j] += t[j];
+      rmsnorm(x, L.ffn_norm, h_.data() + i * E, E, c.rms_eps, isa);
+    });
+    project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool);
+    rows_parallel([&](int64_t i) {
+      swiglu(gu_.data() + i * 2 * F, gu_.data() + i * 2 * F + F, act_.data() + i * F, F, isa);
+    });
+    project(L.down, act_.data(), F, T, tmp_.data(), E, pool);
+    rows_parallel([&](int64_t i) {
+      float* x = x_.data() + i * E;
+      const float* t = tmp_.data() + i * E;
+      for (int64_t j = 0; j < E; ++j) x[j] += t[j];
+    });
+  }
+
+  // Logits for the last token of each sampling sequence only.
+  int64_t S = 0;
+  for (const SequenceSlice& s : b.seqs) {
+    if (!s.sample) continue;
+    const int64_t row = s.token_offset + s.num_tokens - 1;
+    rmsnorm(x_.data() + row * E, weights_.output_norm().as_f32(), h_.data() + S * E, E, c.rms_eps, isa);
+    ++S;
+  }
+  logits_.resize(S * c.n_vocab);
+  if (S > 0) project(output_, h_.data(), E, S, logits_.data(), c.n_vocab, pool);
+  return logits_;
+}
+
+}  // namespace troupe::gpu::cpu

@@ -1,0 +1,95 @@
+// The llama forward pass on the CPU for one StepBatch: packed weights, paged fp16 KV memory and
+// the per-step scratch buffers. Computes logits for the sampling rows only.
+//
+//   per layer:  h = RMSNorm(x)           -> int8 rows (once)   -> [Wq;Wk;Wv] one packed pass
+//               RoPE(q, k) -> K,V into blocks (all tokens)    -> attention per (token, kv head)
+//               x += Wo o ;  h = RMSNorm(x) -> [Wgate;Wup] one pass -> SwiGLU -> x += Wdown a
+//
+// Every per-token computation is row-local (matmul rows, norms, attention items), so a
+// sequence's logits do not depend on the rest of the batch or on how its prompt was chunked.
+//
+// Thread-safety: one step at a time (the CpuBackend serializes); not re-entrant.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gpu/cpu/attention.hpp"
+#include "gpu/cpu/cpu_features.hpp"
+#include "gpu/cpu/matmul.hpp"
+#include "gpu/cpu/thread_pool.hpp"
+#include "gpu/step.hpp"
+#include "model/llama_weights.hpp"
+
+namespace troupe::gpu::cpu {
+
+struct ForwardConfig {
+  int32_t num_blocks = 0;  // KV blocks (all layers share block ids)
+  int32_t block_size = 16;
+  IsaLevel isa = IsaLevel::kScalar;
+};
+
+class LlamaForward {
+ public:
+  // Repacks every weight (throws std::invalid_argument naming an unsupported tensor type) and
+  // allocates the KV blocks.
+  LlamaForward(model::LlamaWeights weights, const ForwardConfig& config);
+
+  const model::LlamaConfig& config() const { return weights_.config(); }
+  int32_t num_blocks() const { return config_.num_blocks; }
+  int32_t block_size() const { return config_.block_size; }
+  int64_t kv_bytes() const { return static_cast<int64_t>(kv_.size()) * 2; }
+  static int64_t kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size);
+  int64_t packed_weight_bytes() const { return packed_bytes_; }
+
+  // Throws std::invalid_argument when the batch is malformed (offsets, positions, block ids).
+  void validate(const StepBatch& batch) const;
+
+  // Runs the batch; returns logits [num sampling seqs][n_vocab], in StepBatch::seqs order of the
+  // seqs with sample = true.
+  const std::vector<float>& forward(const StepBatch& batch, ThreadPool& pool);
+
+ private:
+  // Weights that read the same input, packed as one matrix when they share a type (one pass over
+  // the activations), else one part each; parts write consecutive column ranges of the output.
+  struct Projection {
+    std::vector<PackedMatrix> parts;
+    std::vector<int64_t> column_offsets;
+    int64_t num_outputs = 0;
+    bool quantized = false;
+  };
+  struct Layer {
+    Projection qkv;      // [q_dim + 2 kv_dim] outputs
+    Projection wo;
+    Projection gate_up;  // [2 n_ff] outputs: gate then up
+    Projection down;
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    const float* bq = nullptr;
+    const float* bk = nullptr;
+    const float* bv = nullptr;
+  };
+
+  KvLayerView kv_layer(int32_t layer);
+  static Projection make_projection(const std::vector<const model::WeightView*>& views);
+  Projection single(const model::WeightView& view);
+  void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
+               int64_t ldy, ThreadPool& pool);
+  void attention(const StepBatch& batch, int32_t layer, ThreadPool& pool);
+
+  model::LlamaWeights weights_;
+  ForwardConfig config_;
+  std::vector<Layer> layers_;
+  Projection output_;
+  int64_t packed_bytes_ = 0;
+  std::vector<uint16_t> kv_;  // [layer][K|V][num_blocks][n_kv][block_size][head_dim]
+
+  // Scratch, grown to the largest step seen.
+  std::vector<float> x_, h_, qkv_, attn_, gu_, act_, tmp_, logits_, rope_cos_, rope_sin_;
+  std::vector<int32_t> token_seq_;  // seq index of each token
+  QuantizedRows q_;
+  std::vector<std::vector<float>> attn_scratch_;  // per thread
+};
+
+}  // namespace troupe::gpu::cpu

@@ -1,0 +1,38 @@
+// Token sampling from one row of logits: greedy, or penalties -> top-k -> top-p -> min-p ->
+// temperature -> seeded draw (llama.cpp's chain order, GGUF_NOTES.md §9), plus logprobs.
+//
+// Determinism: the random number for a draw depends only on (params.seed, num_generated), so a
+// sequence that is preempted and recomputed samples the same tokens, and a request's output does
+// not depend on what else is in the batch. Ties break toward the lower token id.
+// Logprobs (and top alternatives) are those of the raw model distribution, log_softmax(logits),
+// before penalties, filters and temperature (vLLM's default).
+//
+// Thread-safety: pure functions; a Sampler holds scratch buffers, one per thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpu/step.hpp"
+
+namespace troupe::gpu::cpu {
+
+// The uniform number in [0, 1) used for the draw of token `num_generated` with `seed`.
+double sampling_uniform(uint64_t seed, int32_t num_generated);
+
+class Sampler {
+ public:
+  // `recent`: the slot's penalty window (oldest first); the last params.penalty_last_n entries
+  // are penalized (penalty_last_n < 0: all of them, 0: none).
+  SampledToken sample(std::span<const float> logits, const SamplingSlot& slot,
+                      std::span<const int32_t> recent);
+
+ private:
+  std::vector<float> work_;
+  std::vector<int32_t> ids_;
+  std::vector<float> probs_;
+  std::vector<int32_t> counts_;
+};
+
+}  // namespace troupe::gpu::cpu

@@ -1,0 +1,196 @@
+// Seeded random llama weights (see dummy_weights.hpp). Quantized blocks are written directly
+// (random scales and codes) rather than quantized from floats: as fast as filling memory.
+#include "model/dummy_weights.hpp"
+
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+namespace troupe::model {
+namespace {
+
+// splitmix64: fast, seedable, good enough for weights.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }  // [0,1)
+  float symmetric(float a) { return (2.0f * uniform() - 1.0f) * a; }
+};
+
+void put_half(std::byte* p, float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  std::memcpy(p, &h, 2);
+}
+
+void put_bf16(std::byte* p, float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  const uint16_t b = static_cast<uint16_t>(x >> 16);
+  std::memcpy(p, &b, 2);
+}
+
+constexpr float kStd = 0.02f;
+constexpr float kUniformHalfWidth = kStd * 1.7320508f;  // uniform(-a, a) has std a / sqrt(3)
+
+void fill_matrix(std::byte* out, TensorType type, int64_t inputs, int64_t outputs, Rng& rng) {
+  const int64_t n = inputs * outputs;
+  switch (type) {
+    case TensorType::kF32:
+      for (int64_t i = 0; i < n; ++i) {
+        const float f = rng.symmetric(kUniformHalfWidth);
+        std::memcpy(out + 4 * i, &f, 4);
+      }
+      return;
+    case TensorType::kF16:
+      for (int64_t i = 0; i < n; ++i) put_half(out + 2 * i, rng.symmetric(kUniformHalfWidth));
+      return;
+    case TensorType::kBF16:
+      for (int64_t i = 0; i < n; ++i) put_bf16(out + 2 * i, rng.symmetric(kUniformHalfWidth));
+      return;
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ8_0: {
+      const bool q8 = type == TensorType::kQ8_0;
+      const bool has_min = type == TensorType::kQ4_1;
+      const int bytes = q8 ? 34 : has_min ? 20 : 18;
+      const int code_bytes = q8 ? 32 : 16;
+      // Code std: 4-bit uniform ~4.6, int8 uniform(-127, 127) ~73.
+      const float d_mean = kStd / (q8 ? 73.0f : 4.6f);
+      for (int64_t b = 0; b < n / 32; ++b) {
+        std::byte* blk = out + b * bytes;
+        const float d = d_mean * (0.75f + 0.5f * rng.uniform());
+        put_half(blk, d);
+        if (has_min) put_half(blk + 2, -7.5f * d);
+        std::byte* codes = blk + (has_min ? 4 : 2);
+        for (int i = 0; i < code_bytes; i += 8) {
+          uint64_t r = rng.next();
+          for (int j = 0; j < 8; ++j, r >>= 8) {
+            uint8_t v = static_cast<uint8_t>(r);
+            if (q8 && v == 0x80) v = 0x81;  // int8 codes in [-127, 127], as llama.cpp writes
+            codes[i + j] = std::byte{v};
+          }
+        }
+      }
+      return;
+    }
+    default:
+      throw std::invalid_argument("dummy weights: type " + std::string(tensor_type_name(type)) +
+                                  " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
+  }
+}
+
+}  // namespace
+
+LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint64_t seed) {
+  config.validate();
+  struct Spec {
+    std::string name;
+    int64_t inputs, outputs;
+    bool matrix;
+  };
+  std::vector<Spec> specs;
+  const LlamaConfig& c = config;
+  specs.push_back({"token_embd.weight", c.n_embd, c.n_vocab, true});
+  specs.push_back({"output_norm.weight", c.n_embd, 1, false});
+  if (!c.tied_output) specs.push_back({"output.weight", c.n_embd, c.n_vocab, true});
+  for (int32_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    specs.push_back({p + "attn_norm.weight", c.n_embd, 1, false});
+    specs.push_back({p + "attn_q.weight", c.n_embd, c.q_dim(), true});
+    specs.push_back({p + "attn_k.weight", c.n_embd, c.kv_dim(), true});
+    specs.push_back({p + "attn_v.weight", c.n_embd, c.kv_dim(), true});
+    specs.push_back({p + "attn_output.weight", c.q_dim(), c.n_embd, true});
+    if (c.qkv_bias) {
+      specs.push_back({p + "attn_q.bias", c.q_dim(), 1, false});
+      specs.push_back({p + "attn_k.bias", c.kv_dim(), 1, false});
+      specs.push_back({p + "attn_v.bias", c.kv_dim(), 1, false});
+    }
+    specs.push_back({p + "ffn_norm.weight", c.n_embd, 1, false});
+    specs.push_back({p + "ffn_gate.weight", c.n_embd, c.n_ff, true});
+    specs.push_back({p + "ffn_up.weight", c.n_embd, c.n_ff, true});
+    specs.push_back({p + "ffn_down.weight", c.n_ff, c.n_embd, true});
+  }
+  // One allocation, each tensor 64-byte aligned.
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  for (const Spec& s : specs) {
+    const TensorType t = s.matrix ? type : TensorType::kF32;
+    if (s.matrix && s.inputs % traits_of(t).block_elements != 0) {
+      throw std::invalid_argument("dummy weights: " + s.name + " row length " +
+                                  std::to_string(s.inputs) + " is not a multiple of the " +
+                                  std::string(tensor_type_name(t)) + " block");
+    }
+    offsets.push_back(total);
+    total += (row_bytes(t, s.inputs) * s.outputs + 63) / 64 * 64;
+  }
+  auto storage = std::shared_ptr<std::byte[]>(new std::byte[total + 64]);
+  std::byte* base = storage.get();
+
+  Rng rng{seed * 0x2545F4914F6CDD1Dull + 1};
+  std::map<std::string, WeightView> views;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Spec& s = specs[i];
+    WeightView v;
+    v.name = s.name;
+    v.type = s.matrix ? type : TensorType::kF32;
+    v.num_inputs = s.inputs;
+    v.num_outputs = s.outputs;
+    v.data = base + offsets[i];
+    v.num_bytes = row_bytes(v.type, s.inputs) * s.outputs;
+    std::byte* out = base + offsets[i];
+    if (s.matrix) {
+      fill_matrix(out, type, s.inputs, s.outputs, rng);
+    } else {
+      const bool bias = s.name.find(".bias") != std::string::npos;
+      for (int64_t k = 0; k < s.inputs; ++k) {
+        const float f = bias ? rng.symmetric(0.05f) : 1.0f + rng.symmetric(0.1f);
+        std::memcpy(out + 4 * k, &f, 4);
+      }
+    }
+    views.emplace(s.name, std::move(v));
+  }
+  std::vector<LlamaLayerWeights> layers;
+  for (int32_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LlamaLayerWeights l;
+    l.attn_norm = views.at(p + "attn_norm.weight");
+    l.wq = views.at(p + "attn_q.weight");
+    l.wk = views.at(p + "attn_k.weight");
+    l.wv = views.at(p + "attn_v.weight");
+    l.wo = views.at(p + "attn_output.weight");
+    if (c.qkv_bias) {
+      l.bq = views.at(p + "attn_q.bias");
+      l.bk = views.at(p + "attn_k.bias");
+      l.bv = views.at(p + "attn_v.bias");
+    }
+    l.ffn_norm = views.at(p + "ffn_norm.weight");
+    l.w_gate = views.at(p + "ffn_gate.weight");
+    l.w_up = views.at(p + "ffn_up.weight");
+    l.w_down = views.at(p + "ffn_down.weight");
+    layers.push_back(std::move(l));
+  }
+  std::optional<WeightView> output;
+  if (!c.tied_output) output = views.at("output.weight");
+  return LlamaWeights::from_views(config, views.at("token_embd.weight"),
+                                  views.at("output_norm.weight"), std::move(output),
+                                  std::move(layers), std::shared_ptr<const void>(storage, base));
+}
+
+LlamaWeights make_dummy_weights(const DummyWeightsSpec& spec) {
+  const auto config = LlamaConfig::named_shape(spec.shape);
+  if (!config) {
+    std::string known;
+    for (const std::string& n : LlamaConfig::named_shapes()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("dummy weights: unknown shape '" + spec.shape + "' (known: " + known + ")");
+  }
+  return make_dummy_weights(*config, spec.type, spec.seed);
+}
+
+}  // namespace troupe::model

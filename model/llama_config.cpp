@@ -1,0 +1,133 @@
+// LlamaConfig from GGUF metadata (GGUF_NOTES.md §1 key table) and the named dummy shapes.
+#include "model/llama_config.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace troupe::model {
+namespace {
+
+int32_t to_i32(uint64_t v, std::string_view key) {
+  if (v > static_cast<uint64_t>(INT32_MAX)) {
+    throw GgufError("metadata " + std::string(key) + " = " + std::to_string(v) + " is too large");
+  }
+  return static_cast<int32_t>(v);
+}
+
+}  // namespace
+
+float LlamaConfig::attention_scale() const {
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+LlamaConfig LlamaConfig::from_gguf(const GgufFile& file) {
+  LlamaConfig c;
+  c.architecture = std::string(file.architecture());
+  if (c.architecture == "llama" || c.architecture == "mistral") {
+    c.rope_mode = RopeMode::kNorm;
+  } else if (c.architecture == "qwen2") {
+    c.rope_mode = RopeMode::kNeox;
+    c.qkv_bias = true;
+  } else {
+    throw GgufError("architecture '" + c.architecture + "' is not supported (llama, qwen2)");
+  }
+  const std::string a = c.architecture + ".";
+  auto req = [&](const char* key) { return to_i32(file.require_uint(a + key), a + key); };
+  auto opt = [&](const char* key) -> std::optional<int32_t> {
+    if (auto v = file.get_uint(a + key)) return to_i32(*v, a + key);
+    return std::nullopt;
+  };
+  c.n_embd = req("embedding_length");
+  c.n_layer = req("block_count");
+  c.n_ff = req("feed_forward_length");
+  c.n_head = req("attention.head_count");
+  c.n_head_kv = opt("attention.head_count_kv").value_or(c.n_head);
+  c.context_length = opt("context_length").value_or(2048);
+  if (c.n_head <= 0) throw GgufError(a + "attention.head_count must be positive");
+  c.head_dim = opt("attention.key_length").value_or(c.n_embd / c.n_head);
+  c.n_rot = opt("rope.dimension_count").value_or(c.head_dim);
+  if (auto v = opt("vocab_size")) {
+    c.n_vocab = *v;
+  } else if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->is_array()) {
+    c.n_vocab = to_i32(tokens->size(), "tokenizer.ggml.tokens");
+  } else if (const GgufTensorInfo* emb = file.find_tensor("token_embd.weight")) {
+    c.n_vocab = to_i32(emb->dims[1], "token_embd.weight dims[1]");
+  }
+  if (auto v = file.get_float(a + "rope.freq_base")) c.rope_freq_base = static_cast<float>(*v);
+  if (auto v = file.get_float(a + "attention.layer_norm_rms_epsilon")) c.rms_eps = static_cast<float>(*v);
+  const std::string scaling(file.get_string(a + "rope.scaling.type").value_or("none"));
+  const double factor = file.get_float(a + "rope.scaling.factor").value_or(
+      file.get_float(a + "rope.scale_linear").value_or(1.0));
+  if (scaling == "linear" || (scaling == "none" && factor != 1.0 && file.find(a + "rope.scale_linear"))) {
+    if (factor <= 0) throw GgufError(a + "rope.scaling.factor must be positive");
+    c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none") {
+    throw GgufError(a + "rope.scaling.type '" + scaling + "' is not supported (none, linear)");
+  }
+  c.tied_output = file.find_tensor("output.weight") == nullptr;
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw GgufError(e.what());
+  }
+  return c;
+}
+
+std::optional<LlamaConfig> LlamaConfig::named_shape(std::string_view name) {
+  auto make = [](int32_t vocab, int32_t embd, int32_t layers, int32_t heads, int32_t kv,
+                 int32_t ff, float base, int32_t ctx, bool tied) {
+    LlamaConfig c;
+    c.n_vocab = vocab;
+    c.n_embd = embd;
+    c.n_layer = layers;
+    c.n_head = heads;
+    c.n_head_kv = kv;
+    c.head_dim = embd / heads;
+    c.n_rot = c.head_dim;
+    c.n_ff = ff;
+    c.rope_freq_base = base;
+    c.context_length = ctx;
+    c.tied_output = tied;
+    c.rms_eps = 1e-5f;
+    return c;
+  };
+  if (name == "smollm2-135m") return make(49152, 576, 30, 9, 3, 1536, 100000.0f, 8192, true);
+  if (name == "smollm2-360m") return make(49152, 960, 32, 15, 5, 2560, 100000.0f, 8192, true);
+  if (name == "tinyllama-1.1b") return make(32000, 2048, 22, 32, 4, 5632, 10000.0f, 2048, false);
+  if (name == "llama-3.2-1b") return make(128256, 2048, 16, 32, 8, 8192, 500000.0f, 131072, true);
+  if (name == "llama-3.2-3b") return make(128256, 3072, 28, 24, 8, 8192, 500000.0f, 131072, true);
+  if (name == "llama-3-8b") return make(128256, 4096, 32, 32, 8, 14336, 500000.0f, 8192, false);
+  return std::nullopt;
+}
+
+std::vector<std::string> LlamaConfig::named_shapes() {
+  return {"smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b",
+          "llama-3-8b"};
+}
+
+void LlamaConfig::validate() const {
+  auto positive = [](int32_t v, const char* what) {
+    if (v <= 0) throw std::invalid_argument(std::string("model config: ") + what + " must be positive");
+  };
+  positive(n_vocab, "n_vocab");
+  positive(n_embd, "n_embd (embedding_length)");
+  positive(n_layer, "n_layer (block_count)");
+  positive(n_head, "n_head (attention.head_count)");
+  positive(n_head_kv, "n_head_kv (attention.head_count_kv)");
+  positive(head_dim, "head_dim");
+  positive(n_ff, "n_ff (feed_forward_length)");
+  positive(n_rot, "n_rot (rope.dimension_count)");
+  if (n_head % n_head_kv != 0) {
+    throw std::invalid_argument("model config: head_count " + std::to_string(n_head) +
+                                " is not a multiple of head_count_kv " + std::to_string(n_head_kv));
+  }
+  if (n_rot % 2 != 0 || n_rot > head_dim) {
+    throw std::invalid_argument("model config: rope.dimension_count " + std::to_string(n_rot) +
+                                " must be even and at most head_dim " + std::to_string(head_dim));
+  }
+  if (!(rope_freq_base > 0.0f)) throw std::invalid_argument("model config: rope.freq_base must be positive");
+  if (!(rms_eps > 0.0f)) throw std::invalid_argument("model config: rms epsilon must be positive");
+}
+
+}  // namespace troupe::model

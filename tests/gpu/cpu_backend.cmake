@@ -1,0 +1,3 @@
+# CPU backend end to end (dummy weights; the real default model when present).
+troupe_add_test(NAME cpu_backend_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_backend_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")

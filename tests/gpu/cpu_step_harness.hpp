@@ -1,0 +1,112 @@
+// A tiny stand-in for the scheduler in CPU backend tests: owns sequences (token lists, KV block
+// tables from a caller-chosen block order) and builds StepBatches of prefill chunks and decode
+// tokens.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "gpu/step.hpp"
+
+namespace troupe::gpu::cpu::testing {
+
+class StepHarness {
+ public:
+  // Blocks are handed out in `block_order` (default 0, 1, 2, ...).
+  StepHarness(int32_t num_blocks, int32_t block_size, std::vector<int32_t> block_order = {})
+      : block_size_(block_size), free_(std::move(block_order)) {
+    if (free_.empty()) {
+      free_.resize(num_blocks);
+      std::iota(free_.begin(), free_.end(), 0);
+    }
+  }
+
+  struct Seq {
+    std::vector<int32_t> tokens;  // all tokens known (prompt + generated)
+    int32_t computed = 0;         // tokens whose KV is in the blocks
+    std::vector<int32_t> blocks;
+    model::SamplingParams params;
+    int32_t num_generated = 0;
+  };
+
+  void add(uint64_t id, std::vector<int32_t> prompt, model::SamplingParams params = greedy()) {
+    Seq s;
+    s.tokens = std::move(prompt);
+    s.params = params;
+    seqs_[id] = std::move(s);
+  }
+  Seq& seq(uint64_t id) { return seqs_.at(id); }
+
+  static model::SamplingParams greedy() {
+    model::SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }
+
+  // One step: for each (id, n) computes the next n not-yet-computed tokens of that sequence; a
+  // sequence samples when the step reaches its last known token.
+  StepBatch build(const std::vector<std::pair<uint64_t, int32_t>>& work) {
+    StepBatch b;
+    b.step_id = next_step_++;
+    int32_t max_blocks = 0;
+    for (const auto& [id, n] : work) {
+      Seq& s = seqs_.at(id);
+      const int32_t ctx = s.computed + n;
+      while (static_cast<int32_t>(s.blocks.size()) * block_size_ < ctx) {
+        s.blocks.push_back(free_.at(next_free_++));
+      }
+      max_blocks = std::max(max_blocks, static_cast<int32_t>(s.blocks.size()));
+    }
+    b.max_blocks_per_seq = max_blocks;
+    for (const auto& [id, n] : work) {
+      Seq& s = seqs_.at(id);
+      SequenceSlice slice;
+      slice.seq_id = id;
+      slice.token_offset = b.num_tokens();
+      slice.num_tokens = n;
+      slice.context_len = s.computed + n;
+      slice.block_table_row = static_cast<int32_t>(b.seqs.size());
+      for (int32_t i = 0; i < n; ++i) {
+        b.token_ids.push_back(s.tokens.at(s.computed + i));
+        b.positions.push_back(s.computed + i);
+      }
+      std::vector<int32_t> row = s.blocks;
+      row.resize(max_blocks, -1);
+      b.block_tables.insert(b.block_tables.end(), row.begin(), row.end());
+      slice.sample = slice.context_len == static_cast<int32_t>(s.tokens.size());
+      if (slice.sample) {
+        SamplingSlot slot;
+        slot.params = s.params;
+        slot.num_generated = s.num_generated;
+        slot.recent_offset = static_cast<int32_t>(b.recent_tokens.size());
+        slot.recent_count = static_cast<int32_t>(s.tokens.size());
+        b.recent_tokens.insert(b.recent_tokens.end(), s.tokens.begin(), s.tokens.end());
+        slice.sampling_index = static_cast<int32_t>(b.sampling.size());
+        b.sampling.push_back(slot);
+      }
+      b.seqs.push_back(slice);
+      s.computed += n;
+    }
+    return b;
+  }
+
+  // Appends sampled tokens to their sequences.
+  void accept(const StepResult& r) {
+    for (const SampledToken& t : r.tokens) {
+      Seq& s = seqs_.at(t.seq_id);
+      s.tokens.push_back(t.token_id);
+      s.num_generated++;
+    }
+  }
+
+ private:
+  int32_t block_size_;
+  std::vector<int32_t> free_;
+  size_t next_free_ = 0;
+  std::map<uint64_t, Seq> seqs_;
+  uint64_t next_step_ = 1;
+};
+
+}  // namespace troupe::gpu::cpu::testing
