@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu/cpu/fp16.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
 #include "gpu/cpu/swiglu.hpp"
@@ -183,7 +184,9 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
   const int64_t W = c.q_dim() + 2 * c.kv_dim();
   const KvLayerView kv = kv_layer(layer);
   const float scale = c.attention_scale();
-  pool.parallel_for(static_cast<int64_t>(T) * c.n_head_kv, [&](int64_t begin, int64_t end, int t) {
+  int64_t total_keys = 0;
+  for (int32_t i = 0; i < T; ++i) total_keys += b.positions[i] + 1;
+  auto run = [&](int64_t begin, int64_t end, int t) {
     std::vector<float>& scratch = attn_scratch_[t];
     for (int64_t item = begin; item < end; ++item) {
       const int32_t i = static_cast<int32_t>(item / c.n_head_kv);
@@ -195,7 +198,13 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
                       group, scale, attn_.data() + static_cast<int64_t>(i) * c.q_dim() + static_cast<int64_t>(h) * group * hd,
                       scratch.data(), config_.isa);
     }
-  });
+  };
+  const int64_t items = static_cast<int64_t>(T) * c.n_head_kv;
+  if (total_keys * c.n_head_kv < 4096) {
+    run(0, items, 0);  // decode of short contexts: not worth waking the pool
+  } else {
+    pool.parallel_for(items, run);
+  }
 }
 
 const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
@@ -267,6 +276,8 @@ const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& 
         rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn);
         rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn);
       }
+      // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
+      for (int64_t j = 0; j < Q; ++j) q[j] = fp16_to_fp32(fp32_to_fp16(q[j]));
       const SequenceSlice& s = b.seqs[token_seq_[i]];
       const int32_t pos = b.positions[i];
       const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +

@@ -62,9 +62,11 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
         q[i] = static_cast<int8_t>(v);
         sum += v;
       }
-      out.scale[r * nb + b] = d;
+      // Scales rounded to fp16 as ggml's Q8_0/Q8_1 blocks store them (codes use the unrounded
+      // 1/d), so logits track llama.cpp's closely.
+      out.scale[r * nb + b] = fp16_to_fp32(fp32_to_fp16(d));
       out.sum[r * nb + b] = sum;
-      out.scaled_sum[r * nb + b] = d * static_cast<float>(sum);
+      out.scaled_sum[r * nb + b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
     }
   }
 }
@@ -279,6 +281,9 @@ detail::TileJob make_job(const PackedMatrix& w, const MatmulInput& in, float* y,
   return job;
 }
 
+// In tile-blocks (16 outputs x 32 inputs x 1 row): ~2-3 us of work on one core.
+constexpr int64_t kMinParallelWork = 2048;
+
 void run_tiles(const detail::TileJob& job, int64_t tile_begin, int64_t tile_end, IsaLevel isa) {
   switch (isa) {
     case IsaLevel::kAvx512Vnni: detail::matmul_tiles_avx512(job, tile_begin, tile_end); return;
@@ -299,7 +304,11 @@ void matmul(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
             ThreadPool* pool, IsaLevel isa) {
   if (in.num_rows == 0) return;
   const detail::TileJob job = make_job(w, in, y, ldy);
-  if (pool == nullptr || pool->num_threads() == 1) {
+  // Small products (decode-size projections) run on the calling thread: waking the pool costs
+  // more than it saves, especially on a loaded host. Splits never change results.
+  const int64_t work = w.num_tiles() * in.num_rows *
+                       (w.quantized() ? w.num_inputs() / kQuantBlock : w.num_inputs() / 8);
+  if (pool == nullptr || pool->num_threads() == 1 || work < kMinParallelWork) {
     run_tiles(job, 0, w.num_tiles(), isa);
     return;
   }

@@ -43,9 +43,9 @@ struct QuantizedRows {
   int64_t num_rows = 0;
   int64_t num_cols = 0;  // a multiple of kQuantBlock
   std::vector<int8_t> qs;            // [num_rows][num_cols]
-  std::vector<float> scale;          // [num_rows][num_blocks]  dx = amax / 127
+  std::vector<float> scale;          // [num_rows][num_blocks]  dx = fp16(amax / 127)
   std::vector<int32_t> sum;          // [num_rows][num_blocks]  sum of the block's int8 values
-  std::vector<float> scaled_sum;     // [num_rows][num_blocks]  dx * float(sum)
+  std::vector<float> scaled_sum;     // [num_rows][num_blocks]  fp16(amax / 127 * float(sum))
 
   int64_t num_blocks() const { return num_cols / kQuantBlock; }
 };

@@ -1,0 +1,146 @@
+// CPU backend throughput: prompt processing (512 tokens) and decode at batch 1/4/16/64 on the
+// default model, and decode at batch 1 on dummy Llama-3.2-1B Q4_0. Prints tokens/s and the
+// hypervisor's `steal` share of CPU time during each run (repeat runs that had steal).
+//
+//   cpu_forward_bench [--model PATH] [--threads N] [--decode-steps N] [--skip-dummy]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gpu/cpu/cpu_backend.hpp"
+#include "model/dummy_weights.hpp"
+#include "model/gguf.hpp"
+#include "tests/gpu/cpu_step_harness.hpp"
+
+namespace {
+
+using troupe::gpu::StepBatch;
+using troupe::gpu::cpu::CpuBackend;
+using troupe::gpu::cpu::CpuBackendConfig;
+using troupe::gpu::cpu::testing::StepHarness;
+
+struct CpuTimes {
+  unsigned long long total = 0, steal = 0;
+};
+
+CpuTimes read_cpu_times() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  unsigned long long v[10] = {};
+  f >> cpu;
+  for (auto& x : v) f >> x;
+  CpuTimes t;
+  for (int i = 0; i < 8; ++i) t.total += v[i];
+  t.steal = v[7];
+  return t;
+}
+
+struct Run {
+  double seconds = 0;
+  double steal_pct = 0;
+};
+
+template <typename Fn>
+Run timed(Fn&& fn) {
+  const CpuTimes a = read_cpu_times();
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  const auto t1 = std::chrono::steady_clock::now();
+  const CpuTimes b = read_cpu_times();
+  Run r;
+  r.seconds = std::chrono::duration<double>(t1 - t0).count();
+  const double total = static_cast<double>(b.total - a.total);
+  r.steal_pct = total > 0 ? 100.0 * static_cast<double>(b.steal - a.steal) / total : 0.0;
+  return r;
+}
+
+std::vector<int32_t> prompt_tokens(int n, int vocab, int salt) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (1000 + 7919 * (i + 31 * salt)) % vocab;
+  return t;
+}
+
+void report(const char* what, int tokens, const Run& r) {
+  std::printf("%-44s %8.1f tok/s   (%d tokens in %.3f s, steal %.1f%%)\n", what,
+              tokens / r.seconds, tokens, r.seconds, r.steal_pct);
+  std::fflush(stdout);
+}
+
+void bench_prompt(CpuBackend& backend, int n, int reps) {
+  const int vocab = backend.model_config().n_vocab;
+  for (int rep = 0; rep < reps; ++rep) {
+    StepHarness h(backend.kv_geometry().num_blocks, backend.kv_geometry().block_size);
+    h.add(1, prompt_tokens(n, vocab, rep));
+    const StepBatch b = h.build({{1, n}});
+    const Run r = timed([&] { backend.run_step(b); });
+    char label[64];
+    std::snprintf(label, sizeof label, "prompt processing pp%d (rep %d)", n, rep);
+    report(label, n, r);
+  }
+}
+
+void bench_decode(CpuBackend& backend, int batch, int steps, const char* model) {
+  const int vocab = backend.model_config().n_vocab;
+  StepHarness h(backend.kv_geometry().num_blocks, backend.kv_geometry().block_size);
+  std::vector<std::pair<uint64_t, int32_t>> prefill, decode;
+  for (int s = 0; s < batch; ++s) {
+    h.add(s, prompt_tokens(32, vocab, s));
+    prefill.push_back({s, 32});
+    decode.push_back({s, 1});
+  }
+  h.accept(backend.run_step(h.build(prefill)));
+  h.accept(backend.run_step(h.build(decode)));  // warm-up
+  const Run r = timed([&] {
+    for (int i = 0; i < steps; ++i) h.accept(backend.run_step(h.build(decode)));
+  });
+  char label[96];
+  std::snprintf(label, sizeof label, "decode %s batch %d (aggregate)", model, batch);
+  report(label, batch * steps, r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::filesystem::path model =
+      std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) model = env;
+  int threads = 0, steps = 32;
+  bool dummy = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc) model = argv[++i];
+    else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--decode-steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
+    else if (a == "--skip-dummy") dummy = false;
+  }
+  CpuBackendConfig cfg;
+  cfg.num_threads = threads;
+  cfg.num_blocks = 4096;
+  {
+    auto file = std::make_shared<const troupe::model::GgufFile>(troupe::model::GgufFile::open(model));
+    auto backend = CpuBackend::from_gguf(file, cfg);
+    std::printf("model %s, %d threads, isa %s, packed weights %.1f MiB\n",
+                model.filename().c_str(), backend->num_threads(),
+                std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(),
+                backend->packed_weight_bytes() / 1048576.0);
+    bench_prompt(*backend, 512, 3);
+    for (int batch : {1, 4, 16, 64}) bench_decode(*backend, batch, batch >= 16 ? steps / 2 : steps, "smollm2-135m Q4_1");
+  }
+  if (dummy) {
+    cfg.num_blocks = 256;
+    const auto t0 = std::chrono::steady_clock::now();
+    CpuBackend backend(troupe::model::make_dummy_weights({"llama-3.2-1b", troupe::model::TensorType::kQ4_0, 1}), cfg);
+    std::printf("dummy llama-3.2-1b Q4_0 ready in %.1f s (packed weights %.1f MiB)\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                backend.packed_weight_bytes() / 1048576.0);
+    bench_decode(backend, 1, 16, "dummy llama-3.2-1b Q4_0");
+  }
+  return 0;
+}
