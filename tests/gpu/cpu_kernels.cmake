@@ -5,3 +5,5 @@ troupe_add_test(NAME cpu_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_ops_test
   LIBS troupe_gpu LABELS "unit;gpu")
 troupe_add_test(NAME cpu_attention_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_attention_test.cpp
   LIBS troupe_gpu LABELS "unit;gpu")
+troupe_add_test(NAME cpu_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_sampler_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")
