@@ -13,7 +13,8 @@ elseif(NOT TROUPE_SANITIZE STREQUAL "")
   message(FATAL_ERROR "TROUPE_SANITIZE must be '', 'address' or 'thread', not '${TROUPE_SANITIZE}'")
 endif()
 if(_san)
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${_san}>)
+  # Quoted: the genex holds a list, which must expand to several options.
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${_san}>")
   add_link_options(${_san})
 endif()
 
