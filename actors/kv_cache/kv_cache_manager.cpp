@@ -1,0 +1,130 @@
+// KvCacheManager: allocation with prefix reuse, full-block caching, release (see the header).
+#include "actors/kv_cache/kv_cache_manager.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace troupe::kv_cache {
+
+KvCacheManager::KvCacheManager(const KvCacheConfig& config)
+    : block_size_(config.block_size),
+      enable_prefix_caching_(config.enable_prefix_caching),
+      pool_(config.num_blocks),
+      cache_(config.num_blocks, config.block_size) {}
+
+PrefixMatch KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens) const {
+  PrefixMatch match;
+  if (!enable_prefix_caching_ || tokens.size() < 2) return match;
+  const auto max_blocks = static_cast<int32_t>((tokens.size() - 1) / static_cast<size_t>(block_size_));
+  match.blocks = cache_.match(tokens, max_blocks);
+  match.num_tokens = static_cast<int32_t>(match.blocks.size()) * block_size_;
+  return match;
+}
+
+bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& prefix,
+                                    int32_t num_total_tokens) {
+  const bool adopt = seq.blocks.empty() && !prefix.blocks.empty();
+  const auto num_held = static_cast<int32_t>(adopt ? prefix.blocks.size() : seq.blocks.size());
+  const int32_t num_new = blocks_for_tokens(num_total_tokens, block_size_) - num_held;
+  if (num_new <= 0 && !adopt) return true;
+  // A hit on an evictable block takes it out of the allocatable set: count it before touching.
+  int32_t num_hit_evictable = 0;
+  if (adopt) {
+    for (BlockId b : prefix.blocks) {
+      if (pool_.state(b) == BlockState::kCachedUnreferenced) ++num_hit_evictable;
+    }
+  }
+  if (std::max(0, num_new) > pool_.num_allocatable() - num_hit_evictable) return false;
+  if (adopt) {
+    for (BlockId b : prefix.blocks) pool_.touch(b);
+    seq.blocks = prefix.blocks;
+    seq.num_cached_blocks = static_cast<int32_t>(prefix.blocks.size());
+    seq.caching_stopped = false;
+  }
+  if (num_new <= 0) return true;
+  auto allocation = pool_.allocate(num_new);
+  if (!allocation) throw std::logic_error("block pool refused an allocation it had room for");
+  for (BlockId evicted : allocation->evicted) cache_.erase(evicted);
+  seq.blocks.insert(seq.blocks.end(), allocation->blocks.begin(), allocation->blocks.end());
+  return true;
+}
+
+void KvCacheManager::cache_full_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens,
+                                       int32_t num_computed_tokens) {
+  if (!enable_prefix_caching_ || seq.caching_stopped) return;
+  const auto bs = static_cast<size_t>(block_size_);
+  const int32_t num_full = std::min<int32_t>(num_computed_tokens / block_size_,
+                                             static_cast<int32_t>(seq.blocks.size()));
+  for (int32_t i = seq.num_cached_blocks; i < num_full; ++i) {
+    const auto index = static_cast<size_t>(i);
+    const BlockId parent = i == 0 ? kNoBlock : seq.blocks[index - 1];
+    const BlockId own = seq.blocks[index];
+    const InsertResult result = cache_.insert(parent, tokens.subspan(index * bs, bs), own);
+    switch (result.outcome) {
+      case InsertOutcome::kInserted:
+        pool_.mark_cached(own);
+        break;
+      case InsertOutcome::kAlreadyCached:
+        // Same tokens under the same prefix, computed concurrently: share the cached block
+        // and drop ours, so every cached child's holder also holds its parent.
+        pool_.touch(result.block);
+        pool_.free(own);
+        seq.blocks[index] = result.block;
+        break;
+      case InsertOutcome::kCollision:
+        seq.caching_stopped = true;
+        return;
+    }
+    seq.num_cached_blocks = i + 1;
+  }
+}
+
+void KvCacheManager::free_sequence(SequenceBlocks& seq) {
+  for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) pool_.free(*it);
+  seq.blocks.clear();
+  seq.num_cached_blocks = 0;
+  seq.caching_stopped = false;
+}
+
+KvCacheStats KvCacheManager::stats() const {
+  KvCacheStats s;
+  s.num_blocks = pool_.num_blocks();
+  s.num_free = pool_.num_free();
+  s.num_cached_unreferenced = pool_.num_cached_unreferenced();
+  s.num_referenced = pool_.num_referenced();
+  s.usage_ratio = static_cast<double>(s.num_referenced) / static_cast<double>(s.num_blocks);
+  s.num_cached_blocks = cache_.num_cached_blocks();
+  s.prefix = cache_.counters();
+  return s;
+}
+
+std::optional<std::string> KvCacheManager::check_invariants() const {
+  if (auto error = pool_.check_invariants()) return "block pool: " + *error;
+  if (auto error = cache_.check_invariants()) return "prefix cache: " + *error;
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
+    if (pool_.is_cached(b) != cache_.contains(b)) {
+      return fmt::format("block {}: pool says cached={}, tree disagrees", b, pool_.is_cached(b));
+    }
+    // A referenced child implies a referenced parent (holders hold whole chains).
+    if (cache_.contains(b) && pool_.ref_count(b) > 0 && cache_.parent_of(b) != kNoBlock &&
+        pool_.ref_count(cache_.parent_of(b)) == 0) {
+      return fmt::format("block {} is referenced but its cached parent is not", b);
+    }
+  }
+  // Eviction order: every block's parent comes later in the list, so the head is a leaf.
+  std::vector<int32_t> position(static_cast<size_t>(pool_.num_blocks()), -1);
+  const auto order = pool_.eviction_order();
+  for (size_t i = 0; i < order.size(); ++i) position[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const BlockId parent = cache_.parent_of(order[i]);
+    if (parent != kNoBlock && position[static_cast<size_t>(parent)] >= 0 &&
+        position[static_cast<size_t>(parent)] < static_cast<int32_t>(i)) {
+      return fmt::format("eviction list puts parent {} before its child {}", parent, order[i]);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace troupe::kv_cache

@@ -1,0 +1,106 @@
+// KvCacheManager: the one door the scheduler uses for KV memory (vLLM v1's kv_cache_manager.py).
+// It owns the BlockPool and the PrefixCache and keeps them consistent: a prefix hit takes
+// references, a pool eviction erases the cache node, a newly full block is registered (or, when
+// an identical block is already cached, swapped for the shared one, so no two blocks hold the
+// same prefix and "holding a cached block implies holding its ancestors" stays true).
+//
+//   SequenceBlocks::blocks      [ b0 | b1 | b2 | b3 ]        block i holds tokens
+//                                 └ cached ┘ └ private ┘      [i*bs, (i+1)*bs)
+//                                 num_cached_blocks = 2
+//
+// Thread-safety: not thread-safe; one thread at a time (the kv-cache/scheduler actor's executor).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/kv_cache/block_pool.hpp"
+#include "actors/kv_cache/prefix_cache.hpp"
+
+namespace troupe::kv_cache {
+
+struct KvCacheConfig {
+  int32_t num_blocks = 4096;
+  int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+};
+
+// The KV blocks one sequence holds (one reference each).
+struct SequenceBlocks {
+  std::vector<BlockId> blocks;
+  int32_t num_cached_blocks = 0;  // leading blocks registered in the prefix cache, as a chain
+  bool caching_stopped = false;   // a hash collision broke the chain: cache nothing further
+};
+
+// Leading full blocks of a token sequence already in the cache.
+struct PrefixMatch {
+  std::vector<BlockId> blocks;
+  int32_t num_tokens = 0;  // blocks.size() * block_size
+};
+
+struct KvCacheStats {
+  int32_t num_blocks = 0;
+  int32_t num_free = 0;                  // hold nothing
+  int32_t num_cached_unreferenced = 0;   // evictable prefix-cache blocks
+  int32_t num_referenced = 0;            // held by sequences
+  double usage_ratio = 0.0;              // referenced / total (vLLM's kv_cache_usage_perc)
+  int32_t num_cached_blocks = 0;         // in the prefix tree, referenced or not
+  PrefixCacheCounters prefix;
+};
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);
+
+  int32_t block_size() const { return block_size_; }
+  int32_t num_blocks() const { return pool_.num_blocks(); }
+  bool prefix_caching_enabled() const { return enable_prefix_caching_; }
+
+  static int32_t blocks_for_tokens(int32_t num_tokens, int32_t block_size) {
+    return (num_tokens + block_size - 1) / block_size;
+  }
+
+  // Cached full blocks that prefix `tokens`, leaving at least the last token uncovered: the
+  // last position must be computed to sample from it (and a hit must not write into a shared
+  // block). Empty when prefix caching is off.
+  PrefixMatch find_cached_prefix(std::span<const int32_t> tokens) const;
+
+  // Grows `seq` so its blocks can hold num_total_tokens tokens of KV. An empty `seq` first
+  // adopts `prefix` (one reference per block). All or nothing: false, and nothing changes,
+  // when the pool cannot supply the blocks; the caller decides whom to preempt.
+  bool allocate_slots(SequenceBlocks& seq, const PrefixMatch& prefix, int32_t num_total_tokens);
+  bool allocate_slots(SequenceBlocks& seq, int32_t num_total_tokens) {
+    return allocate_slots(seq, PrefixMatch{}, num_total_tokens);
+  }
+
+  // Registers every block of `seq` that the first num_computed_tokens of `tokens` fill. Call
+  // only once that KV has been computed (after the step), so a hit never reads unwritten KV.
+  void cache_full_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens,
+                         int32_t num_computed_tokens);
+
+  // Releases every block, last first, so a sequence's tail is evicted before its head.
+  void free_sequence(SequenceBlocks& seq);
+
+  void record_prefix_query(int32_t num_query_tokens, int32_t num_hit_tokens) {
+    cache_.record_query(num_query_tokens, num_hit_tokens);
+  }
+
+  KvCacheStats stats() const;
+  const BlockPool& pool() const { return pool_; }
+  const PrefixCache& prefix_cache() const { return cache_; }
+
+  // Pool and cache invariants, plus their agreement (cached in pool <=> node in tree, and the
+  // eviction list is ordered descendants-before-ancestors). O(n).
+  std::optional<std::string> check_invariants() const;
+
+ private:
+  int32_t block_size_;
+  bool enable_prefix_caching_;
+  BlockPool pool_;
+  PrefixCache cache_;
+};
+
+}  // namespace troupe::kv_cache

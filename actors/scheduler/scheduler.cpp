@@ -1,0 +1,211 @@
+// Scheduler: request lifecycle (add, cancel, finish), stats, the slots view and the invariant
+// check. Planning lives in scheduler_admission.cpp, step building and completion in
+// scheduler_step.cpp, disaggregated prefill/decode in scheduler_transfer.cpp.
+#include "actors/scheduler/scheduler.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace troupe::scheduler {
+namespace {
+
+kv_cache::KvCacheConfig kv_config_of(const SchedulerConfig& config) {
+  if (auto error = validate(config)) {
+    throw std::invalid_argument("invalid scheduler config: " + *error);
+  }
+  return {config.num_blocks, config.block_size, config.enable_prefix_caching};
+}
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(std::move(config)), kv_(kv_config_of(config_)) {
+  running_.reserve(static_cast<size_t>(config_.max_num_seqs));
+}
+
+AddResult Scheduler::check_admissible(const NewRequest& request) const {
+  if (sequences_.contains(request.request_id) || transferring_.contains(request.request_id)) {
+    return AddResult::kDuplicateId;
+  }
+  if (request.prompt_token_ids.empty()) return AddResult::kEmptyPrompt;
+  if (request.stop.max_tokens < 1) return AddResult::kInvalidMaxTokens;
+  const auto num_prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+  if (num_prompt >= config_.max_model_len) return AddResult::kPromptTooLong;
+  // The last token of a finished sequence is never computed, so its KV peaks one below its
+  // final length. A sequence that cannot fit alone would preempt itself forever.
+  const int64_t final_len =
+      std::min<int64_t>(num_prompt + request.stop.max_tokens, config_.max_model_len);
+  const int64_t max_blocks = (final_len - 1 + config_.block_size - 1) / config_.block_size;
+  if (max_blocks > config_.num_blocks) return AddResult::kNeverFits;
+  if (waiting_.size() >= config_.max_queue) return AddResult::kQueueFull;
+  return AddResult::kAccepted;
+}
+
+AddResult Scheduler::add_request(NewRequest request) {
+  const AddResult result = check_admissible(request);
+  if (result != AddResult::kAccepted) {
+    ++num_requests_refused_;
+    return result;
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->request_id = request.request_id;
+  seq->num_prompt_tokens = static_cast<int32_t>(request.prompt_token_ids.size());
+  seq->token_ids = std::move(request.prompt_token_ids);
+  seq->sampling = request.sampling;
+  seq->stop = std::move(request.stop);
+  seq->priority = request.priority;
+  seq->arrival_index = next_arrival_index_++;
+  seq->arrival_step = num_steps_;
+  waiting_.push_back(seq.get());
+  ++num_requests_accepted_;
+  num_prompt_tokens_ += static_cast<uint64_t>(seq->num_prompt_tokens);
+  sequences_.emplace(seq->request_id, std::move(seq));
+  return AddResult::kAccepted;
+}
+
+std::optional<FinishedSequence> Scheduler::cancel(RequestId request_id) {
+  return finish(request_id, FinishReason::kCancelled);
+}
+
+std::optional<FinishedSequence> Scheduler::finish(RequestId request_id, FinishReason reason) {
+  const auto it = sequences_.find(request_id);
+  if (it == sequences_.end()) return std::nullopt;
+  return retire(*it->second, reason);
+}
+
+// Removes the sequence from wherever it is, releases its KV and forgets it. NOTE: when a step
+// is in flight the released blocks may still be written by it; that is safe because nothing
+// can allocate them before on_step_complete() (schedule() refuses to run until then).
+FinishedSequence Scheduler::retire(Sequence& seq, FinishReason reason) {
+  FinishedSequence finished{seq.request_id,          reason, seq.num_prompt_tokens,
+                            seq.num_generated_tokens(), seq.num_cached_prompt_tokens,
+                            seq.num_preemptions};
+  switch (seq.state) {
+    case SequenceState::kWaiting: waiting_.erase(&seq); break;
+    case SequenceState::kRunning: erase_running(&seq); break;
+    case SequenceState::kPrefillDone:
+      std::erase(prefill_done_, &seq);
+      break;
+  }
+  kv_.free_sequence(seq.kv);
+  ++num_requests_finished_;
+  sequences_.erase(seq.request_id);  // destroys seq
+  return finished;
+}
+
+const Sequence* Scheduler::find(RequestId request_id) const {
+  const auto it = sequences_.find(request_id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.num_waiting = waiting_.size();
+  waiting_.for_each([&s](const Sequence& seq) {
+    if (seq.num_preemptions > 0) ++s.num_preempted_waiting;
+  });
+  s.num_running = static_cast<int32_t>(running_.size());
+  s.num_awaiting_transfer = static_cast<int32_t>(prefill_done_.size() + transferring_.size());
+  s.kv = kv_.stats();
+  s.prefix_cache_hit_rate = s.kv.prefix.hit_rate();
+  s.num_preemptions = num_preemptions_;
+  s.num_steps = num_steps_;
+  s.last_step_num_tokens = last_step_num_tokens_;
+  s.last_step_num_seqs = last_step_num_seqs_;
+  s.num_requests_accepted = num_requests_accepted_;
+  s.num_requests_refused = num_requests_refused_;
+  s.num_requests_finished = num_requests_finished_;
+  s.num_prompt_tokens = num_prompt_tokens_;
+  s.num_generated_tokens = num_generated_tokens_;
+  return s;
+}
+
+namespace {
+
+SlotInfo slot_of(const Sequence& seq, SlotPhase phase) {
+  SlotInfo slot;
+  slot.request_id = seq.request_id;
+  slot.phase = phase;
+  slot.priority = seq.priority;
+  slot.num_prompt_tokens = seq.num_prompt_tokens;
+  slot.num_tokens = seq.num_tokens();
+  slot.num_computed_tokens = seq.num_computed_tokens;
+  slot.num_generated_tokens = seq.num_generated_tokens();
+  slot.max_tokens = seq.stop.max_tokens;
+  slot.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
+  slot.num_blocks = static_cast<int32_t>(seq.kv.blocks.size());
+  slot.num_preemptions = seq.num_preemptions;
+  slot.arrival_step = seq.arrival_step;
+  slot.first_scheduled_step = seq.first_scheduled_step;
+  slot.first_token_step = seq.first_token_step;
+  return slot;
+}
+
+}  // namespace
+
+std::vector<SlotInfo> Scheduler::slots() const {
+  std::vector<SlotInfo> result;
+  result.reserve(sequences_.size());
+  for (const Sequence* seq : running_) {
+    // More than one token left to compute: prompt (or recompute after preemption) in progress.
+    result.push_back(
+        slot_of(*seq, seq->num_remaining_tokens() > 1 ? SlotPhase::kPrefill : SlotPhase::kDecode));
+  }
+  waiting_.for_each([&result](const Sequence& seq) {
+    result.push_back(slot_of(seq, seq.num_preemptions > 0 ? SlotPhase::kPreempted
+                                                          : SlotPhase::kWaiting));
+  });
+  for (const Sequence* seq : prefill_done_) {
+    result.push_back(slot_of(*seq, SlotPhase::kAwaitingTransfer));
+  }
+  return result;
+}
+
+std::optional<std::string> Scheduler::check_invariants() const {
+  if (auto error = kv_.check_invariants()) return error;
+  const auto& pool = kv_.pool();
+  std::vector<int32_t> holders(static_cast<size_t>(pool.num_blocks()), 0);
+  auto count = [&holders](const kv_cache::SequenceBlocks& kv) {
+    for (kv_cache::BlockId b : kv.blocks) ++holders[static_cast<size_t>(b)];
+  };
+  size_t num_placed = 0;
+  for (const auto& [id, seq] : sequences_) {
+    count(seq->kv);
+    if (seq->num_computed_tokens > seq->num_tokens()) return fmt::format("{} over-computed", id);
+    const int32_t needed =
+        kv_cache::KvCacheManager::blocks_for_tokens(seq->num_computed_tokens, kv_.block_size());
+    if (static_cast<int32_t>(seq->kv.blocks.size()) < needed) {
+      return fmt::format("request {} computed {} tokens but holds {} blocks", id,
+                         seq->num_computed_tokens, seq->kv.blocks.size());
+    }
+    if (seq->state == SequenceState::kWaiting && (!seq->kv.blocks.empty() || seq->num_computed_tokens != 0)) {
+      return fmt::format("waiting request {} holds KV", id);
+    }
+  }
+  for (const auto& [id, kv] : transferring_) count(kv);
+  for (kv_cache::BlockId b = 0; b < pool.num_blocks(); ++b) {
+    if (holders[static_cast<size_t>(b)] != pool.ref_count(b)) {
+      return fmt::format("block {} has ref count {} but {} holders", b, pool.ref_count(b),
+                         holders[static_cast<size_t>(b)]);
+    }
+  }
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Sequence* seq = running_[i];
+    if (seq->state != SequenceState::kRunning) return fmt::format("{} in running_ but not running", seq->request_id);
+    if (i > 0 && std::pair(-static_cast<int>(running_[i - 1]->priority), running_[i - 1]->arrival_index) >
+                     std::pair(-static_cast<int>(seq->priority), seq->arrival_index)) {
+      return std::string("running_ is not sorted by (priority desc, arrival asc)");
+    }
+  }
+  if (running_.size() > static_cast<size_t>(config_.max_num_seqs)) return std::string("too many running");
+  num_placed = running_.size() + prefill_done_.size() + static_cast<size_t>(waiting_.size());
+  if (num_placed != sequences_.size()) {
+    return fmt::format("{} sequences but {} placed in queues", sequences_.size(), num_placed);
+  }
+  return std::nullopt;
+}
+
+}  // namespace troupe::scheduler

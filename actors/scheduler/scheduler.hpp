@@ -1,0 +1,148 @@
+// Scheduler: the pure, synchronous continuous-batching policy (DESIGN.md §2). Each schedule()
+// decides which sequences run in the next forward step and how many tokens each computes; each
+// on_step_complete() appends the sampled tokens and retires finished sequences. The scheduler
+// actor (a later issue) wraps it: drain inbox -> schedule() -> run the step -> on_step_complete()
+// -> post TokenEvents. No threads, clocks or I/O here; time is counted in steps.
+//
+// Policy, one step (vLLM v1's shape, TensorRT-LLM's call-and-return style):
+//   1. running sequences that decode (one token left to compute), highest priority first;
+//   2. running sequences still prefilling, each at most chunked_prefill_size tokens;
+//   3. waiting requests, priority then arrival, reusing cached prefix blocks, until the token
+//      budget, max_num_seqs or the KV pool says stop. The head of the queue blocks the rest
+//      (FCFS), unless it may preempt a lower-priority running sequence.
+//   When a running sequence needs a block and the pool (free + evictable) is empty, the
+//   lowest-priority, latest-arrived running sequence is preempted (possibly itself): its blocks
+//   are released and it re-queues at the front of its priority with its tokens kept.
+//
+// Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
+// cancel()/finish()/add_request() may come at any point, also while a step is in flight.
+//
+// Thread-safety: not thread-safe; one thread at a time (the scheduler actor's executor).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/kv_cache/kv_cache_manager.hpp"
+#include "actors/scheduler/scheduler_config.hpp"
+#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/scheduler/sequence.hpp"
+#include "actors/scheduler/waiting_queue.hpp"
+#include "gpu/step.hpp"
+
+namespace troupe::scheduler {
+
+class Scheduler {
+ public:
+  // Throws std::invalid_argument when validate(config) fails (a start-up error).
+  explicit Scheduler(SchedulerConfig config);
+
+  AddResult add_request(NewRequest request);
+
+  // Plans the next step. An empty plan (nothing runnable) needs no on_step_complete().
+  // Calling it while a step is in flight is a bug: std::logic_error.
+  StepPlan schedule();
+
+  // Consumes the in-flight step's sampled tokens. A result for another step is a bug.
+  StepUpdate on_step_complete(const gpu::StepResult& result);
+
+  // Ends a request in any state and releases its KV. nullopt when the id is unknown (already
+  // finished, or handed off to another scheduler).
+  std::optional<FinishedSequence> cancel(RequestId request_id);
+  // Same, for a stop the scheduler cannot see (the detokenizer matched a stop string).
+  std::optional<FinishedSequence> finish(RequestId request_id, FinishReason reason);
+
+  // Disaggregated prefill/decode. Hands off sequences parked by a kPrefillOnly scheduler; their
+  // KV stays held here until release_transferred() (once the copy is done).
+  std::vector<PrefillHandoff> take_completed_prefill();
+  bool release_transferred(RequestId request_id);
+  // Takes a handed-off sequence straight into the running set. kRetryLater when no slot or
+  // blocks are free now; the copies to make are in the result.
+  TransferAdmission admit_transferred(const PrefillHandoff& handoff);
+
+  SchedulerStats stats() const;
+  std::vector<SlotInfo> slots() const;  // running first, then waiting, then parked
+
+  bool has_unfinished_requests() const { return !sequences_.empty(); }
+  bool step_in_flight() const { return in_flight_.has_value(); }
+  const SchedulerConfig& config() const { return config_; }
+  const kv_cache::KvCacheManager& kv_cache() const { return kv_; }
+  // The sequence, or nullptr; for tests and the slots view.
+  const Sequence* find(RequestId request_id) const;
+
+  // Every structural invariant (pool, cache, ref counts == holders, queues); O(n). For tests
+  // and debug self-checks; a description of the first violation, or nullopt.
+  std::optional<std::string> check_invariants() const;
+
+ private:
+  struct Scheduled {
+    Sequence* seq;
+    int32_t num_tokens;
+  };
+  // A step being planned.
+  struct Draft {
+    std::vector<Scheduled> entries;
+    int32_t token_budget = 0;
+    std::vector<RequestId> preempted;
+  };
+  struct InFlightEntry {
+    RequestId request_id;
+    bool samples;
+  };
+  struct InFlightStep {
+    uint64_t step_id = 0;
+    std::vector<InFlightEntry> entries;
+  };
+
+  // scheduler_admission.cpp
+  AddResult check_admissible(const NewRequest& request) const;
+  void schedule_running(Draft& draft, bool decode_pass);
+  void schedule_waiting(Draft& draft);
+  bool try_admit(Draft& draft, Sequence& seq);
+  bool grow_or_preempt(Draft& draft, Sequence& seq, int32_t num_tokens);
+  void preempt(Draft& draft, Sequence& victim);
+  int32_t prefill_chunk(const Sequence& seq, int32_t budget) const;
+  void insert_running(Sequence* seq);
+  void erase_running(const Sequence* seq);
+
+  // scheduler_step.cpp
+  StepPlan build_plan(Draft& draft);
+  void append_slice(StepPlan& plan, const Scheduled& entry, int32_t row);
+  void complete_sequence(StepUpdate& update, Sequence& seq, const gpu::SampledToken* sampled,
+                         uint64_t step_id);
+  const gpu::SampledToken* find_sampled(const gpu::StepResult& result, size_t& cursor,
+                                        RequestId request_id) const;
+
+  // scheduler_transfer.cpp
+  AddResult check_transferable(const PrefillHandoff& handoff) const;
+
+  // scheduler.cpp
+  FinishedSequence retire(Sequence& seq, FinishReason reason);
+
+  SchedulerConfig config_;
+  kv_cache::KvCacheManager kv_;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> sequences_;
+  WaitingQueue waiting_;
+  // Sorted by (priority desc, arrival asc): the preemption victim is always back().
+  std::vector<Sequence*> running_;
+  std::vector<Sequence*> prefill_done_;  // kPrefillOnly: parked, in completion order
+  std::unordered_map<RequestId, kv_cache::SequenceBlocks> transferring_;
+  std::optional<InFlightStep> in_flight_;
+
+  uint64_t next_arrival_index_ = 0;
+  uint64_t num_steps_ = 0;
+  uint64_t num_preemptions_ = 0;
+  uint64_t num_requests_accepted_ = 0;
+  uint64_t num_requests_refused_ = 0;
+  uint64_t num_requests_finished_ = 0;
+  uint64_t num_prompt_tokens_ = 0;
+  uint64_t num_generated_tokens_ = 0;
+  int32_t last_step_num_tokens_ = 0;
+  int32_t last_step_num_seqs_ = 0;
+};
+
+}  // namespace troupe::scheduler

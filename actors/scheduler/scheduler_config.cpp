@@ -1,0 +1,34 @@
+// SchedulerConfig validation.
+#include "actors/scheduler/scheduler_config.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe::scheduler {
+
+std::optional<std::string> validate(const SchedulerConfig& config) {
+  if (config.max_num_seqs <= 0) return std::string("max_num_seqs must be positive");
+  if (config.max_num_batched_tokens < config.max_num_seqs) {
+    // Otherwise some decoding sequences could get no token in a full step and stall.
+    return fmt::format("max_num_batched_tokens ({}) must be >= max_num_seqs ({})",
+                       config.max_num_batched_tokens, config.max_num_seqs);
+  }
+  if (config.chunked_prefill_size < 0) return std::string("chunked_prefill_size must be >= 0");
+  if (config.max_model_len < 2) return std::string("max_model_len must be at least 2");
+  if (config.max_queue < 0) return std::string("max_queue must be >= 0");
+  if (config.block_size <= 0) return std::string("block_size must be positive");
+  if (config.num_blocks <= 0) return std::string("num_blocks must be positive");
+  for (int32_t id : config.eos_token_ids) {
+    if (id < 0) return fmt::format("eos token id {} is negative", id);
+  }
+  return std::nullopt;
+}
+
+std::string_view to_string(SchedulerRole role) {
+  switch (role) {
+    case SchedulerRole::kPrefillAndDecode: return "prefill_and_decode";
+    case SchedulerRole::kPrefillOnly: return "prefill_only";
+  }
+  return "unknown";
+}
+
+}  // namespace troupe::scheduler

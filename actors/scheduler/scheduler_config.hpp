@@ -1,0 +1,44 @@
+// SchedulerConfig: the knobs of the scheduling policy and of the KV pool it manages, loaded from
+// configs/*.json by the app and passed in whole (no long argument lists).
+//
+// Thread-safety: plain values; copy freely between threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe::scheduler {
+
+// Disaggregated prefill/decode (DESIGN.md §2): a kPrefillOnly scheduler parks every sequence
+// whose prompt is computed and first token sampled, for take_completed_prefill(); any scheduler
+// can take such a sequence in with admit_transferred().
+enum class SchedulerRole : uint8_t { kPrefillAndDecode, kPrefillOnly };
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;             // sequences in one step
+  int32_t max_num_batched_tokens = 8192;  // tokens in one step (decode + prefill)
+  int32_t chunked_prefill_size = 2048;    // most prompt tokens one sequence computes per step;
+                                          // 0: only the step budget limits a chunk
+  int32_t max_model_len = 8192;           // prompt + generated tokens of one sequence
+  int32_t max_queue = 1024;               // waiting requests (incl. preempted) before refusing
+  int32_t block_size = 16;                // tokens per KV block
+  int32_t num_blocks = 4096;              // KV blocks in the pool
+  bool enable_prefix_caching = true;
+  // A waiting request may preempt a running one of strictly lower priority when blocks or
+  // sequence slots run out.
+  bool enable_priority_preemption = true;
+  // The model's end-of-generation ids (GGUF eos / eot). Finish a sequence unless ignore_eos;
+  // StopConditions::stop_token_ids finish it regardless.
+  std::vector<int32_t> eos_token_ids;
+  SchedulerRole role = SchedulerRole::kPrefillAndDecode;
+};
+
+// nullopt when the config is usable, else what is wrong with it.
+std::optional<std::string> validate(const SchedulerConfig& config);
+
+std::string_view to_string(SchedulerRole role);
+
+}  // namespace troupe::scheduler

@@ -1,0 +1,171 @@
+// Scheduler: turning a planned step into the flattened gpu::StepBatch, and consuming the
+// step's sampled tokens (append, stop checks, caching newly full blocks).
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "actors/scheduler/scheduler.hpp"
+#include "actors/scheduler/stop_checker.hpp"
+
+namespace troupe::scheduler {
+namespace {
+
+bool uses_penalties(const model::SamplingParams& params) {
+  return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
+         params.frequency_penalty != 0.0f;
+}
+
+}  // namespace
+
+StepPlan Scheduler::build_plan(Draft& draft) {
+  StepPlan plan;
+  plan.preempted = std::move(draft.preempted);
+  if (draft.entries.empty()) {
+    last_step_num_tokens_ = 0;
+    last_step_num_seqs_ = 0;
+    return plan;
+  }
+  const uint64_t step_id = ++num_steps_;
+  gpu::StepBatch& batch = plan.batch;
+  batch.step_id = step_id;
+  size_t num_tokens = 0;
+  size_t max_blocks = 0;
+  for (const Scheduled& entry : draft.entries) {
+    num_tokens += static_cast<size_t>(entry.num_tokens);
+    max_blocks = std::max(max_blocks, entry.seq->kv.blocks.size());
+  }
+  batch.token_ids.reserve(num_tokens);
+  batch.positions.reserve(num_tokens);
+  batch.seqs.reserve(draft.entries.size());
+  batch.sampling.reserve(draft.entries.size());
+  batch.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  batch.block_tables.assign(draft.entries.size() * max_blocks, kv_cache::kNoBlock);
+
+  InFlightStep flight;
+  flight.step_id = step_id;
+  flight.entries.reserve(draft.entries.size());
+  for (size_t row = 0; row < draft.entries.size(); ++row) {
+    const Scheduled& entry = draft.entries[row];
+    append_slice(plan, entry, static_cast<int32_t>(row));
+    // Token-centric bookkeeping happens at planning time, as in vLLM v1: the KV of the span
+    // counts as computed from here on (the step is committed to run).
+    entry.seq->num_computed_tokens += entry.num_tokens;
+    flight.entries.push_back({entry.seq->request_id, batch.seqs.back().sample});
+  }
+  in_flight_ = std::move(flight);
+  last_step_num_tokens_ = static_cast<int32_t>(num_tokens);
+  last_step_num_seqs_ = static_cast<int32_t>(draft.entries.size());
+  return plan;
+}
+
+void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row) {
+  gpu::StepBatch& batch = plan.batch;
+  const Sequence& seq = *entry.seq;
+  const int32_t begin = seq.num_computed_tokens;
+  const int32_t end = begin + entry.num_tokens;
+
+  gpu::SequenceSlice slice;
+  slice.seq_id = seq.request_id;
+  slice.token_offset = batch.num_tokens();
+  slice.num_tokens = entry.num_tokens;
+  slice.context_len = end;
+  slice.block_table_row = row;
+  slice.sample = end == seq.num_tokens();
+
+  batch.token_ids.insert(batch.token_ids.end(), seq.token_ids.begin() + begin,
+                         seq.token_ids.begin() + end);
+  for (int32_t position = begin; position < end; ++position) batch.positions.push_back(position);
+  std::copy(seq.kv.blocks.begin(), seq.kv.blocks.end(),
+            batch.block_tables.begin() +
+                static_cast<ptrdiff_t>(row) * batch.max_blocks_per_seq);
+
+  if (slice.sample) {
+    slice.sampling_index = static_cast<int32_t>(batch.sampling.size());
+    gpu::SamplingSlot slot;
+    slot.params = seq.sampling;
+    slot.num_generated = seq.num_generated_tokens();
+    if (uses_penalties(seq.sampling) && seq.sampling.penalty_last_n != 0) {
+      // penalty_last_n < 0 means the whole sequence (llama.cpp's -1).
+      const int32_t window = seq.sampling.penalty_last_n < 0
+                                 ? seq.num_tokens()
+                                 : std::min(seq.sampling.penalty_last_n, seq.num_tokens());
+      slot.recent_offset = static_cast<int32_t>(batch.recent_tokens.size());
+      slot.recent_count = window;
+      batch.recent_tokens.insert(batch.recent_tokens.end(), seq.token_ids.end() - window,
+                                 seq.token_ids.end());
+    }
+    batch.sampling.push_back(std::move(slot));
+  }
+  if (slice.sample && slice.num_tokens == 1) {
+    plan.num_decode_tokens += 1;
+  } else {
+    plan.num_prefill_tokens += slice.num_tokens;
+  }
+  batch.seqs.push_back(slice);
+}
+
+const gpu::SampledToken* Scheduler::find_sampled(const gpu::StepResult& result, size_t& cursor,
+                                                 RequestId request_id) const {
+  // Tokens come in StepBatch::seqs order; fall back to a search if a backend reorders them.
+  if (cursor < result.tokens.size() && result.tokens[cursor].seq_id == request_id) {
+    return &result.tokens[cursor++];
+  }
+  const auto it = std::find_if(result.tokens.begin(), result.tokens.end(),
+                               [request_id](const gpu::SampledToken& t) { return t.seq_id == request_id; });
+  return it == result.tokens.end() ? nullptr : &*it;
+}
+
+StepUpdate Scheduler::on_step_complete(const gpu::StepResult& result) {
+  if (!in_flight_) throw std::logic_error("on_step_complete() with no step in flight");
+  if (result.step_id != in_flight_->step_id) {
+    throw std::logic_error(fmt::format("on_step_complete() for step {}, but step {} is in flight",
+                                       result.step_id, in_flight_->step_id));
+  }
+  const InFlightStep flight = std::move(*in_flight_);
+  in_flight_.reset();
+  StepUpdate update;
+  update.step_id = flight.step_id;
+  update.tokens.reserve(result.tokens.size());
+  size_t cursor = 0;
+  for (const InFlightEntry& entry : flight.entries) {
+    const gpu::SampledToken* sampled =
+        entry.samples ? find_sampled(result, cursor, entry.request_id) : nullptr;
+    const auto it = sequences_.find(entry.request_id);
+    // Cancelled or finished while the step ran (or the id was reused since): drop its token.
+    if (it == sequences_.end()) continue;
+    Sequence& seq = *it->second;
+    if (seq.state != SequenceState::kRunning || seq.last_scheduled_step != flight.step_id) continue;
+    if (entry.samples && sampled == nullptr) {
+      throw std::logic_error(fmt::format("step {} result has no token for request {}",
+                                         flight.step_id, entry.request_id));
+    }
+    complete_sequence(update, seq, sampled, flight.step_id);
+  }
+  return update;
+}
+
+void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,
+                                  const gpu::SampledToken* sampled, uint64_t step_id) {
+  // The span's KV now exists: publish every block it filled, before the sequence may finish
+  // (so the blocks outlive it as evictable cache).
+  kv_.cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
+  if (sampled == nullptr) return;
+  seq.token_ids.push_back(sampled->token_id);
+  ++num_generated_tokens_;
+  if (seq.first_token_step == 0) seq.first_token_step = step_id;
+  update.tokens.push_back(GeneratedToken{seq.request_id, sampled->token_id, sampled->logprob,
+                                         sampled->top_logprobs, seq.num_generated_tokens()});
+  if (const auto reason = check_stop(seq, config_.eos_token_ids, config_.max_model_len)) {
+    update.finished.push_back(retire(seq, *reason));
+    return;
+  }
+  if (config_.role == SchedulerRole::kPrefillOnly) {
+    erase_running(&seq);
+    seq.state = SequenceState::kPrefillDone;
+    prefill_done_.push_back(&seq);
+    update.prefill_completed.push_back(seq.request_id);
+  }
+}
+
+}  // namespace troupe::scheduler

@@ -1,0 +1,138 @@
+// Values the Scheduler hands in and out: admission results, the StepPlan, the per-step update,
+// stats and the slots view, and the disaggregated prefill/decode handoff.
+//
+// Thread-safety: plain values; built on the scheduler's executor, safe to move to any thread.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "actors/common/priority.hpp"
+#include "actors/kv_cache/kv_cache_manager.hpp"
+#include "actors/scheduler/sequence.hpp"
+#include "gpu/step.hpp"
+
+namespace troupe::scheduler {
+
+// add_request()/admit_transferred() outcome. Refusals are values (HTTP 429/400/413 upstream).
+enum class AddResult : uint8_t {
+  kAccepted,
+  kQueueFull,         // max_queue requests already wait: retry later (429 + Retry-After)
+  kEmptyPrompt,       // nothing to condition on
+  kInvalidMaxTokens,  // max_tokens < 1
+  kPromptTooLong,     // prompt leaves no room below max_model_len
+  kNeverFits,         // its KV could not fit even in the whole, empty pool
+  kDuplicateId,       // the id is already in use here
+  kRetryLater,        // admit_transferred only: no sequence slot or blocks free right now
+};
+std::string_view to_string(AddResult result);
+
+// What one step computes, and what the scheduler needs to know about it afterwards.
+struct StepPlan {
+  gpu::StepBatch batch;  // batch.seqs[i].seq_id is the RequestId
+  int32_t num_prefill_tokens = 0;  // tokens of spans longer than one, or that do not sample
+  int32_t num_decode_tokens = 0;   // one-token spans that sample (steady-state decode)
+  // Sequences preempted while planning this step (already back in the waiting queue).
+  std::vector<RequestId> preempted;
+
+  bool empty() const { return batch.seqs.empty(); }
+};
+
+struct GeneratedToken {
+  RequestId request_id = 0;
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<gpu::TokenLogprob> top_logprobs;
+  int32_t num_generated_tokens = 0;  // including this one; 1 means "first token"
+};
+
+struct FinishedSequence {
+  RequestId request_id = 0;
+  FinishReason reason = FinishReason::kEos;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_generated_tokens = 0;
+  int32_t num_cached_prompt_tokens = 0;
+  int32_t num_preemptions = 0;
+};
+
+// Result of on_step_complete(): every token sampled this step, then who finished and why.
+// The engine turns it into one TokenEvents message per step.
+struct StepUpdate {
+  uint64_t step_id = 0;
+  std::vector<GeneratedToken> tokens;
+  std::vector<FinishedSequence> finished;
+  // kPrefillOnly: sequences parked this step, ready for take_completed_prefill().
+  std::vector<RequestId> prefill_completed;
+};
+
+struct SchedulerStats {
+  int32_t num_waiting = 0;            // in the queue, preempted ones included
+  int32_t num_preempted_waiting = 0;  // ... of which were preempted at least once
+  int32_t num_running = 0;
+  int32_t num_awaiting_transfer = 0;  // parked or handed off, KV still held here
+  kv_cache::KvCacheStats kv;
+  double prefix_cache_hit_rate = 0.0;
+  uint64_t num_preemptions = 0;
+  uint64_t num_steps = 0;
+  int32_t last_step_num_tokens = 0;
+  int32_t last_step_num_seqs = 0;
+  uint64_t num_requests_accepted = 0;
+  uint64_t num_requests_refused = 0;
+  uint64_t num_requests_finished = 0;
+  uint64_t num_prompt_tokens = 0;     // of accepted requests
+  uint64_t num_generated_tokens = 0;  // sampled, over all requests
+};
+
+enum class SlotPhase : uint8_t { kWaiting, kPreempted, kPrefill, kDecode, kAwaitingTransfer };
+std::string_view to_string(SlotPhase phase);
+
+// One line of the admin socket's `requests` view (llama.cpp's /slots).
+struct SlotInfo {
+  RequestId request_id = 0;
+  SlotPhase phase = SlotPhase::kWaiting;
+  Priority priority = Priority::kNormal;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_tokens = 0;
+  int32_t num_computed_tokens = 0;
+  int32_t num_generated_tokens = 0;
+  int32_t max_tokens = 0;
+  int32_t num_cached_prompt_tokens = 0;
+  int32_t num_blocks = 0;
+  int32_t num_preemptions = 0;
+  uint64_t arrival_step = 0;
+  uint64_t first_scheduled_step = 0;
+  uint64_t first_token_step = 0;
+};
+
+// A prefilled sequence moving from a kPrefillOnly scheduler to another one. source_blocks hold
+// the KV of token_ids[0, num_computed_tokens) in the source pool, and stay held there until the
+// source's release_transferred(request_id), i.e. until the KV copy is done.
+struct PrefillHandoff {
+  RequestId request_id = 0;
+  std::vector<int32_t> token_ids;  // prompt + generated (at least the first sampled token)
+  int32_t num_prompt_tokens = 0;
+  int32_t num_computed_tokens = 0;
+  std::vector<kv_cache::BlockId> source_blocks;
+  model::SamplingParams sampling;
+  model::StopConditions stop;
+  Priority priority = Priority::kNormal;
+  int32_t num_cached_prompt_tokens = 0;
+  int32_t num_preemptions = 0;
+  uint64_t first_token_step = 0;  // in the source scheduler's step count
+};
+
+// Copy the KV of one block of the source pool into one block of the destination pool.
+struct BlockCopy {
+  kv_cache::BlockId source = kv_cache::kNoBlock;
+  kv_cache::BlockId destination = kv_cache::kNoBlock;
+};
+
+struct TransferAdmission {
+  AddResult result = AddResult::kAccepted;
+  // Blocks the destination did not already have in its prefix cache. They must be copied
+  // before the destination's next planned step runs.
+  std::vector<BlockCopy> copies;
+};
+
+}  // namespace troupe::scheduler

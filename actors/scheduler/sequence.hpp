@@ -1,0 +1,83 @@
+// A request as the scheduler tracks it: token-centric, as in vLLM v1. There is no "prefill
+// mode" or "decode mode": num_computed_tokens (KV present) chases num_tokens() (prompt +
+// generated), and each step gives a sequence some of the difference.
+//
+//   token_ids:  [ p0 p1 ... p(n-1) | g0 g1 ... g(k-1) ]
+//                 └──── KV computed ────┘ └ next span ┘
+//                 num_computed_tokens      num_tokens() = n + k
+//
+// A sequence samples a token in a step whose span reaches num_tokens(). A preempted sequence
+// keeps token_ids (prompt and generated) and restarts with num_computed_tokens = 0 (recompute),
+// so its output is the same as if it had never been preempted.
+//
+// Thread-safety: plain values owned by the Scheduler; one thread at a time (its executor).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "actors/common/priority.hpp"
+#include "actors/kv_cache/kv_cache_manager.hpp"
+#include "model/sampling_params.hpp"
+
+namespace troupe::scheduler {
+
+// Chosen by the engine; doubles as gpu::SequenceSlice::seq_id.
+using RequestId = uint64_t;
+
+// What the engine hands the scheduler for a new generation (prompt already tokenized).
+struct NewRequest {
+  RequestId request_id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  model::SamplingParams sampling;
+  model::StopConditions stop;
+  Priority priority = Priority::kNormal;
+};
+
+enum class SequenceState : uint8_t {
+  kWaiting,      // queued, never ran (or ran and was preempted: see num_preemptions)
+  kRunning,      // holds KV blocks and is scheduled every step it fits
+  kPrefillDone,  // kPrefillOnly role: prompt computed, waiting for take_completed_prefill()
+};
+
+enum class FinishReason : uint8_t {
+  kEos,          // the model emitted one of the config's eos_token_ids
+  kStopToken,    // one of the request's stop_token_ids
+  kStopString,   // the detokenizer matched a stop string (finish() from the ingress side)
+  kMaxTokens,    // generated StopConditions::max_tokens
+  kMaxModelLen,  // prompt + generated reached max_model_len
+  kCancelled,    // cancel(): client went away, admin cancel, ...
+};
+
+std::string_view to_string(SequenceState state);
+std::string_view to_string(FinishReason reason);
+// OpenAI's finish_reason: "stop" | "length" | "cancelled".
+std::string_view openai_finish_reason(FinishReason reason);
+
+struct Sequence {
+  RequestId request_id = 0;
+  std::vector<int32_t> token_ids;  // prompt, then generated
+  int32_t num_prompt_tokens = 0;
+  int32_t num_computed_tokens = 0;
+  model::SamplingParams sampling;
+  model::StopConditions stop;
+  Priority priority = Priority::kNormal;
+  uint64_t arrival_index = 0;  // add order: FCFS within a priority, and the preemption victim
+  SequenceState state = SequenceState::kWaiting;
+  kv_cache::SequenceBlocks kv;
+
+  int32_t num_preemptions = 0;
+  int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
+  // Scheduler step counters (no clocks here; the actor stamps wall time on these events).
+  uint64_t arrival_step = 0;
+  uint64_t first_scheduled_step = 0;  // 0: never scheduled
+  uint64_t first_token_step = 0;      // 0: nothing sampled yet
+  uint64_t last_scheduled_step = 0;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_generated_tokens() const { return num_tokens() - num_prompt_tokens; }
+  int32_t num_remaining_tokens() const { return num_tokens() - num_computed_tokens; }
+};
+
+}  // namespace troupe::scheduler

@@ -1,0 +1,148 @@
+// FakeStepModel: a deterministic stand-in for a forward pass, for scheduler tests only (the
+// server always runs a real model). It keeps a fake paged KV store of (token, position) per
+// slot, writes each span through the step's block table, and for every sampling sequence READS
+// THE WHOLE CONTEXT BACK through the block table and returns next_token(context). So a wrong
+// block table, a block evicted or overwritten while in use, or a bad prefix-cache hit changes
+// the output, which the tests compare with reference_output() computed from tokens alone.
+//
+// Thread-safety: test helper; one thread.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/scheduler/scheduler_types.hpp"
+#include "gpu/step.hpp"
+#include "model/sampling_params.hpp"
+
+namespace troupe::scheduler::testing {
+
+struct FakeModelConfig {
+  int32_t num_blocks = 64;
+  int32_t block_size = 16;
+  int32_t vocab_size = 1000;
+  int32_t eos_token_id = 2;
+  uint64_t eos_one_in = 40;  // roughly how often the fake "model" chooses to stop
+};
+
+class FakeStepModel {
+ public:
+  explicit FakeStepModel(FakeModelConfig config)
+      : config_(config),
+        slots_(static_cast<size_t>(config.num_blocks) * static_cast<size_t>(config.block_size)) {}
+
+  // The fake model: the next token is a hash of the whole context (so it depends on every
+  // earlier token and on nothing else), EOS about once in eos_one_in.
+  static int32_t next_token(std::span<const int32_t> context, const FakeModelConfig& config) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int32_t t : context) {
+      h ^= static_cast<uint32_t>(t);
+      h *= 0x100000001b3ULL;
+    }
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    if (h % config.eos_one_in == 0) return config.eos_token_id;
+    return 3 + static_cast<int32_t>((h >> 8) % static_cast<uint64_t>(config.vocab_size - 3));
+  }
+
+  // What the scheduler must produce for this request, computed without any KV.
+  static std::vector<int32_t> reference_output(std::vector<int32_t> tokens,
+                                               const model::StopConditions& stop,
+                                               int32_t max_model_len,
+                                               const FakeModelConfig& config) {
+    const size_t num_prompt = tokens.size();
+    std::vector<int32_t> output;
+    while (true) {
+      const int32_t token = next_token(tokens, config);
+      tokens.push_back(token);
+      output.push_back(token);
+      const bool is_stop_id = std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(),
+                                        token) != stop.stop_token_ids.end();
+      if ((token == config.eos_token_id && !stop.ignore_eos) || is_stop_id) break;
+      if (static_cast<int32_t>(tokens.size() - num_prompt) >= stop.max_tokens) break;
+      if (static_cast<int32_t>(tokens.size()) >= max_model_len) break;
+    }
+    return output;
+  }
+
+  gpu::StepResult run(const gpu::StepBatch& batch) {
+    gpu::StepResult result;
+    result.step_id = batch.step_id;
+    for (const gpu::SequenceSlice& slice : batch.seqs) write_span(batch, slice);
+    for (const gpu::SequenceSlice& slice : batch.seqs) {
+      if (!slice.sample) continue;
+      const std::vector<int32_t> context = read_context(batch, slice);
+      result.tokens.push_back({slice.seq_id, next_token(context, config_), -0.5f, {}});
+    }
+    return result;
+  }
+
+  // P/D: copy one block's KV from another pool's model.
+  void copy_block_from(const FakeStepModel& source, int32_t source_block, int32_t block) {
+    const auto bs = static_cast<size_t>(config_.block_size);
+    std::copy_n(source.slots_.begin() + static_cast<ptrdiff_t>(source_block * bs), bs,
+                slots_.begin() + static_cast<ptrdiff_t>(block * bs));
+  }
+
+  // The token stored at (block, offset), or -1 when never written.
+  int32_t stored_token(int32_t block, int32_t offset) const {
+    return slots_[static_cast<size_t>(block * config_.block_size + offset)].token;
+  }
+  int32_t stored_position(int32_t block, int32_t offset) const {
+    return slots_[static_cast<size_t>(block * config_.block_size + offset)].position;
+  }
+
+  // First inconsistency seen (bad block table, stale KV, ...); empty when none.
+  const std::string& error() const { return error_; }
+  const FakeModelConfig& config() const { return config_; }
+
+ private:
+  struct Slot {
+    int32_t token = -1;
+    int32_t position = -1;
+  };
+
+  Slot* slot_at(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice, int32_t position) {
+    const int32_t column = position / config_.block_size;
+    if (column >= batch.max_blocks_per_seq) return fail("position beyond the block table");
+    const int32_t block =
+        batch.block_tables[static_cast<size_t>(slice.block_table_row * batch.max_blocks_per_seq + column)];
+    if (block < 0 || block >= config_.num_blocks) return fail("block table entry is not a block");
+    return &slots_[static_cast<size_t>(block * config_.block_size + position % config_.block_size)];
+  }
+
+  void write_span(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice) {
+    for (int32_t i = 0; i < slice.num_tokens; ++i) {
+      const auto index = static_cast<size_t>(slice.token_offset + i);
+      const int32_t position = batch.positions[index];
+      if (position != slice.context_len - slice.num_tokens + i) fail("span positions are off");
+      if (Slot* slot = slot_at(batch, slice, position)) *slot = {batch.token_ids[index], position};
+    }
+  }
+
+  std::vector<int32_t> read_context(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice) {
+    std::vector<int32_t> context(static_cast<size_t>(slice.context_len));
+    for (int32_t position = 0; position < slice.context_len; ++position) {
+      const Slot* slot = slot_at(batch, slice, position);
+      if (slot == nullptr) break;
+      if (slot->position != position) fail("stale KV: a slot holds another position");
+      context[static_cast<size_t>(position)] = slot->token;
+    }
+    return context;
+  }
+
+  Slot* fail(const char* what) {
+    if (error_.empty()) error_ = what;
+    return nullptr;
+  }
+
+  FakeModelConfig config_;
+  std::vector<Slot> slots_;
+  std::string error_;
+};
+
+}  // namespace troupe::scheduler::testing

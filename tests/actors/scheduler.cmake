@@ -1,0 +1,14 @@
+# Scheduler policy, KV block pool and radix prefix cache (issue 3): pure synchronous classes,
+# tested directly. The simulation test scales its step count with TROUPE_SIM_STEPS.
+troupe_add_test(NAME block_pool_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/block_pool_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")
+troupe_add_test(NAME prefix_cache_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/prefix_cache_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")
+troupe_add_test(NAME scheduler_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/scheduler_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")
+troupe_add_test(NAME scheduler_simulation_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/scheduler_simulation_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")

@@ -1,0 +1,96 @@
+// SchedulerHarness: drives a Scheduler with the FakeStepModel one step at a time, records every
+// request's generated tokens and finish reason, and checks the invariants after each step.
+//
+// Thread-safety: test helper; one thread.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "actors/scheduler/scheduler.hpp"
+#include "fake_step_model.hpp"
+
+namespace troupe::scheduler::testing {
+
+inline FakeModelConfig fake_config_for(const SchedulerConfig& config, uint64_t eos_one_in) {
+  FakeModelConfig fake;
+  fake.num_blocks = config.num_blocks;
+  fake.block_size = config.block_size;
+  fake.eos_token_id = config.eos_token_ids.empty() ? 2 : config.eos_token_ids.front();
+  fake.eos_one_in = eos_one_in;
+  return fake;
+}
+
+class SchedulerHarness {
+ public:
+  // eos_one_in: how often the fake model stops by itself; huge = practically never.
+  explicit SchedulerHarness(const SchedulerConfig& config, uint64_t eos_one_in = 1ULL << 62)
+      : scheduler(config), model(fake_config_for(config, eos_one_in)) {}
+
+  AddResult add(RequestId id, std::vector<int32_t> prompt, int32_t max_tokens,
+                Priority priority = Priority::kNormal, bool ignore_eos = false) {
+    NewRequest request;
+    request.request_id = id;
+    request.prompt_token_ids = std::move(prompt);
+    request.stop.max_tokens = max_tokens;
+    request.stop.ignore_eos = ignore_eos;
+    request.priority = priority;
+    const AddResult result = scheduler.add_request(request);
+    if (result == AddResult::kAccepted) requests[id] = std::move(request);
+    return result;
+  }
+
+  // One full step. nullopt when nothing was runnable.
+  std::optional<StepPlan> step() {
+    StepPlan plan = scheduler.schedule();
+    if (plan.empty()) return std::nullopt;
+    const gpu::StepResult result = model.run(plan.batch);
+    record(scheduler.on_step_complete(result));
+    check();
+    return plan;
+  }
+
+  void record(const StepUpdate& update) {
+    for (const GeneratedToken& token : update.tokens) outputs[token.request_id].push_back(token.token_id);
+    for (const FinishedSequence& finished : update.finished) reasons[finished.request_id] = finished.reason;
+  }
+
+  void check() const {
+    EXPECT_EQ(model.error(), "");
+    const auto error = scheduler.check_invariants();
+    EXPECT_FALSE(error.has_value()) << *error;
+  }
+
+  int run_until_idle(int max_steps = 10000) {
+    int steps = 0;
+    while (scheduler.has_unfinished_requests() && steps < max_steps) {
+      if (!step()) break;
+      ++steps;
+    }
+    return steps;
+  }
+
+  std::vector<int32_t> expected_output(RequestId id) const {
+    const NewRequest& request = requests.at(id);
+    return FakeStepModel::reference_output(request.prompt_token_ids, request.stop,
+                                           scheduler.config().max_model_len, model.config());
+  }
+
+  Scheduler scheduler;
+  FakeStepModel model;
+  std::map<RequestId, NewRequest> requests;
+  std::map<RequestId, std::vector<int32_t>> outputs;
+  std::map<RequestId, FinishReason> reasons;
+};
+
+// Tokens [first, first + n).
+inline std::vector<int32_t> token_range(int32_t n, int32_t first) {
+  std::vector<int32_t> tokens;
+  for (int32_t i = 0; i < n; ++i) tokens.push_back(first + i);
+  return tokens;
+}
+
+}  // namespace troupe::scheduler::testing
