@@ -104,7 +104,7 @@ void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k
 
 void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                      int32_t kv_head, const float* q, int32_t group, float scale, float* out,
-                     float* scratch, IsaLevel isa) {
+                     float* scratch, IsaLevel isa, bool fp16_probabilities) {
   const bool simd = isa == IsaLevel::kAvx512Vnni && kv.head_dim % 16 == 0 && group <= kMaxGroup;
 #if TROUPE_X86
   if (simd) {
@@ -125,6 +125,10 @@ void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t 
     float* sg = scratch + static_cast<int64_t>(g) * num_keys;
     const float sum = exp_shifted(sg, num_keys, max_value(sg, num_keys), simd ? isa : IsaLevel::kScalar);
     inv[g] = 1.0f / sum;
+    if (fp16_probabilities) {
+      for (int32_t t = 0; t < num_keys; ++t) sg[t] = fp16_to_fp32(fp32_to_fp16(sg[t] * inv[g]));
+      inv[g] = 1.0f;
+    }
   }
 #if TROUPE_X86
   if (simd) {

@@ -41,10 +41,12 @@ struct KvLayerView {
 void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k, const float* v);
 
 // q: [group][head_dim] (the query heads of kv_head); out: [group][head_dim].
-// scratch: at least group * num_keys floats.
+// scratch: at least group * num_keys floats. fp16_probabilities: normalize the softmax and round
+// it to fp16 before weighting V, as ggml's non-flash attention does (its KQ·V product takes the
+// probabilities in V's fp16 type); the model forward uses it to track llama.cpp's logits.
 void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                      int32_t kv_head, const float* q, int32_t group, float scale, float* out,
-                     float* scratch, IsaLevel isa);
+                     float* scratch, IsaLevel isa, bool fp16_probabilities = false);
 
 // Double-precision reference with the same inputs.
 void attention_group_reference(const KvLayerView& kv, const int32_t* block_table,

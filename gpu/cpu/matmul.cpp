@@ -54,7 +54,7 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
       float amax = 0.0f;
       for (int i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
       const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;  // as ggml's quantize_row_q8_0/1
       int8_t* q = out.qs.data() + r * num_cols + b * kQuantBlock;
       int32_t sum = 0;
       for (int i = 0; i < kQuantBlock; ++i) {

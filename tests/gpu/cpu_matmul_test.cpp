@@ -124,7 +124,7 @@ TEST(QuantizeRows, RoundsToNearestAndKeepsSums) {
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
       const float v = x[32 * b + i] / q.scale[b];
-      EXPECT_LE(std::fabs(v - q.qs[32 * b + i]), 0.5f + 1e-4f);
+      EXPECT_LE(std::fabs(v - q.qs[32 * b + i]), 0.5f + 0.07f);  // scale is fp16-rounded
       sum += q.qs[32 * b + i];
     }
     EXPECT_EQ(sum, q.sum[b]);
