@@ -35,6 +35,39 @@ std::variant<Command, UsageError> parse_serve(const std::vector<std::string>& ar
   return Command{ServeCommand{std::move(options)}};
 }
 
+std::variant<Command, UsageError> parse_generate(const std::vector<std::string>& args, size_t first) {
+  GenerateOptions options;
+  const std::map<std::string, std::optional<std::string> GenerateOptions::*> optional_flags = {
+      {"--system", &GenerateOptions::system},      {"--max-tokens", &GenerateOptions::max_tokens},
+      {"--temperature", &GenerateOptions::temperature}, {"--seed", &GenerateOptions::seed},
+      {"--top-k", &GenerateOptions::top_k},        {"--top-p", &GenerateOptions::top_p},
+      {"--threads", &GenerateOptions::threads},
+  };
+  for (size_t i = first; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--help" || flag == "-h") return Command{HelpCommand{"generate"}};
+    if (flag == "--chat") {
+      options.chat = true;
+      continue;
+    }
+    if (flag == "--stats") {
+      options.show_stats = true;
+      continue;
+    }
+    if (i + 1 >= args.size()) return UsageError{fmt::format("generate: {} needs a value", flag)};
+    if (flag == "--model") {
+      options.model = args[++i];
+    } else if (flag == "--prompt" || flag == "-p") {
+      options.prompt = args[++i];
+    } else if (auto it = optional_flags.find(flag); it != optional_flags.end()) {
+      options.*(it->second) = args[++i];
+    } else {
+      return UsageError{fmt::format("generate: unknown option '{}'", flag)};
+    }
+  }
+  return Command{GenerateCommand{std::move(options)}};
+}
+
 }  // namespace
 
 std::variant<Command, UsageError> parse_command_line(const std::vector<std::string>& args) {
@@ -45,6 +78,7 @@ std::variant<Command, UsageError> parse_command_line(const std::vector<std::stri
   }
   if (first == "--version" || first == "-V" || first == "version") return Command{VersionCommand{}};
   if (first == "serve") return parse_serve(args, 1);
+  if (first == "generate") return parse_generate(args, 1);
   return UsageError{fmt::format("unknown command '{}' (try 'troupe --help')", first)};
 }
 
@@ -53,6 +87,7 @@ std::string usage_text() {
 
 Usage:
   troupe serve [options]     serve the OpenAI-compatible HTTP API (see 'troupe serve --help')
+  troupe generate [options]  stream one generation to stdout (see 'troupe generate --help')
   troupe --version           print the version
   troupe --help              print this help
 
@@ -72,6 +107,22 @@ std::string serve_usage_text() {
   --port P           listen port (default 8080; 0 picks a free one)
   --backend B        cpu, cuda or auto (CUDA when a device is present, else CPU)
   --log-level L      trace, debug, info, warn, error, critical or off
+)";
+}
+
+}  // namespace troupe::app
+
+namespace troupe::app {
+
+std::string generate_usage_text() {
+  return R"(Usage: troupe generate --prompt TEXT [--model PATH] [--chat] [--system TEXT]
+                       [--max-tokens N] [--temperature T] [--seed S] [--top-k K] [--top-p P]
+                       [--threads N] [--stats]
+
+  Streams one generation to stdout through the engine, on the CPU backend.
+  --chat             wrap the prompt as a user message in the model's chat template
+  --temperature T    0 is greedy (default 0.8); --top-k 40 and --top-p 0.95 by default
+  --stats            print token counts, time to first token and decode speed to stderr
 )";
 }
 

@@ -9,6 +9,8 @@
 #include <variant>
 #include <vector>
 
+#include "app/generate.hpp"
+
 namespace troupe::app {
 
 // `troupe serve` flags; each set flag overrides the same key of the config file.
@@ -30,7 +32,11 @@ struct ServeCommand {
   ServeOptions options;
 };
 
-using Command = std::variant<HelpCommand, VersionCommand, ServeCommand>;
+struct GenerateCommand {
+  GenerateOptions options;
+};
+
+using Command = std::variant<HelpCommand, VersionCommand, ServeCommand, GenerateCommand>;
 
 // A usage error, printed as one line; exit code 2.
 struct UsageError {
@@ -41,5 +47,6 @@ std::variant<Command, UsageError> parse_command_line(const std::vector<std::stri
 
 std::string usage_text();
 std::string serve_usage_text();
+std::string generate_usage_text();
 
 }  // namespace troupe::app

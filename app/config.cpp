@@ -109,7 +109,84 @@ ObjectReader http_reader(net::HttpServerConfig& http) {
   return reader;
 }
 
+bool read_bool(element value, const std::string& path) {
+  bool flag = false;
+  if (value.get_bool().get(flag) != simdjson::SUCCESS) {
+    throw ConfigError(fmt::format("{}: expected true or false", path));
+  }
+  return flag;
+}
+
+int32_t read_int32(element value, const std::string& path, int32_t min, int32_t max) {
+  return static_cast<int32_t>(read_uint(value, path, static_cast<uint64_t>(min), static_cast<uint64_t>(max)));
+}
+
+ObjectReader scheduler_reader(scheduler::SchedulerConfig& s) {
+  ObjectReader reader("scheduler");
+  const auto int_field = [&reader](const char* key, int32_t& field, int32_t min, int32_t max) {
+    reader.on(key, [&field, min, max](element v, const std::string& p) { field = read_int32(v, p, min, max); });
+  };
+  int_field("max_num_seqs", s.max_num_seqs, 1, 4096);
+  int_field("max_num_batched_tokens", s.max_num_batched_tokens, 1, 1 << 20);
+  int_field("chunked_prefill_size", s.chunked_prefill_size, 0, 1 << 20);
+  int_field("max_model_len", s.max_model_len, 0, 1 << 24);
+  int_field("max_queue", s.max_queue, 1, 1 << 20);
+  int_field("block_size", s.block_size, 1, 256);
+  int_field("num_blocks", s.num_blocks, 0, 1 << 24);
+  reader.on("enable_prefix_caching", [&s](element v, const std::string& p) {
+    s.enable_prefix_caching = read_bool(v, p);
+  });
+  reader.on("enable_priority_preemption", [&s](element v, const std::string& p) {
+    s.enable_priority_preemption = read_bool(v, p);
+  });
+  return reader;
+}
+
+ObjectReader cpu_reader(engine::CpuBackendOptions& cpu) {
+  ObjectReader reader("cpu");
+  reader.on("threads", [&cpu](element v, const std::string& p) {
+    cpu.num_threads = static_cast<int>(read_uint(v, p, 0, 1024));
+  });
+  reader.on("kv_memory_mb", [&cpu](element v, const std::string& p) {
+    cpu.kv_memory_bytes = static_cast<int64_t>(read_uint(v, p, 1, 1 << 20)) << 20;
+  });
+  return reader;
+}
+
+ObjectReader api_reader(net::OpenAiApiConfig& api) {
+  ObjectReader reader("api");
+  reader.on("default_max_tokens", [&api](element v, const std::string& p) {
+    api.default_max_tokens = read_int32(v, p, 1, 1 << 24);
+  });
+  reader.on("max_stop_strings", [&api](element v, const std::string& p) {
+    api.max_stop_strings = read_int32(v, p, 0, 64);
+  });
+  reader.on("max_batch_items", [&api](element v, const std::string& p) {
+    api.max_batch_items = read_int32(v, p, 1, 1 << 20);
+  });
+  reader.on("max_stream_buffer_bytes", [&api](element v, const std::string& p) {
+    api.max_stream_buffer_bytes = read_uint(v, p, 1024, uint64_t{1} << 32);
+  });
+  return reader;
+}
+
 }  // namespace
+
+engine::EngineConfig engine_config_of(const ServerConfig& config) {
+  engine::EngineConfig e;
+  e.model_path = config.model;
+  e.model_id = config.model_id;
+  e.chat_template = config.chat_template;
+  switch (config.backend) {
+    case BackendChoice::kAuto: e.backend = engine::BackendKind::kAuto; break;
+    case BackendChoice::kCpu: e.backend = engine::BackendKind::kCpu; break;
+    case BackendChoice::kCuda: e.backend = engine::BackendKind::kCuda; break;
+  }
+  e.cpu = config.cpu;
+  e.scheduler = config.scheduler;
+  e.max_stop_strings = config.api.max_stop_strings;
+  return e;
+}
 
 std::string_view to_string(BackendChoice choice) {
   switch (choice) {
@@ -153,7 +230,18 @@ ServerConfig parse_config(std::string_view json, ServerConfig base) {
     if (!choice) throw ConfigError(fmt::format("{}: '{}' is not one of auto, cpu, cuda", p, text));
     config.backend = *choice;
   });
+  reader.on("chat_template", [&config](element v, const std::string& p) {
+    config.chat_template = read_string(v, p);
+  });
+  reader.on("drain_timeout_ms", [&config](element v, const std::string& p) {
+    config.drain_timeout = std::chrono::milliseconds(read_uint(v, p, 0, 3'600'000));
+  });
   reader.on("log", [&config](element v, const std::string&) { log_reader(config.log).read(v); });
+  reader.on("scheduler", [&config](element v, const std::string&) {
+    scheduler_reader(config.scheduler).read(v);
+  });
+  reader.on("cpu", [&config](element v, const std::string&) { cpu_reader(config.cpu).read(v); });
+  reader.on("api", [&config](element v, const std::string&) { api_reader(config.api).read(v); });
   reader.on("http", [&config](element v, const std::string&) { http_reader(config.http).read(v); });
   reader.read(root);
   return config;

@@ -12,7 +12,9 @@
 #include <string>
 #include <string_view>
 
+#include "actors/engine/engine_config.hpp"
 #include "net/http_server.hpp"
+#include "net/openai_request.hpp"
 
 namespace troupe::app {
 
@@ -33,9 +35,17 @@ struct ServerConfig {
   std::filesystem::path model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   std::string model_id;  // served name; empty => derived from the file name
   BackendChoice backend = BackendChoice::kAuto;
+  std::string chat_template;  // template name; empty: detected from the model
   LogConfig log;
-  net::HttpServerConfig http;  // host, port, io threads, limits, timeouts
+  net::HttpServerConfig http;   // host, port, io threads, limits, timeouts
+  net::OpenAiApiConfig api;     // request defaults and limits of the OpenAI API
+  scheduler::SchedulerConfig scheduler = engine::EngineConfig{}.scheduler;
+  engine::CpuBackendOptions cpu;
+  std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests may finish
 };
+
+// The engine's config from the server's.
+engine::EngineConfig engine_config_of(const ServerConfig& config);
 
 // Parses a JSON config document over the defaults in `base`. Throws ConfigError.
 ServerConfig parse_config(std::string_view json, ServerConfig base = {});

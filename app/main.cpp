@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/cli.hpp"
+#include "app/generate.hpp"
 #include "app/serve.hpp"
 #include "app/version.hpp"
 
@@ -21,11 +22,15 @@ int main(int argc, char** argv) {
       [](auto& command) -> int {
         using T = std::decay_t<decltype(command)>;
         if constexpr (std::is_same_v<T, HelpCommand>) {
-          std::cout << (command.topic == "serve" ? serve_usage_text() : usage_text());
+          std::cout << (command.topic == "serve"      ? serve_usage_text()
+                        : command.topic == "generate" ? generate_usage_text()
+                                                      : usage_text());
           return 0;
         } else if constexpr (std::is_same_v<T, VersionCommand>) {
           std::cout << "troupe " << kVersionString << "\n";
           return 0;
+        } else if constexpr (std::is_same_v<T, GenerateCommand>) {
+          return run_generate(command.options);
         } else {
           static_assert(std::is_same_v<T, ServeCommand>);
           return run_serve(command.options);

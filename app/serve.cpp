@@ -11,11 +11,12 @@
 #include <spdlog/spdlog.h>
 
 #include "app/version.hpp"
-#include "gpu/device_probe.hpp"
+#include "actors/engine/engine.hpp"
 #include "model/gguf.hpp"
 #include "model/model_info.hpp"
 #include "net/api_routes.hpp"
 #include "net/http_server.hpp"
+#include "net/openai_routes.hpp"
 #include "net/server_state.hpp"
 
 namespace troupe::app {
@@ -54,28 +55,6 @@ void configure_logging(const LogConfig& log) {
   spdlog::set_pattern(log.pattern);
 }
 
-// Which backend serves: CUDA when asked for or when `auto` finds a device, else CPU.
-std::string choose_backend(BackendChoice choice) {
-  const gpu::DeviceProbe probe = gpu::probe_devices();
-  switch (choice) {
-    case BackendChoice::kCpu: return "cpu";
-    case BackendChoice::kCuda:
-      if (probe.cuda_devices.empty()) {
-        spdlog::warn("backend 'cuda' requested but unavailable ({}); using the CPU backend",
-                     probe.cuda_status);
-        return "cpu";
-      }
-      return "cuda";
-    case BackendChoice::kAuto:
-      if (probe.cuda_devices.empty()) {
-        spdlog::info("no CUDA device ({}); using the CPU backend", probe.cuda_status);
-        return "cpu";
-      }
-      return "cuda";
-  }
-  return "cpu";
-}
-
 }  // namespace
 
 ServerConfig resolve_config(const ServeOptions& options) {
@@ -103,20 +82,22 @@ int run_serve(const ServeOptions& options) {
   state->created_unix_seconds = std::chrono::duration_cast<std::chrono::seconds>(
                                     std::chrono::system_clock::now().time_since_epoch())
                                     .count();
+  std::unique_ptr<engine::Engine> engine;
   try {
-    const model::GgufFile file = model::GgufFile::open(config.model);
-    state->model = model::read_model_info(file, config.model_id);
-  } catch (const model::GgufError& e) {
+    engine = engine::Engine::start(engine_config_of(config));
+  } catch (const std::exception& e) {
     spdlog::error("cannot load model: {}", e.what());
     return 1;
   }
+  state->model = engine->model_card().info;
+  state->backend = engine->model_card().backend;
   const model::ModelInfo& m = state->model;
   spdlog::info("model {}: {} ({} layers, context {}, {} parameters, {})", m.id, m.architecture,
                m.num_layers, m.context_length, m.num_parameters, m.quantization);
-  state->backend = choose_backend(config.backend);
 
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, *state);
+  net::add_openai_routes(*router, *engine, *state, config.api);
   net::HttpServer server(config.http, router);
   try {
     server.start();
@@ -136,8 +117,14 @@ int run_serve(const ServeOptions& options) {
   });
   signals_io.run();
 
+  // Drain: new requests get 503, in-flight ones finish (up to drain_timeout), then the
+  // listener stops and the engine shuts down.
   state->phase.store(net::ServerPhase::kDraining, std::memory_order_release);
+  if (!engine->drain(config.drain_timeout)) {
+    spdlog::warn("drain timed out after {} ms; cancelled what was left", config.drain_timeout.count());
+  }
   server.stop();
+  engine.reset();
   spdlog::info("stopped");
   return 0;
 }

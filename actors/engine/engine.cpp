@@ -1,0 +1,280 @@
+// Engine wiring: loads the model, builds the backend, starts the actors on their threads and
+// connects their mailboxes.
+//
+//   thread "ingress"  IngressActor      tokenize, detokenize, sinks
+//   thread "engine"   SchedulerActor    the step loop (policy + KV manager)
+//                     GpuWorkerActor    launches steps on the backend
+//   backend threads   CpuBackend        compute (or a CUDA event poller)
+#include "actors/engine/engine.hpp"
+
+#include <atomic>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/engine/engine_config.hpp"
+#include "actors/engine/stats_board.hpp"
+#include "actors/gpu_worker/gpu_worker_actor.hpp"
+#include "actors/ingress/ingress_actor.hpp"
+#include "actors/runtime/executor_threads.hpp"
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "gpu/backend_factory.hpp"
+#include "model/chat_template.hpp"
+#include "model/gguf.hpp"
+#include "model/tokenizer.hpp"
+
+namespace troupe::engine {
+namespace {
+
+using actors::runtime::ExecutorThreads;
+using actors::runtime::SendStatus;
+using Clock = std::chrono::steady_clock;
+
+gpu::BackendRequest to_backend_request(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto: return gpu::BackendRequest::kAuto;
+    case BackendKind::kCpu: return gpu::BackendRequest::kCpu;
+    case BackendKind::kCuda: return gpu::BackendRequest::kCuda;
+  }
+  return gpu::BackendRequest::kAuto;
+}
+
+RequestPhase phase_of(scheduler::SlotPhase phase) {
+  switch (phase) {
+    case scheduler::SlotPhase::kWaiting: return RequestPhase::kWaiting;
+    case scheduler::SlotPhase::kPreempted: return RequestPhase::kPreempted;
+    case scheduler::SlotPhase::kPrefill: return RequestPhase::kPrefill;
+    case scheduler::SlotPhase::kDecode: return RequestPhase::kDecode;
+    case scheduler::SlotPhase::kAwaitingTransfer: return RequestPhase::kPrefill;
+  }
+  return RequestPhase::kWaiting;
+}
+
+class EngineImpl final : public Engine {
+ public:
+  explicit EngineImpl(const EngineConfig& config);
+  ~EngineImpl() override;
+
+  RequestId submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) override;
+  void cancel(RequestId request_id) override;
+  EngineStats stats() const override;
+  std::vector<RequestInfo> requests() const override;
+  bool drain(std::chrono::milliseconds deadline) override;
+  int64_t flush_prefix_cache() override { return 0; }
+  const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
+  const ModelCard& model_card() const override { return card_; }
+
+ private:
+  void shutdown(std::chrono::milliseconds deadline);
+  void post_cancel(RequestId request_id);
+
+  ModelCard card_;
+  std::shared_ptr<const model::GgufFile> file_;
+  std::optional<model::Tokenizer> tokenizer_;
+  std::shared_ptr<StatsBoard> board_ = std::make_shared<StatsBoard>();
+  std::atomic<RequestId> next_request_id_{1};
+  std::atomic<bool> draining_{false};
+  Clock::time_point started_at_ = Clock::now();
+
+  std::unique_ptr<ExecutorThreads> engine_thread_;
+  std::unique_ptr<ExecutorThreads> ingress_thread_;
+  std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker_;
+  std::shared_ptr<scheduler::SchedulerActor> scheduler_;
+  std::shared_ptr<ingress::IngressActor> ingress_;
+  bool shut_down_ = false;
+};
+
+EngineImpl::EngineImpl(const EngineConfig& config) {
+  file_ = std::make_shared<const model::GgufFile>(model::GgufFile::open(config.model_path));
+  card_.info = model::read_model_info(*file_, config.model_id);
+  tokenizer_.emplace(model::Tokenizer::from_gguf(*file_));
+  model::ChatTemplate chat_template = model::ChatTemplate::for_model(*file_, config.chat_template);
+
+  scheduler::SchedulerConfig policy = config.scheduler;
+  if (policy.max_model_len <= 0) policy.max_model_len = static_cast<int32_t>(card_.info.context_length);
+  if (policy.eos_token_ids.empty()) policy.eos_token_ids = tokenizer_->end_of_generation_ids();
+
+  gpu::BackendOptions backend_options;
+  backend_options.request = to_backend_request(config.backend);
+  backend_options.cpu_threads = config.cpu.num_threads;
+  backend_options.num_blocks = policy.num_blocks;
+  backend_options.kv_memory_bytes = config.cpu.kv_memory_bytes;
+  backend_options.block_size = policy.block_size;
+  gpu::BuiltBackend built = gpu::make_backend(file_, backend_options);
+  spdlog::info("{}", built.note);
+  card_.backend = std::string(built.backend->name());
+  const gpu::KvCacheGeometry geometry = built.backend->kv_geometry();
+  policy.num_blocks = geometry.num_blocks;
+  policy.block_size = geometry.block_size;
+  spdlog::info("KV cache: {} blocks of {} tokens ({:.1f} MiB)", geometry.num_blocks,
+               geometry.block_size, static_cast<double>(geometry.bytes) / (1 << 20));
+
+  ingress::PromptLimits limits{policy.max_model_len, config.default_max_tokens, config.max_stop_strings};
+  const auto capacity = static_cast<size_t>(config.mailbox_capacity);
+  gpu_worker_ = std::make_shared<gpu_worker::GpuWorkerActor>(std::move(built.backend));
+  scheduler_ = std::make_shared<scheduler::SchedulerActor>(policy, board_, capacity);
+  ingress_ = std::make_shared<ingress::IngressActor>(
+      ingress::PromptBuilder(*tokenizer_, std::move(chat_template), limits), board_,
+      config.stats_window, capacity);
+  scheduler_->connect(ingress_, gpu_worker_);
+  ingress_->connect(scheduler_);
+
+  engine_thread_ = std::make_unique<ExecutorThreads>("engine", 1);
+  ingress_thread_ = std::make_unique<ExecutorThreads>("ingress", 1);
+  gpu_worker_->start(engine_thread_->executor());
+  scheduler_->start(engine_thread_->executor());
+  ingress_->start(ingress_thread_->executor());
+}
+
+EngineImpl::~EngineImpl() { shutdown(std::chrono::milliseconds(5000)); }
+
+RequestId EngineImpl::submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) {
+  const RequestId id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  if (draining_.load(std::memory_order_acquire)) {
+    sink->on_error(id, RequestError{ErrorCode::kDraining, "the server is draining", ""});
+    return id;
+  }
+  ingress::IngressMessage message{ingress::Submit{id, std::move(request), sink, Clock::now()}};
+  const SendStatus status = ingress_->try_send(std::move(message));
+  if (status != SendStatus::kAccepted) {
+    // Refused before ingress saw it, so this is the only call the sink gets.
+    sink->on_error(id, status == SendStatus::kFull
+                           ? RequestError{ErrorCode::kQueueFull, "the server is overloaded; retry later", ""}
+                           : RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+  }
+  return id;
+}
+
+void EngineImpl::cancel(RequestId request_id) {
+  ingress::IngressMessage message{ingress::CancelRequest{request_id}};
+  if (ingress_->try_send(std::move(message)) == SendStatus::kFull) post_cancel(request_id);
+}
+
+// A cancel must not be lost when the mailbox is momentarily full: a coroutine on the ingress
+// executor waits for room.
+void EngineImpl::post_cancel(RequestId request_id) {
+  std::shared_ptr<ingress::IngressActor> ingress = ingress_;
+  boost::asio::co_spawn(
+      ingress_thread_->executor(),
+      [ingress, request_id]() -> boost::asio::awaitable<void> {
+        return [](std::shared_ptr<ingress::IngressActor> actor,
+                  RequestId id) -> boost::asio::awaitable<void> {
+          ingress::IngressMessage message{ingress::CancelRequest{id}};
+          auto sending = actor->send(std::move(message));
+          co_await std::move(sending);
+        }(ingress, request_id);
+      },
+      boost::asio::detached);
+}
+
+EngineStats EngineImpl::stats() const {
+  const auto sched = board_->load_scheduler();
+  const auto front = board_->load_ingress();
+  const scheduler::SchedulerStats& s = sched->stats;
+  EngineStats out;
+  out.num_waiting = s.num_waiting;
+  out.num_running = s.num_running;
+  out.num_preempted = s.num_preempted_waiting;
+  out.kv_blocks_total = s.kv.num_blocks;
+  out.kv_blocks_used = s.kv.num_referenced;
+  out.kv_blocks_cached = s.kv.num_cached_unreferenced;
+  out.kv_blocks_free = s.kv.num_free;
+  out.kv_usage_ratio = s.kv.usage_ratio;
+  out.prefix_cache_queries = s.kv.prefix.num_queries;
+  out.prefix_cache_hits = s.kv.prefix.num_hits;
+  out.prefix_cache_hit_rate = s.prefix_cache_hit_rate;
+  out.num_preemptions = s.num_preemptions;
+  out.num_requests_finished = s.num_requests_finished;
+  out.num_requests_refused = s.num_requests_refused + front->num_refused;
+  out.prompt_tokens_total = s.num_prompt_tokens;
+  out.generation_tokens_total = s.num_generated_tokens;
+  out.num_steps = s.num_steps;
+  out.tokens_per_s_10s = front->tokens_per_s;
+  out.step_time = sched->step_time;
+  out.time_to_first_token = front->time_to_first_token;
+  out.uptime_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  out.draining = draining_.load(std::memory_order_acquire);
+  return out;
+}
+
+std::vector<RequestInfo> EngineImpl::requests() const {
+  const auto sched = board_->load_scheduler();
+  const auto front = board_->load_ingress();
+  std::unordered_map<RequestId, const scheduler::SlotInfo*> slots;
+  for (const scheduler::SlotInfo& slot : sched->slots) slots.emplace(slot.request_id, &slot);
+  const Clock::time_point now = Clock::now();
+  std::vector<RequestInfo> out;
+  out.reserve(front->live.size());
+  for (const LiveRequestSummary& live : front->live) {
+    RequestInfo info;
+    info.request_id = live.request_id;
+    info.client_label = live.client_label;
+    info.origin = live.origin;
+    info.age_ms = std::chrono::duration<double, std::milli>(now - live.submitted_at).count();
+    if (auto it = slots.find(live.request_id); it != slots.end()) {
+      info.phase = phase_of(it->second->phase);
+      info.priority = it->second->priority;
+      info.prompt_tokens = it->second->num_prompt_tokens;
+      info.generated_tokens = it->second->num_generated_tokens;
+    } else {
+      info.phase = RequestPhase::kFinishing;
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+bool EngineImpl::drain(std::chrono::milliseconds deadline) {
+  draining_.store(true, std::memory_order_release);
+  const Clock::time_point until = Clock::now() + deadline;
+  while (Clock::now() < until) {
+    if (board_->load_ingress()->live.empty() && board_->load_scheduler()->stats.num_running == 0 &&
+        board_->load_scheduler()->stats.num_waiting == 0) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ingress::IngressMessage cancel_all{ingress::CancelAll{}};
+  (void)ingress_->try_send(std::move(cancel_all));
+  return false;
+}
+
+void EngineImpl::shutdown(std::chrono::milliseconds deadline) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  draining_.store(true, std::memory_order_release);
+  // Live requests are cancelled (each sink gets its final call), then the actors stop in
+  // dependency order: ingress admits nothing new, the scheduler drains, the worker last.
+  ingress::IngressMessage cancel_all{ingress::CancelAll{}};
+  (void)ingress_->try_send(std::move(cancel_all));
+  const Clock::time_point until = Clock::now() + deadline;
+  while (Clock::now() < until && !board_->load_ingress()->live.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto ingress_outcome = ingress_->shutdown(until);
+  const auto scheduler_outcome = scheduler_->shutdown(until);
+  const auto worker_outcome = gpu_worker_->shutdown(until);
+  if (scheduler_outcome != actors::runtime::ShutdownOutcome::kDrained ||
+      ingress_outcome != actors::runtime::ShutdownOutcome::kDrained ||
+      worker_outcome != actors::runtime::ShutdownOutcome::kDrained) {
+    spdlog::warn("engine shutdown: ingress {}, scheduler {}, gpu-worker {}",
+                 actors::runtime::to_string(ingress_outcome),
+                 actors::runtime::to_string(scheduler_outcome),
+                 actors::runtime::to_string(worker_outcome));
+  }
+  scheduler_->disconnect();
+  ingress_->disconnect();
+  ingress_thread_->join(Clock::now() + std::chrono::seconds(2));
+  engine_thread_->join(Clock::now() + std::chrono::seconds(2));
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::start(const EngineConfig& config) {
+  return std::make_unique<EngineImpl>(config);
+}
+
+}  // namespace troupe::engine

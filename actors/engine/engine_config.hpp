@@ -1,0 +1,43 @@
+// EngineConfig: everything the engine needs to start — the model, the backend, the scheduling
+// policy and the request limits. Built by app/ from configs/*.json and flags.
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "actors/scheduler/scheduler_config.hpp"
+
+namespace troupe::engine {
+
+enum class BackendKind : uint8_t { kAuto, kCpu, kCuda };
+
+struct CpuBackendOptions {
+  int num_threads = 0;                    // 0: every core
+  int64_t kv_memory_bytes = 256ll << 20;  // KV pool size when scheduler.num_blocks is 0
+};
+
+struct EngineConfig {
+  std::filesystem::path model_path;
+  std::string model_id;        // served name; empty: derived from the file name
+  std::string chat_template;   // template name ("chatml", "llama3", ...); empty: detect
+  BackendKind backend = BackendKind::kAuto;
+  CpuBackendOptions cpu;
+  // Policy knobs. num_blocks 0: sized by the backend from its memory budget. max_model_len 0:
+  // the model's context length. eos_token_ids empty: the tokenizer's end-of-generation set.
+  scheduler::SchedulerConfig scheduler = [] {
+    scheduler::SchedulerConfig defaults;
+    defaults.max_model_len = 0;
+    defaults.num_blocks = 0;
+    return defaults;
+  }();
+  int32_t default_max_tokens = 0;  // when a request names none; 0: up to the context length
+  int32_t max_stop_strings = 16;
+  int32_t mailbox_capacity = 4096;  // per actor; a full ingress mailbox refuses submits
+  std::chrono::milliseconds stats_window{10'000};  // tokens/s is averaged over this window
+};
+
+}  // namespace troupe::engine

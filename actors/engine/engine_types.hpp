@@ -1,0 +1,151 @@
+// Values that cross the Engine facade: what a client asks for, what it gets back, and the
+// snapshots the admin socket and /metrics read.
+//
+// Thread-safety: plain values, except RequestSink, whose contract is below.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/common/priority.hpp"
+#include "model/chat_template.hpp"
+#include "model/model_info.hpp"
+#include "model/sampling_params.hpp"
+
+namespace troupe::engine {
+
+using RequestId = uint64_t;
+
+enum class RequestOrigin : uint8_t { kHttp, kWebSocket, kBatch, kCli };
+std::string_view to_string(RequestOrigin origin);
+
+// A generation request after the wire codec checked its types. Exactly one input is set:
+// chat messages (ingress applies the model's chat template), prompt text, or prompt token ids.
+struct GenerateRequest {
+  RequestOrigin origin = RequestOrigin::kHttp;
+  std::string client_label;  // the client's own id (WS id, batch custom_id), for logs and admin
+  std::vector<model::ChatMessage> messages;
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_token_ids;
+  model::SamplingParams sampling;
+  model::StopConditions stop;
+  Priority priority = Priority::kNormal;
+  bool include_stop_string_in_output = false;
+};
+
+enum class ErrorCode : uint8_t {
+  kInvalidRequest,  // 400: bad parameter value, empty prompt, ...
+  kPromptTooLong,   // 400: prompt + max_tokens exceed the context
+  kQueueFull,       // 429 + Retry-After
+  kDraining,        // 503: the server is shutting down
+  kInternal,        // 500: the backend failed the step
+};
+std::string_view to_string(ErrorCode code);
+int http_status(ErrorCode code);
+
+struct RequestError {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  std::string param;  // the offending request field, when there is one
+};
+
+struct TokenInfo {
+  int32_t token_id = 0;
+  std::string text;  // this token's bytes (may be part of a UTF-8 character)
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // (token id, logprob), best first
+};
+
+// New output of one step for one request. `text` is whole UTF-8 characters only; it may be empty
+// while a multi-byte character or a possible stop string is held back.
+struct TokenDelta {
+  std::string text;
+  std::vector<TokenInfo> tokens;  // filled when the request asked for logprobs
+  int32_t num_generated_tokens = 0;  // so far, including this delta
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+};
+
+struct Timings {
+  double queue_ms = 0;         // submit -> first scheduled
+  double time_to_first_token_ms = 0;
+  double total_ms = 0;
+  double decode_tokens_per_s = 0;  // after the first token
+};
+
+struct Completion {
+  std::string finish_reason;  // OpenAI's: "stop" | "length" | "cancelled"
+  Usage usage;
+  Timings timings;
+};
+
+// Implemented by net per request (an HTTP stream, a WS generation, a batch item, ...).
+// Called only on the ingress actor's thread, in order: on_delta*, then exactly one of on_finish
+// or on_error. Implementations must not block: hand the data to the connection's own executor.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  // false: the client is gone; ingress cancels the request and sends nothing more.
+  virtual bool on_delta(RequestId request_id, TokenDelta delta) = 0;
+  virtual void on_finish(RequestId request_id, Completion completion) = 0;
+  virtual void on_error(RequestId request_id, RequestError error) = 0;
+};
+
+struct ModelCard {
+  model::ModelInfo info;
+  std::string backend;  // "cpu" | "cuda"
+};
+
+struct LatencySummary {
+  double p50_ms = 0;
+  double p99_ms = 0;
+};
+
+struct EngineStats {
+  int32_t num_waiting = 0;
+  int32_t num_running = 0;
+  int32_t num_preempted = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;     // referenced by a sequence
+  int64_t kv_blocks_cached = 0;   // cached prefix, unreferenced (evictable)
+  int64_t kv_blocks_free = 0;
+  double kv_usage_ratio = 0;
+  uint64_t prefix_cache_queries = 0;
+  uint64_t prefix_cache_hits = 0;
+  double prefix_cache_hit_rate = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t num_requests_finished = 0;
+  uint64_t num_requests_refused = 0;
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generation_tokens_total = 0;
+  uint64_t num_steps = 0;
+  double tokens_per_s_10s = 0;  // generated tokens per second over the last 10 s
+  LatencySummary step_time;
+  LatencySummary time_to_first_token;
+  double uptime_s = 0;
+  bool draining = false;
+};
+
+enum class RequestPhase : uint8_t { kWaiting, kPreempted, kPrefill, kDecode, kFinishing };
+std::string_view to_string(RequestPhase phase);
+
+// One live request, for the admin socket's `requests` view.
+struct RequestInfo {
+  RequestId request_id = 0;
+  std::string client_label;
+  RequestOrigin origin = RequestOrigin::kHttp;
+  RequestPhase phase = RequestPhase::kWaiting;
+  Priority priority = Priority::kNormal;
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+  double age_ms = 0;
+};
+
+}  // namespace troupe::engine

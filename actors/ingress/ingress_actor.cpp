@@ -1,0 +1,300 @@
+#include "actors/ingress/ingress_actor.hpp"
+
+#include <type_traits>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace troupe::ingress {
+
+using actors::runtime::SendStatus;
+using engine::ErrorCode;
+using engine::RequestError;
+
+namespace {
+
+double milliseconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+RequestError error_for(scheduler::AddResult result) {
+  using scheduler::AddResult;
+  switch (result) {
+    case AddResult::kQueueFull:
+      return {ErrorCode::kQueueFull, "the server is overloaded (waiting queue full); retry later", ""};
+    case AddResult::kPromptTooLong:
+    case AddResult::kNeverFits:
+      return {ErrorCode::kPromptTooLong,
+              fmt::format("the request cannot fit in the KV cache ({})", scheduler::to_string(result)),
+              "messages"};
+    case AddResult::kEmptyPrompt: return {ErrorCode::kInvalidRequest, "the prompt is empty", "prompt"};
+    case AddResult::kInvalidMaxTokens:
+      return {ErrorCode::kInvalidRequest, "max_tokens must be at least 1", "max_tokens"};
+    case AddResult::kDuplicateId:
+    case AddResult::kRetryLater:
+    case AddResult::kAccepted: break;
+  }
+  return {ErrorCode::kInternal, fmt::format("admission failed: {}", scheduler::to_string(result)), ""};
+}
+
+}  // namespace
+
+IngressActor::IngressActor(PromptBuilder prompts, std::shared_ptr<engine::StatsBoard> board,
+                           std::chrono::milliseconds stats_window, size_t mailbox_capacity)
+    : Actor("ingress", mailbox_capacity),
+      prompts_(std::move(prompts)),
+      board_(std::move(board)),
+      generated_tokens_(stats_window) {}
+
+void IngressActor::connect(std::shared_ptr<SchedulerActorBase> scheduler) {
+  scheduler_ = std::move(scheduler);
+}
+
+void IngressActor::disconnect() { scheduler_.reset(); }
+
+boost::asio::awaitable<void> IngressActor::handle(IngressMessage message) {
+  flush_pending_control();
+  std::visit(
+      [this](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, Submit>) {
+          on_submit(m);
+        } else if constexpr (std::is_same_v<T, CancelRequest>) {
+          on_cancel(m.request_id);
+        } else if constexpr (std::is_same_v<T, CancelAll>) {
+          std::vector<engine::RequestId> ids;
+          for (const auto& [id, request] : live_) ids.push_back(id);
+          for (engine::RequestId id : ids) on_cancel(id);
+        } else if constexpr (std::is_same_v<T, StepEvents>) {
+          on_step_events(m);
+        } else if constexpr (std::is_same_v<T, SequencesEnded>) {
+          const Clock::time_point now = Clock::now();
+          for (const auto& finished : m.finished) on_sequence_ended(finished, now);
+        } else if constexpr (std::is_same_v<T, AdmissionRefused>) {
+          on_refused(m);
+        } else {
+          static_assert(std::is_same_v<T, StepFailed>);
+          on_step_failed(m);
+        }
+      },
+      message);
+  publish_stats();
+  co_return;
+}
+
+void IngressActor::abandon(IngressMessage message) {
+  // Shutting down past the deadline: whoever still waits gets an answer.
+  if (auto* submit = std::get_if<Submit>(&message)) {
+    submit->sink->on_error(submit->request_id,
+                           RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+    return;
+  }
+  for (auto& [id, request] : live_) {
+    fail(request, RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+  }
+  live_.clear();
+}
+
+void IngressActor::send_to_scheduler(scheduler::SchedulerMessage message) {
+  if (!pending_control_.empty() || scheduler_->try_send(std::move(message)) == SendStatus::kFull) {
+    pending_control_.push_back(std::move(message));
+  }
+}
+
+void IngressActor::flush_pending_control() {
+  while (!pending_control_.empty()) {
+    if (scheduler_->try_send(std::move(pending_control_.front())) == SendStatus::kFull) return;
+    pending_control_.pop_front();
+  }
+}
+
+void IngressActor::on_submit(Submit& submit) {
+  auto built = prompts_.build(submit.request);
+  if (auto* error = std::get_if<RequestError>(&built)) {
+    ++num_refused_;
+    submit.sink->on_error(submit.request_id, std::move(*error));
+    return;
+  }
+  BuiltPrompt& prompt = std::get<BuiltPrompt>(built);
+  engine::GenerateRequest& request = submit.request;
+
+  scheduler::NewRequest admit;
+  admit.request_id = submit.request_id;
+  admit.prompt_token_ids = std::move(prompt.token_ids);
+  admit.sampling = request.sampling;
+  admit.stop = request.stop;
+  admit.stop.max_tokens = prompt.max_tokens;
+  admit.priority = request.priority;
+  const auto num_prompt_tokens = static_cast<int32_t>(admit.prompt_token_ids.size());
+
+  scheduler::SchedulerMessage message{scheduler::Admit{std::move(admit)}};
+  const SendStatus status = scheduler_->try_send(std::move(message));
+  if (status != SendStatus::kAccepted) {
+    ++num_refused_;
+    submit.sink->on_error(
+        submit.request_id,
+        status == SendStatus::kFull
+            ? RequestError{ErrorCode::kQueueFull, "the server is overloaded; retry later", ""}
+            : RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+    return;
+  }
+  LiveRequest live{
+      .request_id = submit.request_id,
+      .client_label = std::move(request.client_label),
+      .origin = request.origin,
+      .sink = std::move(submit.sink),
+      .detokenizer = model::IncrementalDetokenizer(prompts_.tokenizer()),
+      .stop = StopMatcher(std::move(request.stop.stop_strings), request.include_stop_string_in_output),
+      .want_logprobs = request.sampling.logprobs,
+      .top_logprobs = request.sampling.top_logprobs,
+      .num_prompt_tokens = num_prompt_tokens,
+      .submitted_at = submit.submitted_at,
+  };
+  live_.emplace(submit.request_id, std::move(live));
+}
+
+void IngressActor::on_cancel(engine::RequestId request_id) {
+  auto it = live_.find(request_id);
+  if (it == live_.end()) return;
+  // The scheduler answers with a FinishedSequence (kCancelled), which ends the request.
+  send_to_scheduler(scheduler::CancelSequence{request_id});
+}
+
+void IngressActor::on_step_events(StepEvents& events) {
+  for (engine::RequestId id : events.scheduled) {
+    auto it = live_.find(id);
+    if (it != live_.end() && !it->second.first_scheduled_at) {
+      it->second.first_scheduled_at = events.step_done_at;
+    }
+  }
+  generated_tokens_.add(events.step_done_at, events.update.tokens.size());
+  for (const scheduler::GeneratedToken& token : events.update.tokens) {
+    auto it = live_.find(token.request_id);
+    if (it != live_.end() && !it->second.closed) on_token(it->second, token, events.step_done_at);
+  }
+  for (const scheduler::FinishedSequence& finished : events.update.finished) {
+    on_sequence_ended(finished, events.step_done_at);
+  }
+}
+
+void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToken& token,
+                            Clock::time_point now) {
+  request.num_generated_tokens = token.num_generated_tokens;
+  if (!request.first_token_at) {
+    request.first_token_at = now;
+    time_to_first_token_.add(milliseconds_between(request.submitted_at, now));
+  }
+  engine::TokenDelta delta;
+  delta.num_generated_tokens = token.num_generated_tokens;
+  if (request.want_logprobs) {
+    engine::TokenInfo info;
+    info.token_id = token.token_id;
+    info.text = prompts_.tokenizer().token_piece(token.token_id);
+    info.logprob = token.logprob;
+    for (const gpu::TokenLogprob& alt : token.top_logprobs) {
+      info.top_logprobs.emplace_back(alt.token_id, alt.logprob);
+    }
+    delta.tokens.push_back(std::move(info));
+  }
+  const std::string text = request.detokenizer.push(token.token_id);
+  StopMatcher::Result stopped = request.stop.push(text);
+  delta.text = std::move(stopped.text);
+  if (!delta.text.empty() || !delta.tokens.empty()) {
+    if (!request.sink->on_delta(request.request_id, std::move(delta))) {
+      request.closed = true;  // client gone: nothing more to tell it
+      send_to_scheduler(scheduler::CancelSequence{request.request_id});
+      return;
+    }
+  }
+  if (stopped.stopped) {
+    request.closed = true;
+    send_to_scheduler(scheduler::FinishSequence{request.request_id, scheduler::FinishReason::kStopString});
+    request.sink->on_finish(request.request_id, completion_of(request, "stop", nullptr, now));
+  }
+}
+
+void IngressActor::on_sequence_ended(const scheduler::FinishedSequence& finished,
+                                     Clock::time_point now) {
+  auto it = live_.find(finished.request_id);
+  if (it == live_.end()) return;
+  LiveRequest& request = it->second;
+  if (!request.closed) {
+    std::string tail = request.detokenizer.flush();
+    StopMatcher::Result last = request.stop.push(tail);
+    std::string text = std::move(last.text);
+    if (!last.stopped) text += request.stop.flush();
+    bool client_present = true;
+    if (!text.empty()) {
+      engine::TokenDelta delta;
+      delta.text = std::move(text);
+      delta.num_generated_tokens = finished.num_generated_tokens;
+      client_present = request.sink->on_delta(request.request_id, std::move(delta));
+    }
+    if (client_present) {
+      const std::string reason(last.stopped ? std::string_view("stop")
+                                            : scheduler::openai_finish_reason(finished.reason));
+      request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
+    }
+  }
+  live_.erase(it);
+}
+
+void IngressActor::on_refused(const AdmissionRefused& refusal) {
+  auto it = live_.find(refusal.request_id);
+  if (it == live_.end()) return;
+  ++num_refused_;
+  if (!it->second.closed) it->second.sink->on_error(refusal.request_id, error_for(refusal.result));
+  live_.erase(it);
+}
+
+void IngressActor::on_step_failed(const StepFailed& failure) {
+  for (engine::RequestId id : failure.request_ids) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    fail(it->second, RequestError{ErrorCode::kInternal, "generation failed: " + failure.message, ""});
+    live_.erase(it);
+  }
+}
+
+void IngressActor::fail(LiveRequest& request, RequestError error) {
+  if (request.closed) return;
+  request.closed = true;
+  request.sink->on_error(request.request_id, std::move(error));
+}
+
+engine::Completion IngressActor::completion_of(const LiveRequest& request,
+                                               std::string finish_reason,
+                                               const scheduler::FinishedSequence* finished,
+                                               Clock::time_point now) const {
+  engine::Completion completion;
+  completion.finish_reason = std::move(finish_reason);
+  completion.usage.prompt_tokens = request.num_prompt_tokens;
+  completion.usage.completion_tokens =
+      finished ? finished->num_generated_tokens : request.num_generated_tokens;
+  completion.usage.cached_prompt_tokens = finished ? finished->num_cached_prompt_tokens : 0;
+  engine::Timings& t = completion.timings;
+  if (request.first_scheduled_at) t.queue_ms = milliseconds_between(request.submitted_at, *request.first_scheduled_at);
+  if (request.first_token_at) {
+    t.time_to_first_token_ms = milliseconds_between(request.submitted_at, *request.first_token_at);
+    const double decode_s = std::chrono::duration<double>(now - *request.first_token_at).count();
+    if (decode_s > 0 && completion.usage.completion_tokens > 1) {
+      t.decode_tokens_per_s = (completion.usage.completion_tokens - 1) / decode_s;
+    }
+  }
+  t.total_ms = milliseconds_between(request.submitted_at, now);
+  return completion;
+}
+
+void IngressActor::publish_stats() {
+  engine::IngressSnapshot snapshot;
+  snapshot.live.reserve(live_.size());
+  for (const auto& [id, request] : live_) {
+    snapshot.live.push_back({id, request.client_label, request.origin, request.submitted_at});
+  }
+  snapshot.time_to_first_token = time_to_first_token_.summary();
+  snapshot.tokens_per_s = generated_tokens_.per_second(Clock::now());
+  snapshot.num_refused = num_refused_;
+  board_->publish_ingress(std::move(snapshot));
+}
+
+}  // namespace troupe::ingress

@@ -1,0 +1,91 @@
+// The ingress actor: the engine's front desk. It owns every live request's sink, turns requests
+// into prompt tokens (chat template, tokenizer, validation), forwards them to the scheduler, and
+// turns each step's sampled tokens back into text: incremental UTF-8-safe detokenization, stop
+// strings (telling the scheduler to finish), usage and timings.
+//
+// It never waits on the scheduler's mailbox (try_send only): refusing a request with "queue
+// full" is better than blocking the front desk, and it keeps the scheduler -> ingress direction
+// (which does await room) free of deadlock.
+//
+// Thread-safety: connect() and start() from the wiring thread; try_send()/send()/shutdown() from
+// any thread; everything else on the actor's executor. Sinks are called on that executor only.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+
+#include "actors/engine/stats_board.hpp"
+#include "actors/ingress/ingress_messages.hpp"
+#include "actors/ingress/prompt_builder.hpp"
+#include "actors/ingress/stop_matcher.hpp"
+#include "actors/runtime/actor.hpp"
+#include "actors/scheduler/scheduler_messages.hpp"
+#include "model/detokenizer.hpp"
+
+namespace troupe::ingress {
+
+class IngressActor final : public actors::runtime::Actor<IngressMessage> {
+ public:
+  using SchedulerActorBase = actors::runtime::Actor<scheduler::SchedulerMessage>;
+
+  IngressActor(PromptBuilder prompts, std::shared_ptr<engine::StatsBoard> board,
+               std::chrono::milliseconds stats_window, size_t mailbox_capacity);
+
+  void connect(std::shared_ptr<SchedulerActorBase> scheduler);
+  void disconnect();
+
+ protected:
+  boost::asio::awaitable<void> handle(IngressMessage message) override;
+  void abandon(IngressMessage message) override;
+
+ private:
+  struct LiveRequest {
+    engine::RequestId request_id = 0;
+    std::string client_label;
+    engine::RequestOrigin origin = engine::RequestOrigin::kHttp;
+    std::shared_ptr<engine::RequestSink> sink;
+    model::IncrementalDetokenizer detokenizer;
+    StopMatcher stop;
+    bool want_logprobs = false;
+    int32_t top_logprobs = 0;
+    int32_t num_prompt_tokens = 0;
+    int32_t num_generated_tokens = 0;
+    Clock::time_point submitted_at;
+    std::optional<Clock::time_point> first_scheduled_at;
+    std::optional<Clock::time_point> first_token_at;
+    // The sink got its final call (stop string matched, or the client is gone); waiting only
+    // for the scheduler to confirm the end before forgetting the request.
+    bool closed = false;
+  };
+
+  void on_submit(Submit& submit);
+  void on_cancel(engine::RequestId request_id);
+  void on_step_events(StepEvents& events);
+  void on_token(LiveRequest& request, const scheduler::GeneratedToken& token, Clock::time_point now);
+  void on_sequence_ended(const scheduler::FinishedSequence& finished, Clock::time_point now);
+  void on_refused(const AdmissionRefused& refusal);
+  void on_step_failed(const StepFailed& failure);
+
+  // Ends a request towards its sink (unless already closed); it is forgotten once the scheduler
+  // no longer holds it.
+  void fail(LiveRequest& request, engine::RequestError error);
+  engine::Completion completion_of(const LiveRequest& request, std::string finish_reason,
+                                   const scheduler::FinishedSequence* finished,
+                                   Clock::time_point now) const;
+  void send_to_scheduler(scheduler::SchedulerMessage message);
+  void flush_pending_control();
+  void publish_stats();
+
+  PromptBuilder prompts_;
+  std::shared_ptr<engine::StatsBoard> board_;
+  std::shared_ptr<SchedulerActorBase> scheduler_;
+  std::unordered_map<engine::RequestId, LiveRequest> live_;
+  // Cancel/Finish messages the scheduler's mailbox had no room for; retried on every message.
+  std::deque<scheduler::SchedulerMessage> pending_control_;
+  engine::RollingLatency time_to_first_token_;
+  engine::RollingRate generated_tokens_;
+  uint64_t num_refused_ = 0;
+};
+
+}  // namespace troupe::ingress

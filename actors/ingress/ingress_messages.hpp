@@ -1,0 +1,60 @@
+// Messages the ingress actor receives: from net (through the Engine facade) and from the
+// scheduler actor.
+//
+// Thread-safety: plain values, moved through the ingress mailbox.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <variant>
+#include <vector>
+
+#include "actors/engine/engine_types.hpp"
+#include "actors/scheduler/scheduler_types.hpp"
+
+namespace troupe::ingress {
+
+using Clock = std::chrono::steady_clock;
+
+struct Submit {
+  engine::RequestId request_id = 0;
+  engine::GenerateRequest request;
+  std::shared_ptr<engine::RequestSink> sink;
+  Clock::time_point submitted_at;
+};
+
+struct CancelRequest {
+  engine::RequestId request_id = 0;
+};
+
+// Cancel every live request (drain deadline passed, or shutdown).
+struct CancelAll {};
+
+// One step's outcome: tokens sampled, sequences finished (EOS, length, cancel), and which
+// requests the step computed (to stamp their first-scheduled time).
+struct StepEvents {
+  scheduler::StepUpdate update;
+  std::vector<engine::RequestId> scheduled;
+  Clock::time_point step_done_at;
+};
+
+// The scheduler ended requests outside a step (cancel, refusal, backend failure).
+struct SequencesEnded {
+  std::vector<scheduler::FinishedSequence> finished;
+};
+
+struct AdmissionRefused {
+  engine::RequestId request_id = 0;
+  scheduler::AddResult result = scheduler::AddResult::kQueueFull;
+};
+
+// The backend failed a step: these requests end with an internal error.
+struct StepFailed {
+  std::vector<engine::RequestId> request_ids;
+  std::string message;
+};
+
+using IngressMessage = std::variant<Submit, CancelRequest, CancelAll, StepEvents, SequencesEnded,
+                                    AdmissionRefused, StepFailed>;
+
+}  // namespace troupe::ingress

@@ -1,0 +1,140 @@
+#include "actors/ingress/prompt_builder.hpp"
+
+#include <fmt/format.h>
+
+namespace troupe::ingress {
+namespace {
+
+using engine::ErrorCode;
+using engine::RequestError;
+
+RequestError invalid(std::string message, std::string param) {
+  return RequestError{ErrorCode::kInvalidRequest, std::move(message), std::move(param)};
+}
+
+// Marks where each message's content sits in the rendered template. Control characters that no
+// chat template emits, so they cannot collide with template text.
+std::string content_marker(size_t index) { return fmt::format("\x01troupe-content-{}\x02", index); }
+
+}  // namespace
+
+PromptBuilder::PromptBuilder(model::Tokenizer tokenizer, model::ChatTemplate chat_template,
+                             PromptLimits limits)
+    : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)), limits_(limits) {}
+
+std::vector<int32_t> PromptBuilder::tokenize_chat(
+    const std::vector<model::ChatMessage>& messages) const {
+  std::vector<int32_t> ids;
+  if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) ids.push_back(tokenizer_.bos_id());
+
+  // Common case: no content spells a special token, so the whole rendering is tokenized at once
+  // (exactly as llama.cpp's server does it).
+  bool content_has_special = false;
+  for (const model::ChatMessage& m : messages) {
+    if (tokenizer_.encode(m.content, true) != tokenizer_.encode(m.content, false)) {
+      content_has_special = true;
+      break;
+    }
+  }
+  if (!content_has_special) {
+    const std::vector<int32_t> body = tokenizer_.encode(chat_template_.apply(messages, true), true);
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
+  }
+
+  // Render with markers in place of the contents, then tokenize template text with special
+  // tokens and each content without them.
+  std::vector<model::ChatMessage> marked = messages;
+  for (size_t i = 0; i < marked.size(); ++i) marked[i].content = content_marker(i);
+  const std::string rendered = chat_template_.apply(marked, true);
+  size_t cursor = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string marker = content_marker(i);
+    const size_t at = rendered.find(marker, cursor);
+    if (at == std::string::npos) continue;  // a template may drop a message (none does today)
+    const auto head = tokenizer_.encode(std::string_view(rendered).substr(cursor, at - cursor), true);
+    const auto content = tokenizer_.encode(messages[i].content, false);
+    ids.insert(ids.end(), head.begin(), head.end());
+    ids.insert(ids.end(), content.begin(), content.end());
+    cursor = at + marker.size();
+  }
+  const auto tail = tokenizer_.encode(std::string_view(rendered).substr(cursor), true);
+  ids.insert(ids.end(), tail.begin(), tail.end());
+  return ids;
+}
+
+std::optional<RequestError> PromptBuilder::check_sampling(
+    const engine::GenerateRequest& request) const {
+  const model::SamplingParams& s = request.sampling;
+  if (!(s.temperature >= 0.0f && s.temperature <= 100.0f)) {
+    return invalid("temperature must be between 0 and 100", "temperature");
+  }
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) return invalid("top_p must be in (0, 1]", "top_p");
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) return invalid("min_p must be in [0, 1]", "min_p");
+  if (s.top_k < 0) return invalid("top_k must be >= 0 (0 disables it)", "top_k");
+  if (!(s.repetition_penalty > 0.0f && s.repetition_penalty <= 10.0f)) {
+    return invalid("repetition_penalty must be in (0, 10]", "repetition_penalty");
+  }
+  if (!(s.presence_penalty >= -2.0f && s.presence_penalty <= 2.0f)) {
+    return invalid("presence_penalty must be in [-2, 2]", "presence_penalty");
+  }
+  if (!(s.frequency_penalty >= -2.0f && s.frequency_penalty <= 2.0f)) {
+    return invalid("frequency_penalty must be in [-2, 2]", "frequency_penalty");
+  }
+  if (s.top_logprobs < 0 || s.top_logprobs > 20) {
+    return invalid("top_logprobs must be in [0, 20]", "top_logprobs");
+  }
+  if (static_cast<int32_t>(request.stop.stop_strings.size()) > limits_.max_stop_strings) {
+    return invalid(fmt::format("at most {} stop strings are allowed", limits_.max_stop_strings), "stop");
+  }
+  const auto vocab = static_cast<int32_t>(tokenizer_.vocab_size());
+  for (int32_t id : request.stop.stop_token_ids) {
+    if (id < 0 || id >= vocab) return invalid(fmt::format("stop token id {} is not in the vocabulary", id), "stop_token_ids");
+  }
+  return std::nullopt;
+}
+
+std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
+    const engine::GenerateRequest& request) const {
+  if (auto error = check_sampling(request)) return *error;
+  BuiltPrompt prompt;
+  if (!request.messages.empty()) {
+    prompt.token_ids = tokenize_chat(request.messages);
+  } else if (request.prompt_text) {
+    if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) prompt.token_ids.push_back(tokenizer_.bos_id());
+    const auto body = tokenizer_.encode(*request.prompt_text, true);
+    prompt.token_ids.insert(prompt.token_ids.end(), body.begin(), body.end());
+  } else {
+    prompt.token_ids = request.prompt_token_ids;
+    const auto vocab = static_cast<int32_t>(tokenizer_.vocab_size());
+    for (int32_t id : prompt.token_ids) {
+      if (id < 0 || id >= vocab) return invalid(fmt::format("token id {} is not in the vocabulary", id), "prompt");
+    }
+  }
+  if (prompt.token_ids.empty()) return invalid("the prompt is empty", request.messages.empty() ? "prompt" : "messages");
+
+  const auto prompt_length = static_cast<int32_t>(prompt.token_ids.size());
+  if (prompt_length >= limits_.max_model_len) {
+    return RequestError{ErrorCode::kPromptTooLong,
+                        fmt::format("This model's maximum context length is {} tokens, but the "
+                                    "prompt has {} tokens",
+                                    limits_.max_model_len, prompt_length),
+                        request.messages.empty() ? "prompt" : "messages"};
+  }
+  const int32_t room = limits_.max_model_len - prompt_length;
+  int32_t max_tokens = request.stop.max_tokens;
+  if (max_tokens <= 0) max_tokens = limits_.default_max_tokens > 0 ? limits_.default_max_tokens : room;
+  if (max_tokens > room) {
+    return RequestError{ErrorCode::kPromptTooLong,
+                        fmt::format("This model's maximum context length is {} tokens. However, "
+                                    "you requested {} tokens ({} in the prompt, {} for the "
+                                    "completion)",
+                                    limits_.max_model_len, prompt_length + max_tokens,
+                                    prompt_length, max_tokens),
+                        "max_tokens"};
+  }
+  prompt.max_tokens = max_tokens;
+  return prompt;
+}
+
+}  // namespace troupe::ingress

@@ -1,0 +1,162 @@
+#include "actors/scheduler/scheduler_actor.hpp"
+
+#include <chrono>
+#include <type_traits>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/runtime/completion_slot.hpp"
+
+namespace troupe::scheduler {
+
+using Clock = std::chrono::steady_clock;
+using actors::runtime::CompletionSlot;
+using actors::runtime::SendStatus;
+
+SchedulerActor::SchedulerActor(SchedulerConfig config, std::shared_ptr<engine::StatsBoard> board,
+                               size_t mailbox_capacity)
+    : Actor("scheduler", mailbox_capacity), policy_(std::move(config)), board_(std::move(board)) {
+  publish_stats();
+}
+
+void SchedulerActor::connect(std::shared_ptr<IngressActorBase> ingress,
+                             std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker) {
+  ingress_ = std::move(ingress);
+  gpu_worker_ = std::move(gpu_worker);
+}
+
+void SchedulerActor::disconnect() {
+  ingress_.reset();
+  gpu_worker_.reset();
+}
+
+boost::asio::awaitable<void> SchedulerActor::handle(SchedulerMessage message) {
+  apply(std::move(message));
+  co_return;
+}
+
+void SchedulerActor::apply(SchedulerMessage message) {
+  std::visit(
+      [this](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, Admit>) {
+          const RequestId id = m.request.request_id;
+          const AddResult result = policy_.add_request(std::move(m.request));
+          if (result != AddResult::kAccepted) refused_.push_back({id, result});
+        } else if constexpr (std::is_same_v<T, CancelSequence>) {
+          if (auto finished = policy_.cancel(m.request_id)) ended_.push_back(*finished);
+        } else {
+          static_assert(std::is_same_v<T, FinishSequence>);
+          if (auto finished = policy_.finish(m.request_id, m.reason)) ended_.push_back(*finished);
+        }
+      },
+      message);
+}
+
+boost::asio::awaitable<void> SchedulerActor::send_to_ingress(ingress::IngressMessage message) {
+  // Awaits room: a slow ingress slows the steps down instead of losing tokens. Ingress never
+  // waits on this mailbox (it uses try_send), so the two cannot deadlock.
+  auto sending = ingress_->send(std::move(message));
+  const SendStatus status = co_await std::move(sending);
+  if (status != SendStatus::kAccepted) spdlog::debug("scheduler: ingress gone, events dropped");
+}
+
+boost::asio::awaitable<void> SchedulerActor::flush_ended() {
+  for (ingress::AdmissionRefused& refusal : refused_) {
+    ingress::IngressMessage message{refusal};
+    auto sending = send_to_ingress(std::move(message));  // named: g++ 12.2 co_await temporaries
+    co_await std::move(sending);
+  }
+  refused_.clear();
+  if (!ended_.empty()) {
+    ingress::IngressMessage message{ingress::SequencesEnded{std::move(ended_)}};
+    ended_.clear();
+    auto sending = send_to_ingress(std::move(message));
+    co_await std::move(sending);
+  }
+}
+
+void SchedulerActor::cancel_everything() {
+  for (const SlotInfo& slot : policy_.slots()) {
+    if (auto finished = policy_.cancel(slot.request_id)) ended_.push_back(*finished);
+  }
+}
+
+boost::asio::awaitable<void> SchedulerActor::run() {
+  for (;;) {
+    while (std::optional<SchedulerMessage> message = mailbox().try_receive()) {
+      apply(std::move(*message));
+    }
+    if (cancel_requested()) {
+      cancel_everything();
+      auto flushing = flush_ended();
+      co_await std::move(flushing);
+      publish_stats();
+      co_return;
+    }
+    auto flushing = flush_ended();
+    co_await std::move(flushing);
+    StepPlan plan = policy_.schedule();
+    if (!plan.empty()) {
+      auto stepping = run_step(std::move(plan));
+      co_await std::move(stepping);
+      continue;
+    }
+    publish_stats();
+    if (mailbox().drained() && !policy_.has_unfinished_requests()) co_return;
+    // Idle: sleep until a message arrives (or the mailbox closes, or we are cancelled).
+    std::optional<SchedulerMessage> message = co_await mailbox().receive();
+    if (message) apply(std::move(*message));
+  }
+}
+
+boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan) {
+  const Clock::time_point started = Clock::now();
+  const uint64_t step_id = plan.batch.step_id;
+  std::vector<RequestId> scheduled;
+  scheduled.reserve(plan.batch.seqs.size());
+  for (const gpu::SequenceSlice& slice : plan.batch.seqs) scheduled.push_back(slice.seq_id);
+
+  auto done = CompletionSlot<gpu::StepOutcome>::create();
+  gpu_worker::RunStep run{std::move(plan.batch), done};
+  auto sending = gpu_worker_->send(std::move(run));
+  const SendStatus sent = co_await std::move(sending);
+  std::optional<gpu::StepOutcome> outcome;
+  if (sent == SendStatus::kAccepted) {
+    auto waiting = done->wait();
+    outcome = co_await std::move(waiting);
+  }
+  if (!outcome) {
+    // Cancelled while the device works (shutdown past its deadline) or the worker is gone.
+    outcome.emplace();
+    outcome->error = "the step was abandoned (shutdown)";
+  }
+  if (!outcome->ok()) {
+    spdlog::error("step {} failed: {}", step_id, outcome->error);
+    for (RequestId id : scheduled) policy_.cancel(id);  // their KV may hold garbage now
+    gpu::StepResult empty;
+    empty.step_id = step_id;
+    (void)policy_.on_step_complete(empty);
+    ingress::IngressMessage failure{ingress::StepFailed{scheduled, outcome->error}};
+    auto reporting = send_to_ingress(std::move(failure));
+    co_await std::move(reporting);
+    co_return;
+  }
+  StepUpdate update = policy_.on_step_complete(outcome->result);
+  const Clock::time_point finished = Clock::now();
+  step_time_.add(std::chrono::duration<double, std::milli>(finished - started).count());
+  ingress::IngressMessage events{ingress::StepEvents{std::move(update), std::move(scheduled), finished}};
+  auto reporting = send_to_ingress(std::move(events));
+  co_await std::move(reporting);
+  publish_stats();
+}
+
+void SchedulerActor::publish_stats() {
+  engine::SchedulerSnapshot snapshot;
+  snapshot.stats = policy_.stats();
+  snapshot.slots = policy_.slots();
+  snapshot.step_time = step_time_.summary();
+  board_->publish_scheduler(std::move(snapshot));
+}
+
+}  // namespace troupe::scheduler

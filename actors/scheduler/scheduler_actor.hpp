@@ -1,0 +1,70 @@
+// The scheduler actor: the step loop of DESIGN.md §2 around the pure Scheduler policy.
+//
+//   1. drain the mailbox without blocking (Admit, CancelSequence, FinishSequence);
+//   2. plan = policy.schedule();
+//   3. send the StepBatch to the gpu-worker and co_await the step's CompletionSlot, which the
+//      backend completes from its own thread (CUDA event / CPU compute thread) — the engine
+//      thread never blocks on the device;
+//   4. policy.on_step_complete(result);
+//   5. one StepEvents message to ingress for the whole step;
+//   6. nothing to run: suspend on the mailbox (no busy loop).
+//
+// The policy also owns the KV block pool and prefix cache (vLLM v1's layering: the scheduler
+// holds the KV manager and allocation is a function call, not a round trip).
+//
+// Shutdown: stop() closes the mailbox; the loop keeps stepping until every admitted sequence has
+// finished (drain), then returns. A cancellation (shutdown deadline) cancels what is left.
+//
+// Thread-safety: connect() and start() from the wiring thread before any message; try_send()/
+// send()/shutdown() from any thread; everything else runs on the actor's executor.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "actors/engine/stats_board.hpp"
+#include "actors/gpu_worker/gpu_worker_actor.hpp"
+#include "actors/ingress/ingress_messages.hpp"
+#include "actors/runtime/actor.hpp"
+#include "actors/scheduler/scheduler.hpp"
+#include "actors/scheduler/scheduler_messages.hpp"
+
+namespace troupe::scheduler {
+
+class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
+ public:
+  using IngressActorBase = actors::runtime::Actor<ingress::IngressMessage>;
+
+  SchedulerActor(SchedulerConfig config, std::shared_ptr<engine::StatsBoard> board,
+                 size_t mailbox_capacity);
+
+  void connect(std::shared_ptr<IngressActorBase> ingress,
+               std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker);
+  // Breaks the reference cycle with ingress once both actors have stopped.
+  void disconnect();
+
+ protected:
+  boost::asio::awaitable<void> run() override;
+  // Unused: run() drains the mailbox itself; kept for the base class contract.
+  boost::asio::awaitable<void> handle(SchedulerMessage message) override;
+
+ private:
+  void apply(SchedulerMessage message);
+  boost::asio::awaitable<void> run_step(StepPlan plan);
+  boost::asio::awaitable<void> send_to_ingress(ingress::IngressMessage message);
+  boost::asio::awaitable<void> flush_ended();
+  void cancel_everything();
+  void publish_stats();
+
+  Scheduler policy_;
+  std::shared_ptr<engine::StatsBoard> board_;
+  std::shared_ptr<IngressActorBase> ingress_;
+  std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker_;
+  // Ended outside a step (cancel, stop string, refusal); reported to ingress before the next
+  // step.
+  std::vector<FinishedSequence> ended_;
+  std::vector<ingress::AdmissionRefused> refused_;
+  engine::RollingLatency step_time_;
+};
+
+}  // namespace troupe::scheduler

@@ -1,0 +1,9 @@
+troupe_add_test(NAME stop_matcher_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/stop_matcher_test.cpp
+  LIBS troupe_actors
+  LABELS "unit;actors")
+# In-process end to end on the real default model (skips when the model file is absent).
+troupe_add_test(NAME engine_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cpp
+  LIBS troupe_actors
+  LABELS "unit;actors;engine")

@@ -1,0 +1,140 @@
+// Shared pieces of the engine tests: the default model's path, an engine config for tests, and
+// a sink that records everything it is told (a test double, not a fake model: the model is real).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "actors/engine/engine.hpp"
+#include "actors/engine/engine_config.hpp"
+
+namespace troupe::engine::testing {
+
+inline std::filesystem::path default_model_path() {
+  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
+  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+inline EngineConfig test_config() {
+  EngineConfig config;
+  config.model_path = default_model_path();
+  config.backend = BackendKind::kCpu;
+  config.cpu.kv_memory_bytes = 64ll << 20;
+  return config;
+}
+
+// Records every sink call; wait() blocks until the final one (on_finish or on_error).
+class RecordingSink final : public RequestSink {
+ public:
+  // on_delta answers false ("client gone") from the `close_after`-th delta on.
+  explicit RecordingSink(int close_after = -1) : close_after_(close_after) {}
+
+  bool on_delta(RequestId, TokenDelta delta) override {
+    std::lock_guard lock(mutex_);
+    if (ended_) ++calls_after_end_;
+    text_ += delta.text;
+    for (const TokenInfo& t : delta.tokens) token_ids_.push_back(t.token_id);
+    ++num_deltas_;
+    return close_after_ < 0 || num_deltas_ < close_after_;
+  }
+  void on_finish(RequestId, Completion completion) override {
+    std::lock_guard lock(mutex_);
+    if (ended_) ++calls_after_end_;
+    completion_ = std::move(completion);
+    ended_ = true;
+    cv_.notify_all();
+  }
+  void on_error(RequestId, RequestError error) override {
+    std::lock_guard lock(mutex_);
+    if (ended_) ++calls_after_end_;
+    error_ = std::move(error);
+    ended_ = true;
+    cv_.notify_all();
+  }
+
+  bool wait(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, timeout, [this] { return ended_; });
+  }
+  bool ended() {
+    std::lock_guard lock(mutex_);
+    return ended_;
+  }
+  int num_deltas() {
+    std::lock_guard lock(mutex_);
+    return num_deltas_;
+  }
+  std::string text() {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+  std::vector<int32_t> token_ids() {
+    std::lock_guard lock(mutex_);
+    return token_ids_;
+  }
+  std::optional<Completion> completion() {
+    std::lock_guard lock(mutex_);
+    return completion_;
+  }
+  std::optional<RequestError> error() {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+  int calls_after_end() {
+    std::lock_guard lock(mutex_);
+    return calls_after_end_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int close_after_;
+  int num_deltas_ = 0;
+  std::string text_;
+  std::vector<int32_t> token_ids_;
+  std::optional<Completion> completion_;
+  std::optional<RequestError> error_;
+  bool ended_ = false;
+  int calls_after_end_ = 0;
+};
+
+inline GenerateRequest greedy_chat(std::string user, int32_t max_tokens) {
+  GenerateRequest request;
+  request.messages.push_back({"user", std::move(user)});
+  request.sampling.temperature = 0.0f;
+  request.sampling.logprobs = true;  // so the sink sees token ids
+  request.stop.max_tokens = max_tokens;
+  return request;
+}
+
+// Waits until the engine reports no running or waiting request and no KV block in use.
+inline bool wait_idle(const Engine& engine, std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    const EngineStats s = engine.stats();
+    if (s.num_running == 0 && s.num_waiting == 0 && s.kv_blocks_used == 0 &&
+        engine.requests().empty()) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+#define TROUPE_REQUIRE_MODEL()                                                        \
+  do {                                                                                \
+    if (!std::filesystem::exists(::troupe::engine::testing::default_model_path())) {  \
+      GTEST_SKIP() << "default model not found; run scripts/setup";                   \
+    }                                                                                 \
+  } while (0)
+
+}  // namespace troupe::engine::testing
