@@ -3,6 +3,7 @@
 #include "net/http_server.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <mutex>
 #include <set>
 #include <system_error>
@@ -12,6 +13,8 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -21,6 +24,9 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include "net/response_stream.hpp"
 
 namespace troupe::net {
 
@@ -39,6 +45,7 @@ struct Connection {
   beast::tcp_stream stream;
   bool busy = false;  // a request is being handled; touched only on the connection's strand
 };
+
 
 HttpRequest to_plain_request(http::request<http::string_body>&& request) {
   HttpRequest plain;
@@ -61,6 +68,43 @@ http::response<http::string_body> to_beast_response(HttpResponse&& plain, unsign
   response.body() = std::move(plain.body);
   response.prepare_payload();
   return response;
+}
+
+// Rings the session awake when its ResponseStream has something new (capacity 1: a pending ring
+// is enough).
+using Doorbell = asio::experimental::concurrent_channel<void(beast::error_code)>;
+
+http::response<http::empty_body> stream_head(HttpResponse&& plain, unsigned version,
+                                             bool keep_alive) {
+  http::response<http::empty_body> head{static_cast<http::status>(plain.status), version};
+  head.set(http::field::server, "troupe");
+  head.set(http::field::content_type, plain.content_type);
+  head.set(http::field::cache_control, "no-cache");
+  for (auto& [name, value] : plain.headers) head.set(name, value);
+  head.keep_alive(keep_alive);
+  if (version >= 11) head.chunked(true);
+  return head;
+}
+
+// True when the peer closed or reset the connection; bytes waiting (a pipelined request) are
+// left in the socket.
+bool peer_closed(tcp::socket& socket) {
+  char byte = 0;
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+// Watches an otherwise idle socket while a response is being produced: EOF or a reset marks the
+// client gone (which cancels its generation). Runs on the connection's strand.
+void watch_for_disconnect(std::shared_ptr<Connection> connection,
+                          std::shared_ptr<ResponseStream> out) {
+  tcp::socket& socket = connection->stream.socket();
+  socket.async_wait(tcp::socket::wait_read,
+                    [connection, out = std::move(out)](const beast::error_code& ec) {
+                      if (ec == asio::error::operation_aborted) return;
+                      if (ec || peer_closed(connection->stream.socket())) out->mark_client_gone();
+                    });
 }
 
 // The response for a request Beast could not parse; the connection closes afterwards.
@@ -107,6 +151,11 @@ struct HttpServer::Impl {
   }
 
   asio::awaitable<void> run_session(std::shared_ptr<Connection> connection);
+  // Writes what `out` produces until it is complete. False: the connection must close.
+  asio::awaitable<bool> serve_exchange(std::shared_ptr<Connection> connection,
+                                       std::shared_ptr<ResponseStream> out, unsigned version,
+                                       bool keep_alive);
+  asio::awaitable<bool> write_bytes(beast::tcp_stream& stream, std::string bytes);
   asio::awaitable<void> run_listener();
 };
 
@@ -128,29 +177,108 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
       break;
     }
     connection->busy = true;
-    HttpResponse plain;
     unsigned version = 11;
     bool keep_alive = false;
+    auto out = std::make_shared<ResponseStream>(config.max_stream_buffer_bytes);
     if (read_ec) {
-      plain = parse_error_response(read_ec, config.max_body_bytes);
+      out->respond(parse_error_response(read_ec, config.max_body_bytes));
     } else {
       http::request<http::string_body> request = parser.release();
       version = request.version();
       keep_alive = request.keep_alive() && !stopping.load(std::memory_order_acquire);
-      plain = router->handle(to_plain_request(std::move(request)));
+      router->dispatch(to_plain_request(std::move(request)), out);
     }
-    http::response<http::string_body> response =
-        to_beast_response(std::move(plain), version, keep_alive);
-    stream.expires_after(config.read_timeout);
-    auto [write_ec, written] = co_await http::async_write(stream, response, kAsTuple);
+    const bool reusable = co_await serve_exchange(connection, out, version, keep_alive);
     connection->busy = false;
-    if (write_ec || !keep_alive) break;
+    if (!reusable || !keep_alive) break;
   }
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   stream.socket().close(ignored);
   untrack(connection);
   num_connections.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+asio::awaitable<bool> HttpServer::Impl::write_bytes(beast::tcp_stream& stream, std::string bytes) {
+  stream.expires_after(config.read_timeout);
+  auto [ec, written] = co_await asio::async_write(stream, asio::buffer(bytes), kAsTuple);
+  co_return !ec;
+}
+
+asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connection> connection,
+                                                       std::shared_ptr<ResponseStream> out,
+                                                       unsigned version, bool keep_alive) {
+  beast::tcp_stream& stream = connection->stream;
+  auto doorbell = std::make_shared<Doorbell>(stream.get_executor(), 1);
+  out->attach([weak = std::weak_ptr<Doorbell>(doorbell)] {
+    if (auto bell = weak.lock()) bell->try_send(beast::error_code{});
+  });
+  bool ok = true;
+  bool watching = false;
+  bool streaming = false;
+  const bool chunked = version >= 11;
+  while (true) {
+    ResponseStream::Pending pending = out->take();
+    if (out->client_gone()) {
+      ok = false;
+      break;
+    }
+    if (pending.head && !pending.streaming) {
+      http::response<http::string_body> response =
+          to_beast_response(std::move(*pending.head), version, keep_alive);
+      stream.expires_after(config.read_timeout);
+      auto [write_ec, written] = co_await http::async_write(stream, response, kAsTuple);
+      ok = !write_ec;
+      break;
+    }
+    if (pending.head) {
+      streaming = true;
+      http::response<http::empty_body> head =
+          stream_head(std::move(*pending.head), version, keep_alive && chunked);
+      http::response_serializer<http::empty_body> serializer{head};
+      stream.expires_after(config.read_timeout);
+      auto [head_ec, head_bytes] = co_await http::async_write_header(stream, serializer, kAsTuple);
+      if (head_ec) {
+        ok = false;
+        break;
+      }
+    }
+    if (!pending.data.empty() && streaming) {
+      std::string bytes = chunked ? fmt::format("{:x}\r\n{}\r\n", pending.data.size(), pending.data)
+                                  : std::move(pending.data);
+      const bool written = co_await write_bytes(stream, std::move(bytes));
+      if (!written) {
+        ok = false;
+        break;
+      }
+    }
+    if (pending.finished) {
+      if (streaming && chunked) {
+        std::string last = "0\r\n\r\n";
+        ok = co_await write_bytes(stream, std::move(last));
+      }
+      ok = ok && chunked;  // a close-delimited body ends by closing
+      break;
+    }
+    if (!pending.empty()) continue;
+    if (!watching) {
+      watching = true;
+      watch_for_disconnect(connection, out);
+    }
+    stream.expires_never();
+    auto [bell_ec] = co_await doorbell->async_receive(kAsTuple);
+    if (bell_ec) {
+      ok = false;  // the server is stopping
+      break;
+    }
+  }
+  out->detach();
+  if (!ok) out->mark_client_gone();
+  if (watching) {
+    beast::error_code ignored;
+    stream.socket().cancel(ignored);
+  }
+  co_return ok;
 }
 
 asio::awaitable<void> HttpServer::Impl::run_listener() {

@@ -22,7 +22,8 @@ struct HttpServerConfig {
   int io_threads = 1;
   uint64_t max_body_bytes = 8u << 20;  // larger bodies get 413
   uint32_t max_header_bytes = 64u << 10;
-  std::chrono::milliseconds read_timeout{30'000};        // headers + body of one request
+  uint64_t max_stream_buffer_bytes = 8u << 20;  // unsent streamed bytes before a client is "too slow"
+  std::chrono::milliseconds read_timeout{30'000};        // headers + body of one request; each write
   std::chrono::milliseconds keep_alive_timeout{60'000};  // idle time between requests
   std::chrono::milliseconds shutdown_grace{5'000};       // in-flight requests may finish
 };

@@ -33,6 +33,10 @@ HttpResponse error_response(int status, std::string_view message, std::string_vi
   return json_response(status, w.take());
 }
 
+HttpResponse error_response(const ApiError& error) {
+  return error_response(error.status, error.message, error.type, error.param, error.code);
+}
+
 HttpResponse json_response(int status, std::string body) {
   HttpResponse response;
   response.status = status;

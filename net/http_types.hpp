@@ -41,4 +41,15 @@ HttpResponse error_response(int status, std::string_view message,
 
 HttpResponse json_response(int status, std::string body);
 
+// An error on its way to the client, before it becomes a response (codecs return these).
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;
+  std::string code;
+};
+
+HttpResponse error_response(const ApiError& error);
+
 }  // namespace troupe::net

@@ -5,3 +5,12 @@ troupe_add_test(NAME net_test
     ${CMAKE_CURRENT_LIST_DIR}/http_server_test.cpp
   LIBS troupe_net
   LABELS "unit;net")
+
+troupe_add_test(NAME net_openai_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/openai_request_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/openai_codec_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/openai_routes_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/openai_server_test.cpp
+  LIBS troupe_net
+  LABELS "unit;net")

@@ -1,0 +1,188 @@
+#include "net/batch_runner.hpp"
+
+#include <chrono>
+#include <mutex>
+
+#include <spdlog/spdlog.h>
+
+#include "net/batch_codec.hpp"
+#include "net/json_writer.hpp"
+
+namespace troupe::net {
+namespace {
+
+// The results of one batch, emitted in input order.
+class BatchRun {
+ public:
+  BatchRun(std::shared_ptr<ResponseStream> out, bool jsonl, size_t num_items)
+      : out_(std::move(out)), jsonl_(jsonl), results_(num_items) {}
+
+  ResponseStream& out() { return *out_; }
+
+  void complete(size_t index, std::string line) {
+    {
+      std::lock_guard lock(mutex_);
+      results_[index] = std::move(line);
+      ++num_done_;
+    }
+    flush();
+  }
+
+ private:
+  // NOTE: writing may re-enter complete() on this thread (a write that finds the client gone
+  // cancels the other items, whose sinks may finish at once), so lines are collected under the
+  // lock and written outside it, and only one thread writes at a time (`flushing_`).
+  void flush() {
+    {
+      std::lock_guard lock(mutex_);
+      flush_due_ = true;
+      if (flushing_) return;
+      flushing_ = true;
+    }
+    while (true) {
+      std::string lines;
+      bool all_done = false;
+      {
+        std::lock_guard lock(mutex_);
+        if (!flush_due_) {
+          flushing_ = false;
+          return;
+        }
+        flush_due_ = false;
+        if (jsonl_) {
+          while (next_ < results_.size() && results_[next_]) {
+            lines += *results_[next_];
+            lines += '\n';
+            results_[next_++].reset();
+          }
+          all_done = next_ == results_.size() && !ended_;
+        } else {
+          all_done = num_done_ == results_.size() && !ended_;
+          if (all_done) lines = whole_json();
+        }
+        ended_ = ended_ || all_done;
+      }
+      emit(std::move(lines), all_done);
+    }
+  }
+
+  void emit(std::string lines, bool all_done) {
+    if (!jsonl_) {
+      if (all_done) out_->respond(json_response(200, std::move(lines)));
+      return;
+    }
+    if (!lines.empty()) out_->write(std::move(lines));
+    if (all_done) out_->end();
+  }
+
+  std::string whole_json() const {
+    JsonWriter w;
+    w.begin_object().field("object", "list").key("data").begin_array();
+    for (const auto& result : results_) w.raw(*result);
+    w.end_array().end_object();
+    return w.take();
+  }
+
+  std::shared_ptr<ResponseStream> out_;
+  const bool jsonl_;
+  std::mutex mutex_;
+  std::vector<std::optional<std::string>> results_;
+  size_t num_done_ = 0;
+  size_t next_ = 0;  // JSONL: the first line not yet written
+  bool flushing_ = false;
+  bool flush_due_ = false;
+  bool ended_ = false;
+};
+
+// One item's sink: collects the whole answer, then hands its output line to the run.
+class BatchItemSink final : public engine::RequestSink {
+ public:
+  BatchItemSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<BatchRun> run,
+                size_t index, BatchItem item)
+      : context_(std::move(context)),
+        run_(std::move(run)),
+        index_(index),
+        item_(std::move(item)),
+        token_text_(context_->token_text()) {
+    identity_.kind = item_.request->kind;
+    identity_.id = make_response_id(identity_.kind);
+    identity_.created = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    identity_.model = context_->state.model.id;
+  }
+
+  bool on_delta(engine::RequestId, engine::TokenDelta delta) override {
+    text_ += delta.text;
+    if (item_.request->generate.sampling.logprobs) {
+      for (auto& token : delta.tokens) tokens_.push_back(std::move(token));
+    }
+    return !run_->out().client_gone();
+  }
+  void on_finish(engine::RequestId, engine::Completion completion) override {
+    context_->metrics.record_finish(completion);
+    const ChunkContent content{text_, tokens_, item_.request->generate.sampling.logprobs, 0};
+    run_->complete(index_, batch_result_json(item_, 200, identity_.id,
+                                             completion_json(identity_, content, completion,
+                                                             token_text_)));
+  }
+  void on_error(engine::RequestId, engine::RequestError error) override {
+    context_->metrics.record_error();
+    const ApiError api = api_error_from(error);
+    run_->complete(index_, batch_result_json(item_, api.status, identity_.id,
+                                             error_response(api).body));
+  }
+
+ private:
+  std::shared_ptr<OpenAiContext> context_;
+  std::shared_ptr<BatchRun> run_;
+  size_t index_;
+  BatchItem item_;
+  TokenTextFn token_text_;
+  ResponseIdentity identity_;
+  std::string text_;
+  std::vector<engine::TokenInfo> tokens_;
+};
+
+}  // namespace
+
+void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpRequest& request,
+                  const std::shared_ptr<ResponseStream>& out) {
+  auto parsed = parse_batch(request.body, request.header("Content-Type"),
+                            context->state.model.id, context->config);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    spdlog::info("http /v1/batch status={} {}", error->status, error->message);
+    out->respond(error_response(*error));
+    return;
+  }
+  ParsedBatch& batch = std::get<ParsedBatch>(parsed);
+  const size_t num_items = batch.items.size();
+  auto run = std::make_shared<BatchRun>(out, batch.jsonl, num_items);
+  if (batch.jsonl) {
+    HttpResponse head;
+    head.content_type = "application/jsonl";
+    out->begin_stream(std::move(head));
+  }
+  // Failed items first, so that only the engine's thread completes items afterwards.
+  std::vector<size_t> valid;
+  for (size_t i = 0; i < num_items; ++i) {
+    if (batch.items[i].request) {
+      valid.push_back(i);
+    } else {
+      run->complete(i, batch_failed_item_json(batch.items[i]));
+    }
+  }
+  auto ids = std::make_shared<std::vector<engine::RequestId>>();
+  ids->reserve(valid.size());
+  for (const size_t i : valid) {
+    engine::GenerateRequest generate = std::move(batch.items[i].request->generate);
+    auto sink = std::make_shared<BatchItemSink>(context, run, i, std::move(batch.items[i]));
+    ids->push_back(context->engine.submit(std::move(generate), std::move(sink)));
+  }
+  spdlog::info("http /v1/batch items={} submitted={}", num_items, valid.size());
+  out->on_client_gone([context, ids] {
+    for (const engine::RequestId id : *ids) context->engine.cancel(id);
+  });
+}
+
+}  // namespace troupe::net

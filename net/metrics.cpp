@@ -1,0 +1,212 @@
+#include "net/metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+namespace troupe::net {
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)),
+      counts_(std::make_unique<std::atomic<uint64_t>[]>(upper_bounds_.size() + 1)) {
+  std::sort(upper_bounds_.begin(), upper_bounds_.end());
+}
+
+void Histogram::observe(double value) {
+  const size_t bucket =
+      std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin();
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  double sum = sum_.load(std::memory_order_relaxed);
+  while (!sum_.compare_exchange_weak(sum, sum + value, std::memory_order_relaxed)) {
+  }
+}
+
+Histogram::Snapshot Histogram::snapshot() const {
+  Snapshot s;
+  s.upper_bounds = upper_bounds_;
+  uint64_t running = 0;
+  for (size_t i = 0; i < upper_bounds_.size(); ++i) {
+    running += counts_[i].load(std::memory_order_relaxed);
+    s.cumulative_counts.push_back(running);
+  }
+  // NOTE: count is read as the sum of buckets so the +Inf bucket is never below the others.
+  s.count = running + counts_[upper_bounds_.size()].load(std::memory_order_relaxed);
+  s.sum = sum_.load(std::memory_order_relaxed);
+  return s;
+}
+
+namespace {
+// vLLM's buckets for the same quantities (seconds).
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+          7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
+}
+std::vector<double> itl_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0};
+}
+std::vector<double> request_buckets() {
+  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+          120.0, 240.0, 480.0};
+}
+
+std::string format_value(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", value);
+}
+
+std::string escape_label(std::string_view value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
+ServingMetrics::ServingMetrics()
+    : time_to_first_token_s(ttft_buckets()),
+      inter_token_latency_s(itl_buckets()),
+      e2e_latency_s(request_buckets()),
+      queue_time_s(request_buckets()) {}
+
+void ServingMetrics::record_finish(const engine::Completion& completion) {
+  const engine::Timings& t = completion.timings;
+  if (completion.usage.completion_tokens > 0) {
+    time_to_first_token_s.observe(t.time_to_first_token_ms / 1000.0);
+  }
+  e2e_latency_s.observe(t.total_ms / 1000.0);
+  queue_time_s.observe(t.queue_ms / 1000.0);
+  if (completion.finish_reason == "stop") {
+    finished_stop.fetch_add(1, std::memory_order_relaxed);
+  } else if (completion.finish_reason == "length") {
+    finished_length.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    finished_cancelled.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void PrometheusText::header(std::string_view name, std::string_view help, std::string_view type) {
+  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void PrometheusText::sample(std::string_view name, const Labels& extra, double value) {
+  out_ += name;
+  if (!common_.empty() || !extra.empty()) {
+    out_ += '{';
+    bool first = true;
+    for (const Labels* labels : {static_cast<const Labels*>(&common_), &extra}) {
+      for (const auto& [key, label_value] : *labels) {
+        if (!first) out_ += ',';
+        first = false;
+        out_ += fmt::format("{}=\"{}\"", key, escape_label(label_value));
+      }
+    }
+    out_ += '}';
+  }
+  out_ += ' ';
+  out_ += format_value(value);
+  out_ += '\n';
+}
+
+void PrometheusText::gauge(std::string_view name, std::string_view help, double value) {
+  header(name, help, "gauge");
+  sample(name, {}, value);
+}
+
+void PrometheusText::counter(std::string_view name, std::string_view help, double value) {
+  header(name, help, "counter");
+  sample(name, {}, value);
+}
+
+void PrometheusText::counter(std::string_view name, std::string_view help,
+                             const std::vector<std::pair<Labels, double>>& samples) {
+  header(name, help, "counter");
+  for (const auto& [labels, value] : samples) sample(name, labels, value);
+}
+
+void PrometheusText::histogram(std::string_view name, std::string_view help,
+                               const Histogram::Snapshot& h) {
+  header(name, help, "histogram");
+  const std::string bucket = fmt::format("{}_bucket", name);
+  for (size_t i = 0; i < h.upper_bounds.size(); ++i) {
+    sample(bucket, {{"le", format_value(h.upper_bounds[i])}},
+           static_cast<double>(h.cumulative_counts[i]));
+  }
+  sample(bucket, {{"le", "+Inf"}}, static_cast<double>(h.count));
+  sample(fmt::format("{}_sum", name), {}, h.sum);
+  sample(fmt::format("{}_count", name), {}, static_cast<double>(h.count));
+}
+
+void PrometheusText::summary(std::string_view name, std::string_view help,
+                             const std::vector<std::pair<double, double>>& quantile_values) {
+  header(name, help, "summary");
+  for (const auto& [quantile, value] : quantile_values) {
+    sample(name, {{"quantile", format_value(quantile)}}, value);
+  }
+}
+
+std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& serving,
+                           std::string_view model_name) {
+  PrometheusText p(PrometheusText::Labels{{"model_name", std::string(model_name)}});
+  p.gauge("troupe:num_requests_running", "Requests in a running batch.", s.num_running);
+  p.gauge("troupe:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting);
+  p.gauge("troupe:num_requests_preempted", "Requests preempted, waiting to resume.",
+          s.num_preempted);
+  p.gauge("troupe:kv_cache_usage_perc", "KV-cache usage (1 = full).", s.kv_usage_ratio);
+  p.gauge("troupe:kv_blocks_total", "KV-cache blocks in the pool.", double(s.kv_blocks_total));
+  p.gauge("troupe:kv_blocks_used", "KV-cache blocks referenced by a sequence.",
+          double(s.kv_blocks_used));
+  p.gauge("troupe:kv_blocks_cached", "Unreferenced cached prefix blocks.",
+          double(s.kv_blocks_cached));
+  p.gauge("troupe:kv_blocks_free", "Free KV-cache blocks.", double(s.kv_blocks_free));
+  p.gauge("troupe:prefix_cache_hit_rate", "Prefix-cache hit rate.", s.prefix_cache_hit_rate);
+  p.gauge("troupe:draining", "1 while the server drains.", s.draining ? 1 : 0);
+  p.gauge("troupe:uptime_seconds", "Seconds since the engine started.", s.uptime_s);
+  p.gauge("troupe:generation_tokens_per_second", "Generated tokens per second over 10 s.",
+          s.tokens_per_s_10s);
+  p.counter("troupe:prefix_cache_queries_total", "Prefix-cache queries.",
+            double(s.prefix_cache_queries));
+  p.counter("troupe:prefix_cache_hits_total", "Prefix-cache hits.", double(s.prefix_cache_hits));
+  p.counter("troupe:num_preemptions_total", "Preemptions.", double(s.num_preemptions));
+  p.counter("troupe:prompt_tokens_total", "Prompt tokens processed.",
+            double(s.prompt_tokens_total));
+  p.counter("troupe:generation_tokens_total", "Tokens generated.",
+            double(s.generation_tokens_total));
+  p.counter("troupe:num_steps_total", "Engine steps.", double(s.num_steps));
+  p.counter("troupe:requests_refused_total", "Requests refused (queue full, draining).",
+            double(s.num_requests_refused));
+  p.counter("troupe:request_success_total", "HTTP requests finished, by finish reason.",
+            {{{{"finished_reason", "stop"}}, double(serving.finished_stop.load())},
+             {{{"finished_reason", "length"}}, double(serving.finished_length.load())},
+             {{{"finished_reason", "cancelled"}}, double(serving.finished_cancelled.load())}});
+  p.counter("troupe:request_failure_total", "HTTP requests that ended in an error.",
+            double(serving.failed.load()));
+  p.histogram("troupe:time_to_first_token_seconds", "Time to first token.",
+              serving.time_to_first_token_s.snapshot());
+  p.histogram("troupe:inter_token_latency_seconds", "Time between streamed tokens.",
+              serving.inter_token_latency_s.snapshot());
+  p.histogram("troupe:e2e_request_latency_seconds", "Submit to finish.",
+              serving.e2e_latency_s.snapshot());
+  p.histogram("troupe:request_queue_time_seconds", "Submit to first scheduled.",
+              serving.queue_time_s.snapshot());
+  // The engine publishes step-time quantiles only, hence a summary rather than a histogram.
+  p.summary("troupe:step_time_seconds", "Engine step time.",
+            {{0.5, s.step_time.p50_ms / 1000.0}, {0.99, s.step_time.p99_ms / 1000.0}});
+  p.gauge("vllm:num_requests_running", "Requests in a running batch (vLLM name).", s.num_running);
+  p.gauge("vllm:num_requests_waiting", "Requests waiting (vLLM name).", s.num_waiting);
+  p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (vLLM name).", s.kv_usage_ratio);
+  p.gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (older vLLM name).",
+          s.kv_usage_ratio);
+  return p.str();
+}
+
+}  // namespace troupe::net

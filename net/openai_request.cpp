@@ -1,0 +1,412 @@
+// NOTE: every reader below treats an absent field and an explicit `null` alike (OpenAI clients
+// send nulls for unset options), and names the field in its error's `param`.
+#include "net/openai_request.hpp"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "net/json_input.hpp"
+
+namespace troupe::net {
+namespace {
+
+namespace dom = simdjson::dom;
+using Error = std::optional<ApiError>;
+
+ApiError invalid(std::string param, std::string message, std::string code = "invalid_value") {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError bad_type(std::string_view param, std::string_view expected) {
+  return invalid(std::string(param),
+                 fmt::format("Invalid type for '{}': expected {}.", param, expected),
+                 "invalid_type");
+}
+
+std::optional<dom::element> field(dom::object object, std::string_view key) {
+  dom::element element;
+  if (object[key].get(element) != simdjson::SUCCESS || element.is_null()) return std::nullopt;
+  return element;
+}
+
+std::optional<double> as_number(dom::element e) {
+  switch (e.type()) {
+    case dom::element_type::INT64: return static_cast<double>(int64_t(e));
+    case dom::element_type::UINT64: return static_cast<double>(uint64_t(e));
+    case dom::element_type::DOUBLE: return double(e);
+    default: return std::nullopt;
+  }
+}
+
+std::optional<int64_t> as_integer(dom::element e) {
+  switch (e.type()) {
+    case dom::element_type::INT64: return int64_t(e);
+    case dom::element_type::UINT64: {
+      const uint64_t v = uint64_t(e);
+      return v > uint64_t(std::numeric_limits<int64_t>::max())
+                 ? std::numeric_limits<int64_t>::max()
+                 : static_cast<int64_t>(v);
+    }
+    default: return std::nullopt;
+  }
+}
+
+struct Range {
+  double low;
+  double high;
+  bool low_open = false;
+};
+
+Error read_float(dom::object o, std::string_view key, Range range, float& out) {
+  const auto e = field(o, key);
+  if (!e) return std::nullopt;
+  const auto v = as_number(*e);
+  if (!v) return bad_type(key, "a number");
+  const bool too_low = range.low_open ? *v <= range.low : *v < range.low;
+  if (too_low || *v > range.high || !std::isfinite(*v)) {
+    return invalid(std::string(key),
+                   fmt::format("Invalid value for '{}': {} is outside the range {}{}, {}].", key,
+                               *v, range.low_open ? "(" : "[", range.low, range.high));
+  }
+  out = static_cast<float>(*v);
+  return std::nullopt;
+}
+
+Error read_int(dom::object o, std::string_view key, int64_t low, int64_t high,
+               std::optional<int64_t>& out) {
+  const auto e = field(o, key);
+  if (!e) return std::nullopt;
+  const auto v = as_integer(*e);
+  if (!v) return bad_type(key, "an integer");
+  if (*v < low || *v > high) {
+    return invalid(std::string(key), fmt::format("Invalid value for '{}': {} is outside the "
+                                                 "range [{}, {}].", key, *v, low, high));
+  }
+  out = *v;
+  return std::nullopt;
+}
+
+Error read_bool(dom::object o, std::string_view key, bool& out) {
+  const auto e = field(o, key);
+  if (!e) return std::nullopt;
+  if (!e->is_bool()) return bad_type(key, "a boolean");
+  out = bool(*e);
+  return std::nullopt;
+}
+
+Error read_string(dom::object o, std::string_view key, std::string& out) {
+  const auto e = field(o, key);
+  if (!e) return std::nullopt;
+  if (!e->is_string()) return bad_type(key, "a string");
+  out = std::string(std::string_view(*e));
+  return std::nullopt;
+}
+
+// Decoded strings must be UTF-8 too (a "\ud800" escape decodes to a lone surrogate).
+Error check_text(std::string_view param, std::string_view text) {
+  if (const auto bad = first_invalid_utf8(text)) {
+    return invalid(std::string(param),
+                   fmt::format("'{}' is not valid UTF-8 (invalid byte at offset {}).", param, *bad),
+                   "invalid_utf8");
+  }
+  return std::nullopt;
+}
+
+// `content`: a string, or a list of {"type":"text","text":...} parts (concatenated).
+Error read_content(dom::element e, const std::string& param, std::string& out) {
+  if (e.is_null()) return std::nullopt;
+  if (e.is_string()) {
+    out = std::string(std::string_view(e));
+    return check_text(param, out);
+  }
+  if (!e.is_array()) return bad_type(param, "a string or an array of content parts");
+  size_t index = 0;
+  for (dom::element part : dom::array(e)) {
+    const std::string part_param = fmt::format("{}[{}]", param, index++);
+    if (!part.is_object()) return bad_type(part_param, "a content part object");
+    std::string type;
+    std::string text;
+    if (auto err = read_string(dom::object(part), "type", type)) return err;
+    if (type != "text") {
+      return invalid(part_param + ".type",
+                     fmt::format("Content part type '{}' is not supported (only 'text').", type));
+    }
+    if (auto err = read_string(dom::object(part), "text", text)) return err;
+    out += text;
+  }
+  return check_text(param, out);
+}
+
+Error read_messages(dom::object o, std::vector<model::ChatMessage>& out) {
+  const auto e = field(o, "messages");
+  if (!e) return invalid("messages", "'messages' is a required property.", "missing_required_parameter");
+  if (!e->is_array()) return bad_type("messages", "an array");
+  size_t index = 0;
+  for (dom::element item : dom::array(*e)) {
+    const std::string param = fmt::format("messages[{}]", index++);
+    if (!item.is_object()) return bad_type(param, "an object");
+    model::ChatMessage message;
+    const auto role = field(dom::object(item), "role");
+    if (!role) return invalid(param + ".role", "'role' is a required property.", "missing_required_parameter");
+    if (!role->is_string()) return bad_type(param + ".role", "a string");
+    message.role = std::string(std::string_view(*role));
+    if (message.role.empty()) return invalid(param + ".role", "'role' must not be empty.");
+    if (const auto content = field(dom::object(item), "content")) {
+      if (auto err = read_content(*content, param + ".content", message.content)) return err;
+    }
+    out.push_back(std::move(message));
+  }
+  if (out.empty()) return invalid("messages", "'messages' must contain at least one message.");
+  return std::nullopt;
+}
+
+Error read_token_ids(dom::array array, std::string_view param, std::vector<int32_t>& out) {
+  for (dom::element id : array) {
+    const auto v = as_integer(id);
+    if (!v) return bad_type(param, "an array of token ids (integers)");
+    if (*v < 0 || *v > std::numeric_limits<int32_t>::max()) {
+      return invalid(std::string(param), fmt::format("Token id {} is out of range.", *v));
+    }
+    out.push_back(static_cast<int32_t>(*v));
+  }
+  return std::nullopt;
+}
+
+// `prompt`: a string, a list of one string, a list of token ids or a list of one such list.
+Error read_prompt(dom::object o, engine::GenerateRequest& out) {
+  const auto e = field(o, "prompt");
+  if (!e) return invalid("prompt", "'prompt' is a required property.", "missing_required_parameter");
+  constexpr std::string_view kExpected = "a string, an array of strings or an array of token ids";
+  if (e->is_string()) {
+    out.prompt_text = std::string(std::string_view(*e));
+  } else if (e->is_array()) {
+    const dom::array items(*e);
+    if (items.size() == 0) return invalid("prompt", "'prompt' must not be empty.");
+    const dom::element first = items.at(0);
+    if (first.is_string() || first.is_array()) {
+      if (items.size() > 1) {
+        return invalid("prompt", "Only one prompt per request is supported (n must be 1).");
+      }
+      if (first.is_string()) {
+        out.prompt_text = std::string(std::string_view(first));
+      } else if (auto err = read_token_ids(dom::array(first), "prompt", out.prompt_token_ids)) {
+        return err;
+      }
+    } else if (auto err = read_token_ids(items, "prompt", out.prompt_token_ids)) {
+      return err;
+    }
+  } else {
+    return bad_type("prompt", kExpected);
+  }
+  if (out.prompt_text) {
+    if (out.prompt_text->empty()) return invalid("prompt", "'prompt' must not be empty.");
+    return check_text("prompt", *out.prompt_text);
+  }
+  if (out.prompt_token_ids.empty()) return invalid("prompt", "'prompt' must not be empty.");
+  return std::nullopt;
+}
+
+Error read_stop(dom::object o, const OpenAiApiConfig& config, model::StopConditions& stop) {
+  const auto e = field(o, "stop");
+  if (e) {
+    if (e->is_string()) {
+      const std::string_view text(*e);
+      if (!text.empty()) stop.stop_strings.emplace_back(text);
+    } else if (e->is_array()) {
+      const dom::array items(*e);
+      if (items.size() > static_cast<size_t>(config.max_stop_strings)) {
+        return invalid("stop", fmt::format("'stop' may hold at most {} strings.",
+                                           config.max_stop_strings));
+      }
+      for (dom::element item : items) {
+        if (!item.is_string()) return bad_type("stop", "a string or an array of strings");
+        const std::string_view text(item);
+        if (!text.empty()) stop.stop_strings.emplace_back(text);
+      }
+    } else {
+      return bad_type("stop", "a string or an array of strings");
+    }
+  }
+  for (const std::string& text : stop.stop_strings) {
+    if (auto err = check_text("stop", text)) return err;
+  }
+  if (const auto ids = field(o, "stop_token_ids")) {
+    if (!ids->is_array()) return bad_type("stop_token_ids", "an array of integers");
+    return read_token_ids(dom::array(*ids), "stop_token_ids", stop.stop_token_ids);
+  }
+  return std::nullopt;
+}
+
+Error read_sampling(dom::object o, model::SamplingParams& s) {
+  if (auto err = read_float(o, "temperature", {0, 2}, s.temperature)) return err;
+  if (auto err = read_float(o, "top_p", {0, 1, true}, s.top_p)) return err;
+  if (auto err = read_float(o, "min_p", {0, 1}, s.min_p)) return err;
+  if (auto err = read_float(o, "presence_penalty", {-2, 2}, s.presence_penalty)) return err;
+  if (auto err = read_float(o, "frequency_penalty", {-2, 2}, s.frequency_penalty)) return err;
+  if (auto err = read_float(o, "repetition_penalty", {0, 10, true}, s.repetition_penalty)) {
+    return err;
+  }
+  std::optional<int64_t> top_k;
+  if (auto err = read_int(o, "top_k", -1, std::numeric_limits<int32_t>::max(), top_k)) return err;
+  if (top_k) s.top_k = static_cast<int32_t>(std::max<int64_t>(0, *top_k));
+  if (const auto seed = field(o, "seed")) {
+    if (seed->type() == dom::element_type::INT64) {
+      s.seed = static_cast<uint64_t>(int64_t(*seed));
+    } else if (seed->type() == dom::element_type::UINT64) {
+      s.seed = uint64_t(*seed);
+    } else {
+      return bad_type("seed", "an integer");
+    }
+  }
+  return std::nullopt;
+}
+
+// Chat: `logprobs` (bool) + `top_logprobs`; completions: `logprobs` (the number of alternatives).
+Error read_logprobs(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
+                    model::SamplingParams& s) {
+  std::optional<int64_t> top;
+  if (kind == ApiKind::kCompletion) {
+    if (auto err = read_int(o, "logprobs", 0, config.max_top_logprobs, top)) return err;
+    s.logprobs = top.has_value();
+    s.top_logprobs = static_cast<int32_t>(top.value_or(0));
+    return std::nullopt;
+  }
+  if (auto err = read_bool(o, "logprobs", s.logprobs)) return err;
+  if (auto err = read_int(o, "top_logprobs", 0, config.max_top_logprobs, top)) return err;
+  if (top && *top > 0 && !s.logprobs) {
+    return invalid("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.");
+  }
+  s.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  return std::nullopt;
+}
+
+Error read_limits(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
+                  engine::GenerateRequest& g) {
+  std::optional<int64_t> n;
+  if (auto err = read_int(o, "n", std::numeric_limits<int64_t>::min(),
+                          std::numeric_limits<int64_t>::max(), n)) {
+    return err;
+  }
+  if (n && *n != 1) return invalid("n", "Only n = 1 is supported.");
+  std::optional<int64_t> max_tokens;
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (auto err = read_int(o, "max_tokens", 1, kMax, max_tokens)) return err;
+  if (kind == ApiKind::kChat) {
+    if (auto err = read_int(o, "max_completion_tokens", 1, kMax, max_tokens)) return err;
+  }
+  g.stop.max_tokens = static_cast<int32_t>(max_tokens.value_or(config.default_max_tokens));
+  if (auto err = read_bool(o, "ignore_eos", g.stop.ignore_eos)) return err;
+  if (auto err = read_bool(o, "include_stop_str_in_output", g.include_stop_string_in_output)) {
+    return err;
+  }
+  std::string priority;
+  if (auto err = read_string(o, "priority", priority)) return err;
+  if (!priority.empty()) {
+    const auto parsed = parse_priority(priority);
+    if (!parsed) {
+      return invalid("priority", fmt::format("Invalid value for 'priority': '{}' is not one of "
+                                             "low, normal, high, critical.", priority));
+    }
+    g.priority = *parsed;
+  }
+  return std::nullopt;
+}
+
+Error read_stream(dom::object o, CompletionRequest& request) {
+  if (auto err = read_bool(o, "stream", request.stream)) return err;
+  const auto options = field(o, "stream_options");
+  if (!options) return std::nullopt;
+  if (!options->is_object()) return bad_type("stream_options", "an object");
+  if (!request.stream) {
+    return invalid("stream_options", "'stream_options' is only allowed when 'stream' is true.");
+  }
+  return read_bool(dom::object(*options), "include_usage", request.include_usage);
+}
+
+Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id,
+                   const OpenAiApiConfig& config, CompletionRequest& request) {
+  if (auto err = read_string(o, "model", request.model)) return err;
+  if (!request.model.empty() && request.model != served_model_id) {
+    ApiError e = invalid("model", fmt::format("The model '{}' does not exist.", request.model),
+                         "model_not_found");
+    e.status = 404;
+    e.type = "not_found_error";
+    return e;
+  }
+  engine::GenerateRequest& g = request.generate;
+  if (auto err = kind == ApiKind::kChat ? read_messages(o, g.messages) : read_prompt(o, g)) {
+    return err;
+  }
+  if (auto err = read_limits(o, kind, config, g)) return err;
+  if (auto err = read_sampling(o, g.sampling)) return err;
+  if (auto err = read_logprobs(o, kind, config, g.sampling)) return err;
+  if (auto err = read_stop(o, config, g.stop)) return err;
+  if (auto err = read_stream(o, request)) return err;
+  if (auto err = read_string(o, "user", request.user)) return err;
+  g.client_label = request.user;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
+                                          std::string_view served_model_id,
+                                          const OpenAiApiConfig& config) {
+  thread_local dom::parser parser;
+  const simdjson::padded_string padded(body);
+  dom::element root;
+  if (const auto error = parser.parse(padded).get(root)) {
+    return invalid({}, describe_bad_json(body, simdjson::error_message(error)),
+                   error == simdjson::UTF8_ERROR ? "invalid_utf8" : "invalid_json");
+  }
+  if (!root.is_object()) return invalid({}, "The request body must be a JSON object.", "invalid_json");
+  CompletionRequest request;
+  request.kind = kind;
+  if (auto err = read_request(dom::object(root), kind, served_model_id, config, request)) {
+    return *err;
+  }
+  return request;
+}
+
+ApiError api_error_from(const engine::RequestError& error) {
+  ApiError e;
+  e.message = error.message;
+  e.param = error.param;
+  switch (error.code) {
+    case engine::ErrorCode::kInvalidRequest:
+      e.status = 400;
+      e.code = "invalid_value";
+      break;
+    case engine::ErrorCode::kPromptTooLong:
+      e.status = 400;
+      e.code = "context_length_exceeded";
+      break;
+    case engine::ErrorCode::kQueueFull:
+      e.status = 429;
+      e.type = "rate_limit_error";
+      e.code = "queue_full";
+      break;
+    case engine::ErrorCode::kDraining:
+      e.status = 503;
+      e.type = "service_unavailable_error";
+      e.code = "draining";
+      break;
+    case engine::ErrorCode::kInternal:
+      e.status = 500;
+      e.type = "server_error";
+      e.code = "internal_error";
+      break;
+  }
+  return e;
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,49 @@
+// Decodes OpenAI `chat/completions` and `completions` request bodies (simdjson DOM) into an
+// engine::GenerateRequest plus the wire options only net needs (stream, usage, ...). Unknown
+// fields are ignored; a present field of the wrong type or out of range is a 400 naming it.
+//
+// Thread-safety: pure functions (a thread_local simdjson parser inside).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "actors/engine/engine_types.hpp"
+#include "net/http_types.hpp"
+
+namespace troupe::net {
+
+enum class ApiKind : uint8_t { kChat, kCompletion };
+
+// Limits and defaults of the OpenAI surface (the `api` config section).
+struct OpenAiApiConfig {
+  int32_t default_max_tokens = 256;  // when the request gives none
+  int32_t max_stop_strings = 4;
+  int32_t max_top_logprobs = 20;
+  int32_t max_batch_items = 1000;    // /v1/batch: more is 413
+  uint64_t max_stream_buffer_bytes = 8u << 20;  // per request, before a slow client is dropped
+};
+
+struct CompletionRequest {
+  ApiKind kind = ApiKind::kChat;
+  std::string model;  // as sent ("" when absent)
+  engine::GenerateRequest generate;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string user;
+};
+
+using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
+
+// `served_model_id`: the only model name accepted (an absent or empty `model` means it too);
+// any other name is a 404.
+ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
+                                          std::string_view served_model_id,
+                                          const OpenAiApiConfig& config);
+
+// The status, OpenAI error type and code for an engine error.
+ApiError api_error_from(const engine::RequestError& error);
+
+}  // namespace troupe::net

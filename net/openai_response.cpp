@@ -1,0 +1,174 @@
+#include "net/openai_response.hpp"
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "net/json_writer.hpp"
+
+namespace troupe::net {
+namespace {
+
+std::string_view object_name(ApiKind kind, bool chunk) {
+  switch (kind) {
+    case ApiKind::kChat: return chunk ? "chat.completion.chunk" : "chat.completion";
+    case ApiKind::kCompletion: return "text_completion";
+  }
+  return "text_completion";
+}
+
+void write_head(JsonWriter& w, const ResponseIdentity& identity, bool chunk) {
+  w.field("id", identity.id).field("object", object_name(identity.kind, chunk));
+  w.field("created", identity.created).field("model", identity.model);
+  w.field("system_fingerprint", "troupe");
+}
+
+void write_bytes(JsonWriter& w, std::string_view text) {
+  w.key("bytes").begin_array();
+  for (const char c : text) w.value(static_cast<int>(static_cast<unsigned char>(c)));
+  w.end_array();
+}
+
+// Chat: {"content":[{"token","logprob","bytes","top_logprobs":[...]}]}
+void write_chat_logprobs(JsonWriter& w, std::span<const engine::TokenInfo> tokens,
+                         const TokenTextFn& token_text) {
+  w.begin_object().key("content").begin_array();
+  for (const engine::TokenInfo& token : tokens) {
+    w.begin_object().field("token", token.text).field("logprob", token.logprob);
+    write_bytes(w, token.text);
+    w.key("top_logprobs").begin_array();
+    for (const auto& [id, logprob] : token.top_logprobs) {
+      const std::string text = token_text(id);
+      w.begin_object().field("token", text).field("logprob", logprob);
+      write_bytes(w, text);
+      w.end_object();
+    }
+    w.end_array().end_object();
+  }
+  w.end_array().end_object();
+}
+
+// Completions: {"tokens","token_logprobs","top_logprobs":[{text: logprob}],"text_offset"}
+void write_completion_logprobs(JsonWriter& w, std::span<const engine::TokenInfo> tokens,
+                               size_t text_offset, const TokenTextFn& token_text) {
+  w.begin_object().key("tokens").begin_array();
+  for (const auto& token : tokens) w.value(token.text);
+  w.end_array().key("token_logprobs").begin_array();
+  for (const auto& token : tokens) w.value(token.logprob);
+  w.end_array().key("top_logprobs").begin_array();
+  for (const auto& token : tokens) {
+    w.begin_object();
+    for (const auto& [id, logprob] : token.top_logprobs) w.field(token_text(id), logprob);
+    w.end_object();
+  }
+  w.end_array().key("text_offset").begin_array();
+  size_t offset = text_offset;
+  for (const auto& token : tokens) {
+    w.value(static_cast<uint64_t>(offset));
+    offset += token.text.size();
+  }
+  w.end_array().end_object();
+}
+
+void write_logprobs(JsonWriter& w, ApiKind kind, const ChunkContent& content,
+                    const TokenTextFn& token_text) {
+  w.key("logprobs");
+  if (!content.with_logprobs) {
+    w.null();
+    return;
+  }
+  switch (kind) {
+    case ApiKind::kChat: write_chat_logprobs(w, content.tokens, token_text); break;
+    case ApiKind::kCompletion:
+      write_completion_logprobs(w, content.tokens, content.text_offset, token_text);
+      break;
+  }
+}
+
+void write_usage(JsonWriter& w, const engine::Usage& usage) {
+  w.key("usage").begin_object();
+  w.field("prompt_tokens", usage.prompt_tokens);
+  w.field("completion_tokens", usage.completion_tokens);
+  w.field("total_tokens", usage.prompt_tokens + usage.completion_tokens);
+  w.key("prompt_tokens_details").begin_object();
+  w.field("cached_tokens", usage.cached_prompt_tokens).end_object();
+  w.end_object();
+}
+
+void write_finish_reason(JsonWriter& w, std::optional<std::string_view> finish_reason) {
+  w.key("finish_reason");
+  finish_reason ? w.value(*finish_reason) : w.null();
+}
+
+}  // namespace
+
+std::string make_response_id(ApiKind kind) {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  const uint64_t high = random();
+  const uint32_t low = static_cast<uint32_t>(random());
+  return fmt::format("{}{:016x}{:08x}", kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-", high, low);
+}
+
+std::string sse_event(std::string_view json) {
+  std::string event;
+  event.reserve(json.size() + 8);
+  event.append("data: ").append(json).append("\n\n");
+  return event;
+}
+
+std::string chunk_json(const ResponseIdentity& identity, const ChunkContent& content, bool first,
+                       std::optional<std::string_view> finish_reason,
+                       const TokenTextFn& token_text) {
+  JsonWriter w;
+  w.begin_object();
+  write_head(w, identity, true);
+  w.key("choices").begin_array().begin_object().field("index", 0);
+  switch (identity.kind) {
+    case ApiKind::kChat:
+      w.key("delta").begin_object();
+      if (first) w.field("role", "assistant");
+      if (!content.text.empty() || first) w.field("content", content.text);
+      w.end_object();
+      break;
+    case ApiKind::kCompletion: w.field("text", content.text); break;
+  }
+  write_logprobs(w, identity.kind, content, token_text);
+  write_finish_reason(w, finish_reason);
+  w.end_object().end_array().end_object();
+  return w.take();
+}
+
+std::string usage_chunk_json(const ResponseIdentity& identity, const engine::Usage& usage) {
+  JsonWriter w;
+  w.begin_object();
+  write_head(w, identity, true);
+  w.key("choices").begin_array().end_array();
+  write_usage(w, usage);
+  w.end_object();
+  return w.take();
+}
+
+std::string completion_json(const ResponseIdentity& identity, const ChunkContent& content,
+                            const engine::Completion& completion, const TokenTextFn& token_text) {
+  JsonWriter w;
+  w.begin_object();
+  write_head(w, identity, false);
+  w.key("choices").begin_array().begin_object().field("index", 0);
+  switch (identity.kind) {
+    case ApiKind::kChat:
+      w.key("message").begin_object().field("role", "assistant");
+      w.field("content", content.text).end_object();
+      break;
+    case ApiKind::kCompletion: w.field("text", content.text); break;
+  }
+  write_logprobs(w, identity.kind, content, token_text);
+  write_finish_reason(w, std::string_view(completion.finish_reason));
+  w.end_object().end_array();
+  write_usage(w, completion.usage);
+  w.end_object();
+  return w.take();
+}
+
+std::string error_json(const ApiError& error) { return error_response(error).body; }
+
+}  // namespace troupe::net

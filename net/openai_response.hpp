@@ -1,0 +1,57 @@
+// Builds OpenAI response bodies: `chat.completion`, `chat.completion.chunk`, `text_completion`
+// (whole and streamed), usage and logprobs, plus SSE framing. Pure text in, JSON text out.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "actors/engine/engine_types.hpp"
+#include "net/openai_request.hpp"
+
+namespace troupe::net {
+
+// What every response and chunk of one request shares.
+struct ResponseIdentity {
+  ApiKind kind = ApiKind::kChat;
+  std::string id;  // "chatcmpl-…" / "cmpl-…"
+  int64_t created = 0;
+  std::string model;
+};
+
+// A token id's text, for top_logprobs alternatives (the tokenizer's piece).
+using TokenTextFn = std::function<std::string(int32_t)>;
+
+// "chatcmpl-" or "cmpl-" followed by 24 random hex digits.
+std::string make_response_id(ApiKind kind);
+
+// One server-sent event: "data: <json>\n\n".
+std::string sse_event(std::string_view json);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// A streamed piece: text and, when asked for, its tokens' logprobs. `text_offset` is where this
+// piece starts in the completion text (completions' logprobs.text_offset).
+struct ChunkContent {
+  std::string_view text;
+  std::span<const engine::TokenInfo> tokens;
+  bool with_logprobs = false;
+  size_t text_offset = 0;
+};
+
+// Chat: `first` adds "role":"assistant" to the delta. `finish_reason` set: the final chunk.
+std::string chunk_json(const ResponseIdentity& identity, const ChunkContent& content, bool first,
+                       std::optional<std::string_view> finish_reason, const TokenTextFn& token_text);
+// The trailing usage chunk (choices: []) of stream_options.include_usage.
+std::string usage_chunk_json(const ResponseIdentity& identity, const engine::Usage& usage);
+// The whole non-streamed response.
+std::string completion_json(const ResponseIdentity& identity, const ChunkContent& content,
+                            const engine::Completion& completion, const TokenTextFn& token_text);
+// An error inside a stream that already sent its headers: {"error":{...}}.
+std::string error_json(const ApiError& error);
+
+}  // namespace troupe::net

@@ -1,0 +1,73 @@
+// The RequestSink of one chat/completions HTTP request: turns the engine's deltas into SSE
+// chunks (stream) or one JSON body (no stream) on the request's ResponseStream, records the
+// latency metrics and writes the access-log line.
+//
+// Thread-safety: the engine calls the sink on its ingress thread, in order (on_delta*, then one
+// of on_finish/on_error); the sink only appends to the ResponseStream, which never blocks.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/engine/engine.hpp"
+#include "net/metrics.hpp"
+#include "net/openai_response.hpp"
+#include "net/response_stream.hpp"
+#include "net/server_state.hpp"
+
+namespace troupe::net {
+
+// What every OpenAI handler shares; kept alive by the routes and by every live sink.
+struct OpenAiContext {
+  OpenAiContext(engine::Engine& e, const ServerState& s, OpenAiApiConfig c)
+      : engine(e), state(s), config(c) {}
+  engine::Engine& engine;
+  const ServerState& state;
+  OpenAiApiConfig config;
+  ServingMetrics metrics;
+  TokenTextFn token_text() const;
+};
+
+struct SinkOptions {
+  std::string route;  // for the access log
+  bool stream = false;
+  bool include_usage = false;
+  bool with_logprobs = false;
+};
+
+class CompletionSink final : public engine::RequestSink {
+ public:
+  CompletionSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<ResponseStream> out,
+                 ResponseIdentity identity, SinkOptions options);
+
+  bool on_delta(engine::RequestId request_id, engine::TokenDelta delta) override;
+  void on_finish(engine::RequestId request_id, engine::Completion completion) override;
+  void on_error(engine::RequestId request_id, engine::RequestError error) override;
+
+ private:
+  bool start_stream();
+  void record_token_times(int32_t num_generated_tokens);
+  void log_access(engine::RequestId request_id, int status, const engine::Usage& usage,
+                  std::string_view finish_reason) const;
+
+  std::shared_ptr<OpenAiContext> context_;
+  std::shared_ptr<ResponseStream> out_;
+  ResponseIdentity identity_;
+  SinkOptions options_;
+  TokenTextFn token_text_;
+  std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_token_time_;
+  int32_t num_tokens_seen_ = 0;
+  double first_token_ms_ = -1;
+  bool stream_started_ = false;
+  std::string text_;                       // no stream: the whole answer
+  std::vector<engine::TokenInfo> tokens_;  // no stream: every token's logprobs
+  size_t text_offset_ = 0;                 // stream: completions' logprobs.text_offset
+};
+
+// The response for an engine error (429 carries Retry-After).
+HttpResponse engine_error_response(const ApiError& error);
+
+}  // namespace troupe::net

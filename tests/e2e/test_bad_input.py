@@ -1,0 +1,89 @@
+"""Every bad input gets its own OpenAI-shaped error, and the server keeps serving (issue 6)."""
+import socket
+
+import pytest
+import requests
+
+from test_openai_api import MODEL_ID, _engine_routes_wired  # noqa: F401  (autouse fixture)
+
+CHAT = "/v1/chat/completions"
+GOOD = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+def post(server, path, body, content_type="application/json"):
+    data = body if isinstance(body, bytes) else body.encode()
+    return requests.post(server.base_url + path, data=data,
+                         headers={"Content-Type": content_type}, timeout=60)
+
+
+def assert_error(r, status, param=None):
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    if param is not None:
+        assert error["param"] == param, error
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", "hot"), ("temperature", 3), ("top_p", 0), ("top_p", 1.5), ("n", 2),
+    ("max_tokens", 0), ("max_tokens", "4"), ("stop", 5), ("stop", ["a", "b", "c", "d", "e"]),
+    ("seed", "x"), ("presence_penalty", 9), ("logprobs", "yes"), ("top_logprobs", 50),
+    ("stream", "yes"), ("priority", "urgent"), ("top_k", 1.5), ("min_p", 2),
+    ("repetition_penalty", 0), ("ignore_eos", 1), ("user", 5),
+])
+def test_bad_field_is_400_naming_it(server, field, value):
+    body = dict(GOOD, **{field: value})
+    if field == "top_logprobs":
+        body["logprobs"] = True
+    import json
+    assert_error(post(server, CHAT, json.dumps(body)), 400, field)
+
+
+def test_malformed_json_names_position(server):
+    r = post(server, CHAT, '{"messages": [\n {"role" "user"}]}')
+    assert_error(r, 400)
+    assert "line 2" in r.json()["error"]["message"]
+
+
+def test_invalid_utf8_is_400(server):
+    assert_error(post(server, CHAT, b'{"messages":[{"role":"user","content":"a\xff"}]}'), 400)
+    assert_error(post(server, CHAT, '{"messages":[{"role":"user","content":"a\\ud800"}]}'), 400)
+
+
+def test_unknown_model_is_404(server):
+    assert_error(post(server, CHAT, '{"model":"nope","messages":[{"role":"user","content":"x"}]}'),
+                 404, "model")
+
+
+def test_prompt_too_long_is_400(server):
+    r = post(server, "/v1/completions", '{"prompt": "%s", "max_tokens": 4}' % ("hello " * 9000))
+    assert_error(r, 400)
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_missing_and_wrong_shapes(server):
+    assert_error(post(server, CHAT, "{}"), 400, "messages")
+    assert_error(post(server, CHAT, "[]"), 400)
+    assert_error(post(server, "/v1/completions", '{"prompt": {"a": 1}}'), 400, "prompt")
+    assert_error(post(server, CHAT, '{"messages": []}'), 400, "messages")
+
+
+def test_oversize_body_is_413(server):
+    assert_error(post(server, CHAT, b"x" * (9 << 20)), 413)
+
+
+def test_tokenize_detokenize(server):
+    r = post(server, "/tokenize", '{"prompt": "Hello world"}')
+    assert r.status_code == 200
+    tokens = r.json()["tokens"]
+    assert r.json()["count"] == len(tokens) > 0
+    r = post(server, "/detokenize", '{"tokens": %s}' % tokens)
+    assert "Hello world" in r.json()["prompt"]
+    assert_error(post(server, "/detokenize", '{"tokens": [99999999]}'), 400, "tokens")
+
+
+def test_server_still_serves_after_bad_inputs(server):
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"mess")
+    r = post(server, CHAT, __import__("json").dumps(GOOD))
+    assert r.status_code == 200

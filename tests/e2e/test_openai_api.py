@@ -1,0 +1,142 @@
+"""The OpenAI-compatible API end to end with the official `openai` client (issue 6).
+Skipped until app/serve.cpp wires the engine routes (POST /v1/chat/completions answers 404)."""
+import re
+import socket
+import time
+
+import openai
+import pytest
+import requests
+
+MODEL_ID = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(autouse=True)
+def _engine_routes_wired(server):
+    r = requests.post(server.base_url + "/v1/chat/completions", json={}, timeout=10)
+    if r.status_code == 404 and r.json()["error"].get("code") == "not_found":
+        pytest.skip("the engine routes are not wired into troupe serve yet")
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def chat(client, content="Say hello.", **kwargs):
+    return client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": content}], **kwargs)
+
+
+def test_chat_completion(client):
+    r = chat(client, max_tokens=8, temperature=0)
+    assert r.object == "chat.completion"
+    assert r.id.startswith("chatcmpl-")
+    assert r.model == MODEL_ID
+    choice = r.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens <= 8
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_chat_stream_with_usage(client):
+    chunks = list(chat(client, max_tokens=8, temperature=0, stream=True,
+                       stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens <= 8
+    whole = chat(client, max_tokens=8, temperature=0)
+    assert text == whole.choices[0].message.content  # greedy: same text streamed or not
+
+
+def test_completion_and_stream(client):
+    r = client.completions.create(model=MODEL_ID, prompt="The capital of France is",
+                                  max_tokens=6, temperature=0, logprobs=2)
+    assert r.object == "text_completion" and r.id.startswith("cmpl-")
+    assert r.choices[0].text
+    assert len(r.choices[0].logprobs.tokens) == r.usage.completion_tokens
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL_ID, prompt="The capital of France is", max_tokens=6, temperature=0,
+        stream=True) if c.choices)
+    assert streamed == r.choices[0].text
+
+
+def test_stop_string(client):
+    r = client.completions.create(model=MODEL_ID, prompt="1, 2, 3, 4,", max_tokens=20,
+                                  temperature=0, stop=[" 7"])
+    assert " 7" not in r.choices[0].text
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_seed_reproducibility(client):
+    a = chat(client, "Tell me a story.", max_tokens=16, temperature=1.0, seed=1234)
+    b = chat(client, "Tell me a story.", max_tokens=16, temperature=1.0, seed=1234)
+    assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_chat_logprobs(client):
+    r = chat(client, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+
+
+def test_errors_map_to_client_exceptions(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError) as bad:
+        chat(client, temperature=5)
+    assert bad.value.body["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError):
+        chat(client, n=2)
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.completions.create(model=MODEL_ID, prompt="hello " * 9000, max_tokens=4)
+    assert "context" in str(too_long.value) or too_long.value.body["code"] == "context_length_exceeded"
+
+
+def metric(server, name):
+    text = requests.get(server.base_url + "/metrics", timeout=5).text
+    m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    assert m, f"{name} missing from /metrics"
+    return float(m.group(1))
+
+
+def test_metrics_names(server, client):
+    chat(client, max_tokens=2)
+    text = requests.get(server.base_url + "/metrics", timeout=5).text
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "troupe:kv_blocks_used", "troupe:time_to_first_token_seconds_bucket",
+                 "troupe:inter_token_latency_seconds_bucket", "troupe:e2e_request_latency_seconds_count",
+                 "troupe:prompt_tokens_total", "troupe:generation_tokens_total"):
+        assert name in text, name
+
+
+def test_dropped_streams_free_everything(server):
+    body = (b'{"model":"%s","messages":[{"role":"user","content":"Write a long essay."}],'
+            b'"stream":true,"max_tokens":2000,"ignore_eos":true}' % MODEL_ID.encode())
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    sockets = []
+    for _ in range(50):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        s.sendall(request)
+        sockets.append(s)
+    for s in sockets[:5]:
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    for s in sockets:
+        s.close()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if (metric(server, "vllm:num_requests_running") == 0
+                and metric(server, "vllm:num_requests_waiting") == 0
+                and metric(server, "troupe:kv_blocks_used") == 0):
+            break
+        time.sleep(0.2)
+    assert metric(server, "vllm:num_requests_running") == 0
+    assert metric(server, "vllm:num_requests_waiting") == 0
+    assert metric(server, "troupe:kv_blocks_used") == 0
+    assert requests.get(server.base_url + "/health", timeout=5).status_code == 200

@@ -1,0 +1,198 @@
+// Response shapes, SSE framing, batch parsing and the metrics text: the pure codecs.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include "net/batch_codec.hpp"
+#include "net/metrics.hpp"
+#include "net/openai_response.hpp"
+
+namespace troupe::net {
+namespace {
+
+simdjson::dom::element parse(simdjson::dom::parser& parser, const std::string& json) {
+  simdjson::dom::element root;
+  EXPECT_EQ(parser.parse(json).get(root), simdjson::SUCCESS) << json;
+  return root;
+}
+
+// A JSON number as double (whole numbers parse as integers).
+double number(simdjson::dom::element e) {
+  return e.is_int64() ? static_cast<double>(int64_t(e)) : double(e);
+}
+
+std::string token_text(int32_t id) { return "t" + std::to_string(id); }
+
+TEST(Sse, FramesEventsAndDone) {
+  EXPECT_EQ(sse_event(R"({"a":1})"), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
+  EXPECT_TRUE(make_response_id(ApiKind::kChat).starts_with("chatcmpl-"));
+  EXPECT_TRUE(make_response_id(ApiKind::kCompletion).starts_with("cmpl-"));
+}
+
+TEST(OpenAiResponse, ChatChunksAndCompletion) {
+  simdjson::dom::parser parser;
+  const ResponseIdentity id{ApiKind::kChat, "chatcmpl-1", 123, "M"};
+  const std::vector<engine::TokenInfo> tokens{{5, "Hi", -0.25f, {{5, -0.25f}, {6, -2.0f}}}};
+  const std::string first = chunk_json(id, {"Hi", tokens, true, 0}, true, std::nullopt, token_text);
+  auto root = parse(parser, first);
+  EXPECT_EQ(std::string_view(root["object"]), "chat.completion.chunk");
+  EXPECT_EQ(std::string_view(root["choices"].at(0)["delta"]["role"]), "assistant");
+  EXPECT_EQ(std::string_view(root["choices"].at(0)["delta"]["content"]), "Hi");
+  EXPECT_TRUE(root["choices"].at(0)["finish_reason"].is_null());
+  auto lp = root["choices"].at(0)["logprobs"]["content"].at(0);
+  EXPECT_EQ(std::string_view(lp["token"]), "Hi");
+  EXPECT_EQ(number(lp["logprob"]), -0.25);
+  EXPECT_EQ(int64_t(lp["bytes"].at(0)), 'H');
+  EXPECT_EQ(std::string_view(lp["top_logprobs"].at(1)["token"]), "t6");
+
+  const std::string last = chunk_json(id, {}, false, "stop", token_text);
+  root = parse(parser, last);
+  EXPECT_EQ(std::string_view(root["choices"].at(0)["finish_reason"]), "stop");
+  EXPECT_TRUE(root["choices"].at(0)["logprobs"].is_null());
+
+  root = parse(parser, usage_chunk_json(id, {10, 3, 4}));
+  EXPECT_EQ(simdjson::dom::array(root["choices"]).size(), 0u);
+  EXPECT_EQ(int64_t(root["usage"]["total_tokens"]), 13);
+  EXPECT_EQ(int64_t(root["usage"]["prompt_tokens_details"]["cached_tokens"]), 4);
+
+  engine::Completion done;
+  done.finish_reason = "length";
+  done.usage = {10, 2, 0};
+  root = parse(parser, completion_json(id, {"Hi there", {}, false, 0}, done, token_text));
+  EXPECT_EQ(std::string_view(root["object"]), "chat.completion");
+  EXPECT_EQ(std::string_view(root["choices"].at(0)["message"]["content"]), "Hi there");
+  EXPECT_EQ(std::string_view(root["choices"].at(0)["finish_reason"]), "length");
+  EXPECT_EQ(int64_t(root["usage"]["completion_tokens"]), 2);
+  EXPECT_EQ(int64_t(root["created"]), 123);
+}
+
+TEST(OpenAiResponse, TextCompletionWithLogprobs) {
+  simdjson::dom::parser parser;
+  const ResponseIdentity id{ApiKind::kCompletion, "cmpl-1", 1, "M"};
+  const std::vector<engine::TokenInfo> tokens{{1, "ab", -1.0f, {{1, -1.0f}}},
+                                              {2, "c", -2.0f, {{2, -2.0f}}}};
+  engine::Completion done;
+  done.finish_reason = "stop";
+  const std::string whole = completion_json(id, {"abc", tokens, true, 0}, done, token_text);
+  parse(parser, whole);
+  EXPECT_NE(whole.find(R"("object":"text_completion")"), std::string::npos);
+  EXPECT_NE(whole.find(R"("text":"abc","logprobs":{"tokens":["ab","c"],"token_logprobs":[-1,-2],)"
+                       R"("top_logprobs":[{"t1":-1},{"t2":-2}],"text_offset":[0,2]})"),
+            std::string::npos) << whole;
+  const std::string chunk =
+      chunk_json(id, {"c", tokens, false, 5}, false, std::nullopt, token_text);
+  parse(parser, chunk);
+  EXPECT_NE(chunk.find(R"("text":"c","logprobs":null)"), std::string::npos) << chunk;
+  const std::string with_offset =
+      chunk_json(id, {"c", std::span(tokens).subspan(1), true, 5}, false, std::nullopt, token_text);
+  EXPECT_NE(with_offset.find(R"("text_offset":[5])"), std::string::npos) << with_offset;
+}
+
+TEST(BatchCodec, ParsesJsonlWithBadItemsInOrder) {
+  const OpenAiApiConfig config;
+  const std::string body =
+      R"({"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}]}})"
+      "\n\n"
+      R"({"custom_id":"b","method":"POST","url":"/v1/completions","body":{"prompt":"x","temperature":9}})"
+      "\n"
+      R"(not json)"
+      "\n"
+      R"({"custom_id":"d","url":"/v1/embeddings","body":{}})"
+      "\r\n"
+      R"({"url":"/v1/completions","body":{"prompt":"x"}})"
+      "\n"
+      R"({"custom_id":"f","url":"/v1/completions","body":{"prompt":"y","stream":true}})";
+  const auto parsed = parse_batch(body, "application/jsonl", "M", config);
+  ASSERT_TRUE(std::holds_alternative<ParsedBatch>(parsed));
+  const ParsedBatch& batch = std::get<ParsedBatch>(parsed);
+  EXPECT_TRUE(batch.jsonl);
+  ASSERT_EQ(batch.items.size(), 6u);
+  EXPECT_TRUE(batch.items[0].request);
+  EXPECT_EQ(batch.items[1].response_error->param, "temperature");
+  EXPECT_TRUE(batch.items[2].line_error);
+  EXPECT_EQ(batch.items[3].response_error->param, "url");
+  EXPECT_TRUE(batch.items[4].line_error);
+  ASSERT_TRUE(batch.items[5].request);
+  EXPECT_FALSE(batch.items[5].request->stream);
+
+  simdjson::dom::parser parser;
+  auto root = parse(parser, batch_failed_item_json(batch.items[1]));
+  EXPECT_EQ(std::string_view(root["custom_id"]), "b");
+  EXPECT_EQ(int64_t(root["response"]["status_code"]), 400);
+  EXPECT_EQ(std::string_view(root["response"]["body"]["error"]["param"]), "temperature");
+  root = parse(parser, batch_failed_item_json(batch.items[2]));
+  EXPECT_TRUE(root["response"].is_null());
+  EXPECT_EQ(std::string_view(root["error"]["code"]), "invalid_json");
+  root = parse(parser, batch_result_json(batch.items[0], 200, "chatcmpl-x", R"({"ok":1})"));
+  EXPECT_EQ(int64_t(root["response"]["body"]["ok"]), 1);
+  EXPECT_TRUE(root["error"].is_null());
+}
+
+TEST(BatchCodec, JsonFormLimitsAndEmpty) {
+  OpenAiApiConfig config;
+  config.max_batch_items = 2;
+  const auto json = parse_batch(
+      R"({"requests":[{"custom_id":"a","url":"/v1/completions","body":{"prompt":"x"}}]})",
+      "application/json", "M", config);
+  ASSERT_TRUE(std::holds_alternative<ParsedBatch>(json));
+  EXPECT_FALSE(std::get<ParsedBatch>(json).jsonl);
+  const std::string line = R"({"custom_id":"a","url":"/v1/completions","body":{"prompt":"x"}})";
+  const auto big = parse_batch(line + "\n" + line + "\n" + line, "application/jsonl", "M", config);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(big));
+  EXPECT_EQ(std::get<ApiError>(big).status, 413);
+  const auto empty = parse_batch("\n\n", "application/jsonl", "M", config);
+  EXPECT_EQ(std::get<ApiError>(empty).status, 400);
+  const auto broken = parse_batch(R"({"requests":[)", "application/json", "M", config);
+  EXPECT_EQ(std::get<ApiError>(broken).status, 400);
+}
+
+TEST(Metrics, HistogramAndExposition) {
+  Histogram h({0.1, 1.0});
+  h.observe(0.05);
+  h.observe(0.5);
+  h.observe(5);
+  const auto s = h.snapshot();
+  EXPECT_EQ(s.cumulative_counts, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(s.count, 3u);
+  EXPECT_DOUBLE_EQ(s.sum, 5.55);
+
+  PrometheusText p(PrometheusText::Labels{{"model_name", "M\"x"}});
+  p.gauge("a:b", "help", 2);
+  p.histogram("h", "hist", s);
+  EXPECT_EQ(p.str(),
+            "# HELP a:b help\n# TYPE a:b gauge\na:b{model_name=\"M\\\"x\"} 2\n"
+            "# HELP h hist\n# TYPE h histogram\n"
+            "h_bucket{model_name=\"M\\\"x\",le=\"0.1\"} 1\n"
+            "h_bucket{model_name=\"M\\\"x\",le=\"1\"} 2\n"
+            "h_bucket{model_name=\"M\\\"x\",le=\"+Inf\"} 3\n"
+            "h_sum{model_name=\"M\\\"x\"} 5.55\nh_count{model_name=\"M\\\"x\"} 3\n");
+
+  engine::EngineStats stats;
+  stats.num_running = 3;
+  stats.num_waiting = 4;
+  stats.kv_usage_ratio = 0.25;
+  stats.kv_blocks_used = 7;
+  ServingMetrics serving;
+  engine::Completion done;
+  done.finish_reason = "stop";
+  done.usage.completion_tokens = 2;
+  done.timings.time_to_first_token_ms = 30;
+  serving.record_finish(done);
+  const std::string text = render_metrics(stats, serving, "M");
+  for (const char* needle :
+       {"vllm:num_requests_running{model_name=\"M\"} 3\n",
+        "vllm:num_requests_waiting{model_name=\"M\"} 4\n",
+        "vllm:kv_cache_usage_perc{model_name=\"M\"} 0.25\n",
+        "troupe:kv_blocks_used{model_name=\"M\"} 7\n",
+        "troupe:request_success_total{model_name=\"M\",finished_reason=\"stop\"} 1\n",
+        "troupe:time_to_first_token_seconds_bucket{model_name=\"M\",le=\"0.04\"} 1\n",
+        "# TYPE troupe:inter_token_latency_seconds histogram\n",
+        "# TYPE troupe:e2e_request_latency_seconds histogram\n",
+        "# TYPE troupe:request_queue_time_seconds histogram\n",
+        "troupe:step_time_seconds{model_name=\"M\",quantile=\"0.99\"} 0\n"}) {
+    EXPECT_NE(text.find(needle), std::string::npos) << needle;
+  }
+}
+
+}  // namespace
+}  // namespace troupe::net
