@@ -194,6 +194,9 @@ EngineStats EngineImpl::stats() const {
   out.num_steps = s.num_steps;
   out.tokens_per_s_10s = front->tokens_per_s;
   out.step_time = sched->step_time;
+  if (sched->total_tick_ms > 0) {
+    out.engine_overhead_ratio = 1.0 - sched->total_device_ms / sched->total_tick_ms;
+  }
   out.time_to_first_token = front->time_to_first_token;
   out.uptime_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
   out.draining = draining_.load(std::memory_order_acquire);

@@ -31,7 +31,7 @@ struct GenerateRequest {
   std::optional<std::string> prompt_text;
   std::vector<int32_t> prompt_token_ids;
   model::SamplingParams sampling;
-  model::StopConditions stop;
+  model::StopConditions stop;  // stop.max_tokens <= 0: as many as the context leaves
   Priority priority = Priority::kNormal;
   bool include_stop_string_in_output = false;
 };
@@ -127,7 +127,10 @@ struct EngineStats {
   uint64_t generation_tokens_total = 0;
   uint64_t num_steps = 0;
   double tokens_per_s_10s = 0;  // generated tokens per second over the last 10 s
-  LatencySummary step_time;
+  LatencySummary step_time;       // a whole tick: schedule, device step, bookkeeping
+  // Time the engine spent outside the backend, as a share of all tick time since start
+  // (DESIGN.md: the scheduler must stay a rounding error next to a forward pass).
+  double engine_overhead_ratio = 0;
   LatencySummary time_to_first_token;
   double uptime_s = 0;
   bool draining = false;

@@ -49,6 +49,8 @@ struct SchedulerSnapshot {
   scheduler::SchedulerStats stats;
   std::vector<scheduler::SlotInfo> slots;
   LatencySummary step_time;
+  double total_tick_ms = 0;
+  double total_device_ms = 0;
 };
 
 struct LiveRequestSummary {

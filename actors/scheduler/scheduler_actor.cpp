@@ -96,9 +96,10 @@ boost::asio::awaitable<void> SchedulerActor::run() {
     }
     auto flushing = flush_ended();
     co_await std::move(flushing);
+    const Clock::time_point tick_started = Clock::now();
     StepPlan plan = policy_.schedule();
     if (!plan.empty()) {
-      auto stepping = run_step(std::move(plan));
+      auto stepping = run_step(std::move(plan), tick_started);
       co_await std::move(stepping);
       continue;
     }
@@ -110,7 +111,8 @@ boost::asio::awaitable<void> SchedulerActor::run() {
   }
 }
 
-boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan) {
+boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
+                                                      Clock::time_point tick_started) {
   const Clock::time_point started = Clock::now();
   const uint64_t step_id = plan.batch.step_id;
   std::vector<RequestId> scheduled;
@@ -126,6 +128,7 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan) {
     auto waiting = done->wait();
     outcome = co_await std::move(waiting);
   }
+  const Clock::time_point device_done = Clock::now();
   if (!outcome) {
     // Cancelled while the device works (shutdown past its deadline) or the worker is gone.
     outcome.emplace();
@@ -144,10 +147,17 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan) {
   }
   StepUpdate update = policy_.on_step_complete(outcome->result);
   const Clock::time_point finished = Clock::now();
-  step_time_.add(std::chrono::duration<double, std::milli>(finished - started).count());
   ingress::IngressMessage events{ingress::StepEvents{std::move(update), std::move(scheduled), finished}};
   auto reporting = send_to_ingress(std::move(events));
   co_await std::move(reporting);
+  // Engine overhead: the tick's time outside the backend's step (schedule, hand-off, wake-up,
+  // on_step_complete, reporting). The device time includes the backend's own queueing.
+  const Clock::time_point reported = Clock::now();
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  step_time_.add(ms(reported - tick_started));
+  const double device_ms = ms(device_done - started);
+  total_tick_ms_ += ms(reported - tick_started);
+  total_device_ms_ += device_ms;
   publish_stats();
 }
 
@@ -156,6 +166,8 @@ void SchedulerActor::publish_stats() {
   snapshot.stats = policy_.stats();
   snapshot.slots = policy_.slots();
   snapshot.step_time = step_time_.summary();
+  snapshot.total_tick_ms = total_tick_ms_;
+  snapshot.total_device_ms = total_device_ms_;
   board_->publish_scheduler(std::move(snapshot));
 }
 

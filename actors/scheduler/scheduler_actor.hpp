@@ -19,6 +19,7 @@
 // send()/shutdown() from any thread; everything else runs on the actor's executor.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -50,7 +51,7 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
 
  private:
   void apply(SchedulerMessage message);
-  boost::asio::awaitable<void> run_step(StepPlan plan);
+  boost::asio::awaitable<void> run_step(StepPlan plan, std::chrono::steady_clock::time_point tick_started);
   boost::asio::awaitable<void> send_to_ingress(ingress::IngressMessage message);
   boost::asio::awaitable<void> flush_ended();
   void cancel_everything();
@@ -65,6 +66,8 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   std::vector<FinishedSequence> ended_;
   std::vector<ingress::AdmissionRefused> refused_;
   engine::RollingLatency step_time_;
+  double total_tick_ms_ = 0;    // whole ticks that ran a step
+  double total_device_ms_ = 0;  // ... of which the backend's step
 };
 
 }  // namespace troupe::scheduler
