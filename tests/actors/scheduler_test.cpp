@@ -357,6 +357,47 @@ TEST(SchedulerTest, HigherPriorityPreemptsTheLowestPriorityLatestArrival) {
   EXPECT_EQ(h.scheduler.stats().num_preemptions, 1u);
 }
 
+TEST(SchedulerTest, EqualPriorityNeverPreemptsAndPreemptedRequestsCanBeCancelled) {
+  auto config = small_config();
+  config.max_num_seqs = 2;
+  SchedulerHarness h(config);
+  h.add(1, token_range(20, 100), 30, Priority::kNormal);
+  h.add(2, token_range(20, 200), 30, Priority::kLow);
+  h.step();
+  h.add(3, token_range(20, 300), 5, Priority::kNormal);  // same as 1, above 2
+  auto plan = h.step();
+  EXPECT_EQ(plan->preempted, std::vector<RequestId>{2});
+  h.add(4, token_range(20, 400), 5, Priority::kNormal);  // only equal priorities run now
+  plan = h.step();
+  EXPECT_TRUE(plan->preempted.empty());
+  EXPECT_EQ(h.scheduler.stats().num_waiting, 2);
+  // Cancel the preempted one while it waits: it holds nothing, the queue forgets it.
+  const auto cancelled = h.scheduler.cancel(2);
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_EQ(cancelled->num_preemptions, 1);
+  EXPECT_EQ(cancelled->num_generated_tokens, 1);  // its second decode was unscheduled
+  h.run_until_idle();
+  for (RequestId id : {1, 3, 4}) {
+    EXPECT_EQ(h.outputs[static_cast<RequestId>(id)], h.expected_output(static_cast<RequestId>(id)));
+  }
+  EXPECT_EQ(h.scheduler.kv_cache().stats().num_referenced, 0);
+}
+
+TEST(SchedulerTest, PriorityPreemptionCanBeTurnedOff) {
+  auto config = small_config();
+  config.max_num_seqs = 1;
+  config.enable_priority_preemption = false;
+  SchedulerHarness h(config);
+  h.add(1, token_range(20, 100), 4, Priority::kLow);
+  h.step();
+  h.add(2, token_range(20, 200), 4, Priority::kCritical);
+  const auto plan = h.step();
+  EXPECT_TRUE(plan->preempted.empty());
+  EXPECT_EQ(ids_in(*plan), std::vector<RequestId>{1});
+  h.run_until_idle();
+  EXPECT_EQ(h.scheduler.stats().num_preemptions, 0u);
+}
+
 TEST(SchedulerTest, KvPressurePreemptsByRecomputeAndTheOutputIsUnchanged) {
   auto config = small_config();
   config.num_blocks = 10;  // 160 tokens for three sequences that grow to ~100 each
