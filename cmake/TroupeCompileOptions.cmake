@@ -26,8 +26,12 @@ function(troupe_add_test)
   target_link_libraries(${T_NAME} PRIVATE troupe_options ${T_LIBS} GTest::gtest_main GTest::gmock)
   target_compile_definitions(${T_NAME} PRIVATE
     TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  # gtest_discover_tests flattens a property list on its way to the generated test file, so the
+  # labels travel as one string ("unit:actors:runtime"); ctest -L / -LE take regexes, so
+  # `ctest -L runtime` and `ctest -LE slow` still select by any one tag.
+  string(REPLACE ";" ":" _labels "${T_LABELS}")
   gtest_discover_tests(${T_NAME}
-    PROPERTIES LABELS "${T_LABELS}"
+    PROPERTIES LABELS "${_labels}"
     DISCOVERY_TIMEOUT 60)
 endfunction()
 

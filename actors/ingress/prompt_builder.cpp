@@ -12,10 +12,6 @@ RequestError invalid(std::string message, std::string param) {
   return RequestError{ErrorCode::kInvalidRequest, std::move(message), std::move(param)};
 }
 
-// Marks where each message's content sits in the rendered template. Control characters that no
-// chat template emits, so they cannot collide with template text.
-std::string content_marker(size_t index) { return fmt::format("\x01troupe-content-{}\x02", index); }
-
 }  // namespace
 
 PromptBuilder::PromptBuilder(model::Tokenizer tokenizer, model::ChatTemplate chat_template,
@@ -24,43 +20,10 @@ PromptBuilder::PromptBuilder(model::Tokenizer tokenizer, model::ChatTemplate cha
 
 std::vector<int32_t> PromptBuilder::tokenize_chat(
     const std::vector<model::ChatMessage>& messages) const {
-  std::vector<int32_t> ids;
-  if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) ids.push_back(tokenizer_.bos_id());
-
-  // Common case: no content spells a special token, so the whole rendering is tokenized at once
-  // (exactly as llama.cpp's server does it).
-  bool content_has_special = false;
-  for (const model::ChatMessage& m : messages) {
-    if (tokenizer_.encode(m.content, true) != tokenizer_.encode(m.content, false)) {
-      content_has_special = true;
-      break;
-    }
-  }
-  if (!content_has_special) {
-    const std::vector<int32_t> body = tokenizer_.encode(chat_template_.apply(messages, true), true);
-    ids.insert(ids.end(), body.begin(), body.end());
-    return ids;
-  }
-
-  // Render with markers in place of the contents, then tokenize template text with special
-  // tokens and each content without them.
-  std::vector<model::ChatMessage> marked = messages;
-  for (size_t i = 0; i < marked.size(); ++i) marked[i].content = content_marker(i);
-  const std::string rendered = chat_template_.apply(marked, true);
-  size_t cursor = 0;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string marker = content_marker(i);
-    const size_t at = rendered.find(marker, cursor);
-    if (at == std::string::npos) continue;  // a template may drop a message (none does today)
-    const auto head = tokenizer_.encode(std::string_view(rendered).substr(cursor, at - cursor), true);
-    const auto content = tokenizer_.encode(messages[i].content, false);
-    ids.insert(ids.end(), head.begin(), head.end());
-    ids.insert(ids.end(), content.begin(), content.end());
-    cursor = at + marker.size();
-  }
-  const auto tail = tokenizer_.encode(std::string_view(rendered).substr(cursor), true);
-  ids.insert(ids.end(), tail.begin(), tail.end());
-  return ids;
+  // encode_chat tokenizes the whole rendering at once (exactly llama.cpp's ids) but refuses
+  // special-token matches inside message contents and roles: user text cannot forge a turn.
+  // It prepends BOS itself when the tokenizer asks for it.
+  return model::encode_chat(tokenizer_, chat_template_, messages, /*add_generation_prompt=*/true);
 }
 
 std::optional<RequestError> PromptBuilder::check_sampling(
