@@ -103,6 +103,12 @@ ObjectReader http_reader(net::HttpServerConfig& http) {
   reader.on("keep_alive_timeout_ms", [&http](element v, const std::string& p) {
     http.keep_alive_timeout = milliseconds(read_uint(v, p, 1, 3'600'000));
   });
+  reader.on("ws_idle_timeout_ms", [&http](element v, const std::string& p) {
+    http.ws_idle_timeout = milliseconds(read_uint(v, p, 1000, 86'400'000));
+  });
+  reader.on("ws_max_message_bytes", [&http](element v, const std::string& p) {
+    http.ws_max_message_bytes = read_uint(v, p, 1024, uint64_t{1} << 30);
+  });
   reader.on("shutdown_grace_ms", [&http](element v, const std::string& p) {
     http.shutdown_grace = milliseconds(read_uint(v, p, 0, 600'000));
   });

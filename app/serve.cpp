@@ -17,6 +17,8 @@
 #include "net/api_routes.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_routes.hpp"
+#include "net/web_page.hpp"
+#include "net/ws_chat.hpp"
 #include "net/server_state.hpp"
 
 namespace troupe::app {
@@ -98,7 +100,12 @@ int run_serve(const ServeOptions& options) {
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, *state);
   net::add_openai_routes(*router, *engine, *state, config.api);
+  net::add_web_page_routes(*router);
   net::HttpServer server(config.http, router);
+  net::WsChatConfig ws_chat;
+  ws_chat.api = config.api;
+  ws_chat.served_model_id = m.id;
+  server.add_websocket_route("/v1/chat/ws", net::ws_chat_factory(*engine, ws_chat));
   try {
     server.start();
   } catch (const std::system_error& e) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cerrno>
 #include <mutex>
+#include <map>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -22,11 +23,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include "net/response_stream.hpp"
+#include "net/ws_session.hpp"
 
 namespace troupe::net {
 
@@ -134,6 +137,7 @@ struct HttpServer::Impl {
   std::atomic<int> num_connections{0};
   std::mutex connections_mutex;
   std::set<std::shared_ptr<Connection>> connections;
+  std::map<std::string, WebSocketFactory, std::less<>> websocket_routes;
   uint16_t bound_port = 0;
   bool started = false;
   bool stopped = false;
@@ -184,6 +188,18 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
       out->respond(parse_error_response(read_ec, config.max_body_bytes));
     } else {
       http::request<http::string_body> request = parser.release();
+      if (beast::websocket::is_upgrade(request)) {
+        const std::string_view target(request.target().data(), request.target().size());
+        auto route = websocket_routes.find(target.substr(0, target.find('?')));
+        if (route != websocket_routes.end()) {
+          // The connection becomes a WebSocket session for the rest of its life.
+          WsSessionConfig ws_config{config.ws_idle_timeout, config.ws_max_message_bytes};
+          auto session = run_websocket_session(std::move(connection->stream), std::move(request),
+                                               route->second, ws_config);
+          co_await std::move(session);
+          break;
+        }
+      }
       version = request.version();
       keep_alive = request.keep_alive() && !stopping.load(std::memory_order_acquire);
       router->dispatch(to_plain_request(std::move(request)), out);
@@ -328,6 +344,10 @@ void HttpServer::start() {
 }
 
 uint16_t HttpServer::port() const { return impl_->bound_port; }
+
+void HttpServer::add_websocket_route(std::string path, WebSocketFactory factory) {
+  impl_->websocket_routes.emplace(std::move(path), std::move(factory));
+}
 
 void HttpServer::stop() {
   Impl& s = *impl_;

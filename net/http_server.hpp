@@ -13,6 +13,7 @@
 #include <string>
 
 #include "net/router.hpp"
+#include "net/websocket_endpoint.hpp"
 
 namespace troupe::net {
 
@@ -26,6 +27,8 @@ struct HttpServerConfig {
   std::chrono::milliseconds read_timeout{30'000};        // headers + body of one request; each write
   std::chrono::milliseconds keep_alive_timeout{60'000};  // idle time between requests
   std::chrono::milliseconds shutdown_grace{5'000};       // in-flight requests may finish
+  std::chrono::milliseconds ws_idle_timeout{300'000};   // WebSocket: no traffic (pings included)
+  uint64_t ws_max_message_bytes = 1u << 20;              // WebSocket: larger messages close 1009
 };
 
 class HttpServer {
@@ -38,6 +41,9 @@ class HttpServer {
   // Binds, listens and starts the io threads. Throws std::system_error (with the address in the
   // message) when the address cannot be bound.
   void start();
+
+  // Serves WebSocket upgrades of GET `path` with one endpoint per connection (before start()).
+  void add_websocket_route(std::string path, WebSocketFactory factory);
 
   // The bound port; valid after start().
   uint16_t port() const;

@@ -1,0 +1,205 @@
+#include "net/ws_chat.hpp"
+
+#include <simdjson.h>
+
+#include <fmt/format.h>
+
+#include "net/json_writer.hpp"
+
+namespace troupe::net {
+namespace {
+
+// The engine's view of one WebSocket generation. Called on the ingress thread: it only checks
+// the connection's closed flag and posts the work to the connection's strand.
+class WsSink final : public engine::RequestSink {
+ public:
+  WsSink(std::weak_ptr<WsChatConnection> connection, WsChatConnection::Post post,
+         std::string client_id)
+      : connection_(std::move(connection)), post_(std::move(post)), client_id_(std::move(client_id)) {}
+
+  bool on_delta(engine::RequestId, engine::TokenDelta delta) override {
+    auto connection = connection_.lock();
+    if (!connection || connection->closed()) return false;
+    post_([connection, id = client_id_, delta = std::move(delta)]() mutable {
+      connection->emit_delta(id, std::move(delta));
+    });
+    return true;
+  }
+  void on_finish(engine::RequestId, engine::Completion completion) override {
+    auto connection = connection_.lock();
+    if (!connection) return;
+    post_([connection, id = client_id_, completion = std::move(completion)] {
+      connection->emit_done(id, completion);
+    });
+  }
+  void on_error(engine::RequestId, engine::RequestError error) override {
+    auto connection = connection_.lock();
+    if (!connection) return;
+    post_([connection, id = client_id_, error = std::move(error)] { connection->emit_error(id, error); });
+  }
+
+ private:
+  std::weak_ptr<WsChatConnection> connection_;
+  WsChatConnection::Post post_;
+  std::string client_id_;
+};
+
+}  // namespace
+
+std::string ws_delta_frame(std::string_view id, std::string_view text) {
+  JsonWriter w;
+  w.begin_object().field("type", "delta").field("id", id).field("text", text).end_object();
+  return w.take();
+}
+
+std::string ws_done_frame(std::string_view id, const engine::Completion& completion) {
+  JsonWriter w;
+  w.begin_object().field("type", "done").field("id", id);
+  w.field("finish_reason", completion.finish_reason);
+  w.key("usage").begin_object();
+  w.field("prompt_tokens", completion.usage.prompt_tokens);
+  w.field("completion_tokens", completion.usage.completion_tokens);
+  w.field("total_tokens", completion.usage.prompt_tokens + completion.usage.completion_tokens);
+  w.field("cached_tokens", completion.usage.cached_prompt_tokens);
+  w.end_object();
+  w.key("timings").begin_object();
+  w.field("ttft_ms", completion.timings.time_to_first_token_ms);
+  w.field("tokens_per_s", completion.timings.decode_tokens_per_s);
+  w.field("queue_ms", completion.timings.queue_ms);
+  w.field("total_ms", completion.timings.total_ms);
+  w.end_object();
+  w.end_object();
+  return w.take();
+}
+
+std::string ws_error_frame(std::string_view id, std::string_view code, std::string_view message) {
+  JsonWriter w;
+  w.begin_object().field("type", "error");
+  w.key("id");
+  id.empty() ? w.null() : w.value(id);
+  w.field("code", code).field("message", message).end_object();
+  return w.take();
+}
+
+WsChatConnection::WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post, Wake wake)
+    : engine_(engine), config_(std::move(config)), post_(std::move(post)), wake_(std::move(wake)) {}
+
+void WsChatConnection::push(std::string frame) {
+  pending_bytes_ += frame.size();
+  output_.push_back(std::move(frame));
+  if (pending_bytes_ > config_.max_pending_bytes && !live_.empty()) {
+    // The reader cannot keep up: stop producing for it (its own generations only).
+    for (const auto& [client_id, request_id] : live_) engine_.cancel(request_id);
+  }
+  wake_();
+}
+
+void WsChatConnection::send_error(std::string_view client_id, std::string_view code,
+                                  std::string_view message) {
+  push(ws_error_frame(client_id, code, message));
+}
+
+void WsChatConnection::on_binary() {
+  send_error({}, "unsupported_frame", "binary frames are not supported; send JSON text frames");
+}
+
+void WsChatConnection::on_text(std::string_view frame) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (auto error = parser.parse(frame.data(), frame.size()).get(root); error) {
+    send_error({}, "invalid_json", fmt::format("invalid JSON: {}", simdjson::error_message(error)));
+    return;
+  }
+  std::string_view type;
+  std::string_view id;
+  if (root["type"].get_string().get(type) != simdjson::SUCCESS) {
+    send_error({}, "invalid_message", "'type' must be a string (\"chat\" or \"cancel\")");
+    return;
+  }
+  if (root["id"].get_string().get(id) != simdjson::SUCCESS || id.empty() || id.size() > 256) {
+    send_error({}, "invalid_message", "'id' must be a non-empty string of at most 256 bytes");
+    return;
+  }
+  const std::string client_id(id);
+  if (type == "chat") {
+    start_chat(frame, client_id);
+  } else if (type == "cancel") {
+    cancel_chat(client_id);
+  } else {
+    send_error(client_id, "unknown_type", fmt::format("unknown message type '{}'", type));
+  }
+}
+
+void WsChatConnection::start_chat(std::string_view frame, const std::string& client_id) {
+  if (live_.contains(client_id)) {
+    send_error(client_id, "duplicate_id", "a generation with this id is still running");
+    return;
+  }
+  if (live_.size() >= config_.max_live_generations) {
+    send_error(client_id, "too_many_generations",
+               fmt::format("at most {} generations may run at once on one socket",
+                           config_.max_live_generations));
+    return;
+  }
+  ParsedCompletion parsed =
+      parse_completion_request(ApiKind::kChat, frame, config_.served_model_id, config_.api);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    const std::string message =
+        error->param.empty() ? error->message : fmt::format("{} (field '{}')", error->message, error->param);
+    send_error(client_id, error->code.empty() ? "invalid_request" : error->code, message);
+    return;
+  }
+  CompletionRequest& request = std::get<CompletionRequest>(parsed);
+  request.generate.origin = engine::RequestOrigin::kWebSocket;
+  request.generate.client_label = client_id;
+  auto sink = std::make_shared<WsSink>(weak_from_this(), post_, client_id);
+  // Insert before submit: the sink may answer (and be posted back) before submit returns.
+  live_[client_id] = 0;
+  live_[client_id] = engine_.submit(std::move(request.generate), std::move(sink));
+}
+
+void WsChatConnection::cancel_chat(const std::string& client_id) {
+  auto it = live_.find(client_id);
+  if (it == live_.end()) {
+    send_error(client_id, "unknown_id", "no running generation has this id");
+    return;
+  }
+  engine_.cancel(it->second);  // the generation ends with a "done" frame, finish_reason cancelled
+}
+
+void WsChatConnection::on_closed() {
+  closed_.store(true, std::memory_order_release);
+  for (const auto& [client_id, request_id] : live_) engine_.cancel(request_id);
+}
+
+void WsChatConnection::emit_delta(const std::string& client_id, engine::TokenDelta delta) {
+  if (closed() || delta.text.empty()) return;
+  push(ws_delta_frame(client_id, delta.text));
+}
+
+void WsChatConnection::emit_done(const std::string& client_id, const engine::Completion& completion) {
+  live_.erase(client_id);
+  if (!closed()) push(ws_done_frame(client_id, completion));
+}
+
+void WsChatConnection::emit_error(const std::string& client_id, const engine::RequestError& error) {
+  live_.erase(client_id);
+  if (closed()) return;
+  const ApiError api = api_error_from(error);
+  push(ws_error_frame(client_id, api.code.empty() ? engine::to_string(error.code) : api.code, error.message));
+}
+
+WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config) {
+  return [&engine, config = std::move(config)](WebSocketEndpoint::Post post, WebSocketEndpoint::Wake wake) {
+    return std::make_shared<WsChatConnection>(engine, config, std::move(post), std::move(wake));
+  };
+}
+
+std::deque<std::string> WsChatConnection::take_output() {
+  std::deque<std::string> out;
+  out.swap(output_);
+  pending_bytes_ = 0;
+  return out;
+}
+
+}  // namespace troupe::net

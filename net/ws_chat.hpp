@@ -1,0 +1,88 @@
+// The WebSocket chat protocol (GET /v1/chat/ws), without the socket: one WsChatConnection per
+// socket turns incoming text frames into engine requests and engine output into outgoing
+// frames. The Beast session (ws_session.cpp) only moves frames.
+//
+// Client -> server:  {"type":"chat","id":"c1","messages":[...], ...sampling params, "priority"}
+//                    {"type":"cancel","id":"c1"}
+// Server -> client:  {"type":"delta","id":"c1","text":"Hel"}
+//                    {"type":"done","id":"c1","finish_reason":"stop|length|cancelled",
+//                     "usage":{...},"timings":{"ttft_ms":..,"tokens_per_s":..}}
+//                    {"type":"error","id":"c1","code":"...","message":"..."}
+// Several generations run at once, multiplexed by id; a duplicate live id is an error for that
+// message only. A connection whose unsent output passes `max_pending_bytes` (a reader too slow
+// to keep up) has its own generations cancelled; other clients never wait for it.
+//
+// Thread-safety: on_text()/on_closed()/take_output() run on the connection's strand. Engine
+// sinks call in from the ingress thread and only post() back to that strand (the `post`
+// function given at construction).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "actors/engine/engine.hpp"
+#include "net/openai_request.hpp"
+#include "net/websocket_endpoint.hpp"
+
+namespace troupe::net {
+
+struct WsChatConfig {
+  OpenAiApiConfig api;
+  std::string served_model_id;
+  uint32_t max_live_generations = 16;     // per socket
+  uint64_t max_pending_bytes = 8u << 20;  // unsent output before the socket's generations stop
+};
+
+class WsChatConnection final : public WebSocketEndpoint,
+                               public std::enable_shared_from_this<WsChatConnection> {
+ public:
+
+  WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post, Wake wake);
+
+  // A text frame from the client.
+  void on_text(std::string_view frame) override;
+  // A frame that is not text (binary): answered with an error, the socket stays open.
+  void on_binary() override;
+  // The socket is gone: cancel every live generation of this connection.
+  void on_closed() override;
+
+  // Frames to send, oldest first (the session's single writer drains them).
+  std::deque<std::string> take_output() override;
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+  size_t num_live_generations() const { return live_.size(); }
+
+  // Called on the strand by the sinks (posted from the ingress thread).
+  void emit_delta(const std::string& client_id, engine::TokenDelta delta);
+  void emit_done(const std::string& client_id, const engine::Completion& completion);
+  void emit_error(const std::string& client_id, const engine::RequestError& error);
+
+ private:
+  void start_chat(std::string_view frame, const std::string& client_id);
+  void cancel_chat(const std::string& client_id);
+  void push(std::string frame);
+  void send_error(std::string_view client_id, std::string_view code, std::string_view message);
+
+  engine::Engine& engine_;
+  WsChatConfig config_;
+  Post post_;
+  Wake wake_;
+  std::atomic<bool> closed_{false};
+  std::unordered_map<std::string, engine::RequestId> live_;  // client id -> engine id
+  std::deque<std::string> output_;
+  uint64_t pending_bytes_ = 0;
+};
+
+// The factory for HttpServer::add_websocket_route("/v1/chat/ws", ...).
+WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config);
+
+// The frame texts (also used by tests).
+std::string ws_delta_frame(std::string_view id, std::string_view text);
+std::string ws_done_frame(std::string_view id, const engine::Completion& completion);
+std::string ws_error_frame(std::string_view id, std::string_view code, std::string_view message);
+
+}  // namespace troupe::net

@@ -1,0 +1,92 @@
+// WebSocket sessions: Beast's websocket stream handles framing, masking, UTF-8 validation of
+// text frames (close 1007), the message size limit (close 1009), pings and the idle timeout.
+#include "net/ws_session.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
+#include <spdlog/spdlog.h>
+
+namespace troupe::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+constexpr auto kAsTuple = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+using WsStream = websocket::stream<beast::tcp_stream>;
+// Rings the writer when the endpoint has output (capacity 1: one pending ring is enough).
+using Doorbell = asio::experimental::concurrent_channel<void(beast::error_code)>;
+
+// The single writer: frames leave in the order the endpoint produced them.
+asio::awaitable<void> write_frames(std::shared_ptr<WsStream> ws, std::shared_ptr<Doorbell> doorbell,
+                                   std::shared_ptr<WebSocketEndpoint> endpoint) {
+  for (;;) {
+    auto [ring_ec] = co_await doorbell->async_receive(kAsTuple);
+    if (ring_ec) co_return;  // the reader ended the session
+    std::deque<std::string> frames = endpoint->take_output();
+    for (std::string& frame : frames) {
+      ws->text(true);
+      auto [write_ec, written] = co_await ws->async_write(asio::buffer(frame), kAsTuple);
+      if (write_ec) {
+        doorbell->close();
+        co_return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
+                                            beast::http::request<beast::http::string_body> request,
+                                            const WebSocketFactory& factory, WsSessionConfig config) {
+  stream.expires_never();  // the websocket stream's own timeouts apply from here on
+  auto ws = std::make_shared<WsStream>(std::move(stream));
+  websocket::stream_base::timeout timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
+  timeouts.idle_timeout = config.idle_timeout;
+  timeouts.keep_alive_pings = true;
+  ws->set_option(timeouts);
+  ws->set_option(websocket::stream_base::decorator(
+      [](websocket::response_type& response) { response.set(beast::http::field::server, "troupe"); }));
+  ws->read_message_max(config.max_message_bytes);
+  auto [accept_ec] = co_await ws->async_accept(request, kAsTuple);
+  if (accept_ec) co_return;
+
+  const asio::any_io_executor executor = ws->get_executor();
+  auto doorbell = std::make_shared<Doorbell>(executor, 1);
+  std::weak_ptr<Doorbell> weak_bell = doorbell;
+  std::shared_ptr<WebSocketEndpoint> endpoint = factory(
+      [executor](std::function<void()> work) { asio::post(executor, std::move(work)); },
+      [weak_bell] {
+        if (auto bell = weak_bell.lock()) bell->try_send(beast::error_code{});
+      });
+  asio::co_spawn(executor, write_frames(ws, doorbell, endpoint), asio::detached);
+
+  beast::flat_buffer buffer;
+  for (;;) {
+    auto [read_ec, read_bytes] = co_await ws->async_read(buffer, kAsTuple);
+    if (read_ec) {
+      if (read_ec != websocket::error::closed) spdlog::debug("ws: session ends: {}", read_ec.message());
+      break;
+    }
+    if (ws->got_text()) {
+      endpoint->on_text(beast::buffers_to_string(buffer.data()));
+    } else {
+      endpoint->on_binary();
+    }
+    buffer.consume(buffer.size());
+  }
+  endpoint->on_closed();
+  doorbell->close();
+}
+
+}  // namespace troupe::net
