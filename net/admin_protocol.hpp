@@ -1,0 +1,75 @@
+// The admin socket's wire protocol as pure functions: one JSON command per line in, one JSON
+// reply per line out (DESIGN.md §4 "Admin socket"). AdminServer owns the sockets; everything
+// that decides what a line means and what the reply says lives here, so it is tested without I/O.
+//
+// Thread-safety: pure functions, except execute_admin_command, which calls the Engine facade
+// (callable from any thread) and spdlog's global level.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "actors/engine/engine.hpp"
+
+namespace troupe::net {
+
+inline constexpr std::chrono::milliseconds kMinWatchInterval{50};
+inline constexpr std::chrono::milliseconds kDefaultWatchInterval{1000};
+
+struct AdminStats {};
+struct AdminWatch {
+  std::chrono::milliseconds interval = kDefaultWatchInterval;
+};
+struct AdminRequests {};
+struct AdminCancel {
+  engine::RequestId request_id = 0;
+};
+struct AdminDrain {};
+struct AdminLogLevel {
+  std::string level;  // validated: trace|debug|info|warn|error|critical|off
+};
+struct AdminFlushPrefixCache {};
+
+using AdminCommand = std::variant<AdminStats, AdminWatch, AdminRequests, AdminCancel, AdminDrain,
+                                  AdminLogLevel, AdminFlushPrefixCache>;
+
+// Why a line was refused. kUnauthorized closes a TCP connection; the others leave it usable.
+enum class AdminErrorKind : uint8_t { kBadRequest, kUnauthorized };
+
+struct AdminError {
+  AdminErrorKind kind = AdminErrorKind::kBadRequest;
+  std::string message;
+};
+
+// Parses one line (without its '\n'). When `required_token` is set (the TCP listener), the
+// object must carry "token" equal to it, compared in constant time; a line without it is
+// kUnauthorized whatever else it says (bad JSON included, so nothing is revealed unauthenticated).
+std::variant<AdminCommand, AdminError> parse_admin_command(
+    std::string_view line, const std::optional<std::string>& required_token = std::nullopt);
+
+// Equality of two secrets in time that depends only on their lengths.
+bool constant_time_equals(std::string_view a, std::string_view b);
+
+// Reply lines (JSON text without the trailing '\n').
+std::string admin_error_reply(std::string_view message);
+std::string admin_stats_reply(const engine::EngineStats& stats, const engine::ModelCard& card);
+std::string admin_requests_reply(const std::vector<engine::RequestInfo>& requests);
+
+struct AdminOutcome {
+  std::string reply;
+  // `drain` was asked for: the server calls its drain callback once the reply is written.
+  bool drain_requested = false;
+};
+
+// Runs every command but `watch` (a stream of stats replies, run by the server).
+AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine);
+
+// trace|debug|info|warn|error|critical|off (spdlog's names; "warning" and "err" are accepted too).
+bool is_admin_log_level(std::string_view level);
+
+}  // namespace troupe::net
