@@ -1,6 +1,7 @@
 // Paged attention kernels (see attention.hpp).
 #include "gpu/cpu/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -13,50 +14,17 @@ namespace troupe::gpu::cpu {
 namespace {
 
 constexpr int kMaxGroup = 16;
+constexpr int kLanes = 8;  // ggml's (tinyBLAS's) AVX2 float lanes
 
-#if TROUPE_X86
-TROUPE_TARGET_AVX512 void scores_avx512(const KvLayerView& kv, const int32_t* table, int32_t n,
-                                        int32_t kv_head, const float* q, int32_t group,
-                                        float scale, float* s) {
-  const int32_t hd = kv.head_dim;
-  const int32_t nc = hd / 16;
-  for (int32_t t = 0; t < n; ++t) {
-    const uint16_t* kp = kv.k + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
-    for (int32_t g = 0; g < group; ++g) {
-      const float* qg = q + static_cast<int64_t>(g) * hd;
-      __m512 acc = _mm512_setzero_ps();
-      for (int32_t c = 0; c < nc; ++c) {
-        const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp + 16 * c)));
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + 16 * c), k, acc);
-      }
-      s[static_cast<int64_t>(g) * n + t] = _mm512_reduce_add_ps(acc) * scale;
-    }
-  }
+// The 8-lane horizontal sum of ggml's AVX2 code (hsum_float_8 / tinyBLAS hsum).
+inline float hsum8(const float* a) {
+  const float v0 = a[0] + a[4], v1 = a[1] + a[5], v2 = a[2] + a[6], v3 = a[3] + a[7];
+  return (v0 + v2) + (v1 + v3);
 }
 
-TROUPE_TARGET_AVX512 void weighted_values_avx512(const KvLayerView& kv, const int32_t* table,
-                                                 int32_t n, int32_t kv_head, const float* p,
-                                                 int32_t group, const float* inv_sum, float* out) {
-  const int32_t hd = kv.head_dim;
-  for (int32_t c = 0; c < hd / 16; ++c) {
-    __m512 acc[kMaxGroup];
-    for (int32_t g = 0; g < group; ++g) acc[g] = _mm512_setzero_ps();
-    for (int32_t t = 0; t < n; ++t) {
-      const uint16_t* vp =
-          kv.v + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size) + 16 * c;
-      const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vp)));
-      for (int32_t g = 0; g < group; ++g) {
-        acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<int64_t>(g) * n + t]), v, acc[g]);
-      }
-    }
-    for (int32_t g = 0; g < group; ++g) {
-      _mm512_storeu_ps(out + static_cast<int64_t>(g) * hd + 16 * c,
-                       _mm512_mul_ps(acc[g], _mm512_set1_ps(inv_sum[g])));
-    }
-  }
-}
-#endif
-
+// Scores s[g][t] = dot(q_g, k_t) * scale, each dot as llama.cpp's KQ product computes it on x86
+// (tinyBLAS, F16 x F16): lane j accumulates dims j, j+8, ... by fma, then hsum8. q is already
+// fp16-valued.
 void scores_scalar(const KvLayerView& kv, const int32_t* table, int32_t n, int32_t kv_head,
                    const float* q, int32_t group, float scale, float* s) {
   const int32_t hd = kv.head_dim;
@@ -64,27 +32,139 @@ void scores_scalar(const KvLayerView& kv, const int32_t* table, int32_t n, int32
     const uint16_t* kp = kv.k + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
     for (int32_t g = 0; g < group; ++g) {
       const float* qg = q + static_cast<int64_t>(g) * hd;
-      float acc = 0.0f;
-      for (int32_t d = 0; d < hd; ++d) acc = std::fma(qg[d], fp16_to_fp32(kp[d]), acc);
-      s[static_cast<int64_t>(g) * n + t] = acc * scale;
+      float acc[kLanes] = {};
+      for (int32_t d = 0; d < hd; ++d) acc[d % kLanes] = std::fma(qg[d], fp16_to_fp32(kp[d]), acc[d % kLanes]);
+      s[static_cast<int64_t>(g) * n + t] = hsum8(acc) * scale;
     }
   }
 }
 
-void weighted_values_scalar(const KvLayerView& kv, const int32_t* table, int32_t n,
-                            int32_t kv_head, const float* p, int32_t group, const float* inv_sum,
-                            float* out) {
+#if TROUPE_X86
+TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+TROUPE_TARGET_AVX2 void scores_avx2(const KvLayerView& kv, const int32_t* table, int32_t n,
+                                    int32_t kv_head, const float* q, int32_t group, float scale,
+                                    float* s) {
+  const int32_t hd = kv.head_dim;
+  for (int32_t t = 0; t < n; ++t) {
+    const uint16_t* kp = kv.k + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
+    for (int32_t g = 0; g < group; ++g) {
+      const float* qg = q + static_cast<int64_t>(g) * hd;
+      __m256 acc = _mm256_setzero_ps();
+      for (int32_t d = 0; d < hd; d += kLanes) {
+        const __m256 k = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kp + d)));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), k, acc);
+      }
+      s[static_cast<int64_t>(g) * n + t] = hsum8_avx2(acc) * scale;
+    }
+  }
+}
+
+// out[d] = hsum8 over lanes (key t in lane t % 8) of fma(p[t], v[t][d], .), as llama.cpp's
+// KQ·V product (tinyBLAS over keys).
+TROUPE_TARGET_AVX512 void weighted_values_avx512(const KvLayerView& kv, const int32_t* table,
+                                                 int32_t n, int32_t kv_head, const float* p,
+                                                 int32_t group, float* out) {
   const int32_t hd = kv.head_dim;
   for (int32_t g = 0; g < group; ++g) {
-    float* o = out + static_cast<int64_t>(g) * hd;
-    for (int32_t d = 0; d < hd; ++d) o[d] = 0.0f;
+    const float* pg = p + static_cast<int64_t>(g) * n;
+    for (int32_t c = 0; c < hd / 16; ++c) {
+      __m512 acc[kLanes];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int32_t t = 0; t < n; ++t) {
+        const uint16_t* vp =
+            kv.v + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size) + 16 * c;
+        const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vp)));
+        acc[t % kLanes] = _mm512_fmadd_ps(_mm512_set1_ps(pg[t]), v, acc[t % kLanes]);
+      }
+      const __m512 v0 = _mm512_add_ps(acc[0], acc[4]), v1 = _mm512_add_ps(acc[1], acc[5]);
+      const __m512 v2 = _mm512_add_ps(acc[2], acc[6]), v3 = _mm512_add_ps(acc[3], acc[7]);
+      _mm512_storeu_ps(out + static_cast<int64_t>(g) * hd + 16 * c,
+                       _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3)));
+    }
+  }
+}
+#endif
+
+void weighted_values_scalar(const KvLayerView& kv, const int32_t* table, int32_t n,
+                            int32_t kv_head, const float* p, int32_t group, float* out) {
+  const int32_t hd = kv.head_dim;
+  std::vector<float> acc(static_cast<size_t>(hd) * kLanes);
+  for (int32_t g = 0; g < group; ++g) {
+    const float* pg = p + static_cast<int64_t>(g) * n;
+    std::fill(acc.begin(), acc.end(), 0.0f);
     for (int32_t t = 0; t < n; ++t) {
       const uint16_t* vp = kv.v + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
-      const float pt = p[static_cast<int64_t>(g) * n + t];
-      for (int32_t d = 0; d < hd; ++d) o[d] = std::fma(pt, fp16_to_fp32(vp[d]), o[d]);
+      float* a = acc.data() + static_cast<size_t>(t % kLanes) * hd;
+      for (int32_t d = 0; d < hd; ++d) a[d] = std::fma(pg[t], fp16_to_fp32(vp[d]), a[d]);
     }
-    for (int32_t d = 0; d < hd; ++d) o[d] *= inv_sum[g];
+    for (int32_t d = 0; d < hd; ++d) {
+      float lanes[kLanes];
+      for (int j = 0; j < kLanes; ++j) lanes[j] = acc[static_cast<size_t>(j) * hd + d];
+      out[static_cast<int64_t>(g) * hd + d] = hsum8(lanes);
+    }
   }
+}
+
+// ggml_vec_dot_f16's order on AVX2 (what llama.cpp's KQ and KQV products use for a one-token
+// ubatch, where llamafile's sgemm declines): element i in accumulator (i % 32) / 8, lane i % 8;
+// accumulators folded 0+2, 1+3, then 0+1; lanes as (l0+l4)+(l1+l5) + (l2+l6)+(l3+l7).
+inline float reduce32(const float* a) {
+  float x[8];
+  for (int j = 0; j < 8; ++j) x[j] = (a[j] + a[16 + j]) + (a[8 + j] + a[24 + j]);
+  const float t0 = x[0] + x[4], t1 = x[1] + x[5], t2 = x[2] + x[6], t3 = x[3] + x[7];
+  return (t0 + t1) + (t2 + t3);
+}
+
+void scores_decode(const KvLayerView& kv, const int32_t* table, int32_t n, int32_t kv_head,
+                   const float* q, int32_t group, float scale, float* s) {
+  const int32_t hd = kv.head_dim;
+  for (int32_t t = 0; t < n; ++t) {
+    const uint16_t* kp = kv.k + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
+    for (int32_t g = 0; g < group; ++g) {
+      const float* qg = q + static_cast<int64_t>(g) * hd;
+      float acc[32] = {};
+      for (int32_t d = 0; d < hd; ++d) acc[d % 32] = std::fma(fp16_to_fp32(kp[d]), qg[d], acc[d % 32]);
+      s[static_cast<int64_t>(g) * n + t] = reduce32(acc) * scale;
+    }
+  }
+}
+
+void weighted_values_decode(const KvLayerView& kv, const int32_t* table, int32_t n,
+                            int32_t kv_head, const float* p, int32_t group, float* out) {
+  const int32_t hd = kv.head_dim;
+  std::vector<float> acc(static_cast<size_t>(hd) * 32);
+  for (int32_t g = 0; g < group; ++g) {
+    const float* pg = p + static_cast<int64_t>(g) * n;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int32_t t = 0; t < n; ++t) {
+      const uint16_t* vp = kv.v + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
+      float* a = acc.data() + static_cast<size_t>(t % 32);
+      for (int32_t d = 0; d < hd; ++d) a[32 * d] = std::fma(fp16_to_fp32(vp[d]), pg[t], a[32 * d]);
+    }
+    for (int32_t d = 0; d < hd; ++d) out[static_cast<int64_t>(g) * hd + d] = reduce32(acc.data() + 32 * d);
+  }
+}
+
+// ggml's soft_max over one row of scores (ggml_vec_soft_max_f32 on AVX2): e = ggml_expf(s -
+// max); the sum in double of each 8-key block's hsum8 (keys past n are masked to 0 there);
+// then p = e * float(1 / sum).
+void softmax_row(float* s, int32_t n) {
+  float mx = -INFINITY;
+  for (int32_t t = 0; t < n; ++t) mx = s[t] > mx ? s[t] : mx;
+  double sum = 0.0;
+  for (int32_t t0 = 0; t0 < n; t0 += kLanes) {
+    float block[kLanes] = {};
+    for (int32_t j = 0; j < kLanes && t0 + j < n; ++j) block[j] = s[t0 + j] = ggml_expf(s[t0 + j] - mx);
+    sum += static_cast<double>(hsum8(block));
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int32_t t = 0; t < n; ++t) s[t] *= inv;
 }
 
 }  // namespace
@@ -104,39 +184,41 @@ void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k
 
 void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                      int32_t kv_head, const float* q, int32_t group, float scale, float* out,
-                     float* scratch, IsaLevel isa, bool fp16_probabilities) {
-  const bool simd = isa == IsaLevel::kAvx512Vnni && kv.head_dim % 16 == 0 && group <= kMaxGroup;
+                     float* scratch, IsaLevel isa, bool fp16_probabilities, bool single_token) {
+  if (single_token) {
+    scores_decode(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
+    for (int32_t g = 0; g < group; ++g) {
+      float* sg = scratch + static_cast<int64_t>(g) * num_keys;
+      softmax_row(sg, num_keys);
+      if (fp16_probabilities) {
+        for (int32_t t = 0; t < num_keys; ++t) sg[t] = fp16_to_fp32(fp32_to_fp16(sg[t]));
+      }
+    }
+    weighted_values_decode(kv, block_table, num_keys, kv_head, scratch, group, out);
+    return;
+  }
 #if TROUPE_X86
-  if (simd) {
-    scores_avx512(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
+  if (isa != IsaLevel::kScalar && kv.head_dim % kLanes == 0) {
+    scores_avx2(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
   } else
 #endif
   {
     scores_scalar(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
   }
-  float inv_sum[kMaxGroup * 4] = {};
-  std::vector<float> inv_heap;
-  float* inv = inv_sum;
-  if (group > kMaxGroup * 4) {
-    inv_heap.resize(group);
-    inv = inv_heap.data();
-  }
   for (int32_t g = 0; g < group; ++g) {
     float* sg = scratch + static_cast<int64_t>(g) * num_keys;
-    const float sum = exp_shifted(sg, num_keys, max_value(sg, num_keys), simd ? isa : IsaLevel::kScalar);
-    inv[g] = 1.0f / sum;
+    softmax_row(sg, num_keys);
     if (fp16_probabilities) {
-      for (int32_t t = 0; t < num_keys; ++t) sg[t] = fp16_to_fp32(fp32_to_fp16(sg[t] * inv[g]));
-      inv[g] = 1.0f;
+      for (int32_t t = 0; t < num_keys; ++t) sg[t] = fp16_to_fp32(fp32_to_fp16(sg[t]));
     }
   }
 #if TROUPE_X86
-  if (simd) {
-    weighted_values_avx512(kv, block_table, num_keys, kv_head, scratch, group, inv, out);
+  if (isa == IsaLevel::kAvx512Vnni && kv.head_dim % 16 == 0) {
+    weighted_values_avx512(kv, block_table, num_keys, kv_head, scratch, group, out);
     return;
   }
 #endif
-  weighted_values_scalar(kv, block_table, num_keys, kv_head, scratch, group, inv, out);
+  weighted_values_scalar(kv, block_table, num_keys, kv_head, scratch, group, out);
 }
 
 void attention_group_reference(const KvLayerView& kv, const int32_t* block_table,

@@ -21,7 +21,15 @@ namespace {
 // Rows per parallel chunk for row-local elementwise work; below this one thread does it all.
 constexpr int64_t kParallelRows = 8;
 
+ForwardTap g_tap = nullptr;
+
+void tap(const char* name, int32_t layer, const float* data, int64_t rows, int64_t cols, int64_t ld) {
+  if (g_tap != nullptr) g_tap(name, layer, data, rows, cols, ld);
+}
+
 }  // namespace
+
+void set_forward_tap(ForwardTap t) { g_tap = t; }
 
 LlamaForward::Projection LlamaForward::make_projection(
     const std::vector<const model::WeightView*>& views) {
@@ -196,7 +204,8 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
       const int32_t num_keys = b.positions[i] + 1;
       attention_group(kv, table, num_keys, h, qkv_.data() + i * W + static_cast<int64_t>(h) * group * hd,
                       group, scale, attn_.data() + static_cast<int64_t>(i) * c.q_dim() + static_cast<int64_t>(h) * group * hd,
-                      scratch.data(), config_.isa);
+                      scratch.data(), config_.isa, /*fp16_probabilities=*/true,
+                      /*single_token=*/s.num_tokens == 1);
     }
   };
   const int64_t items = static_cast<int64_t>(T) * c.n_head_kv;
@@ -258,7 +267,9 @@ const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& 
     const Layer& L = layers_[l];
     const KvLayerView kv = kv_layer(l);
     rows_parallel([&](int64_t i) { rmsnorm(x_.data() + i * E, L.attn_norm, h_.data() + i * E, E, c.rms_eps, isa); });
+    tap("attn_norm", l, h_.data(), T, E, E);
     project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool);
+    tap("qkv", l, qkv_.data(), T, W, W);
     rows_parallel([&](int64_t i) {
       float* q = qkv_.data() + i * W;
       float* k = q + Q;
@@ -284,24 +295,33 @@ const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& 
                                            pos / config_.block_size];
       kv_store(kv, block, pos % config_.block_size, k, v);
     });
+    tap("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
     attention(b, l, pool);
+    tap("kqv_out", l, attn_.data(), T, Q, Q);
     project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool);
+    tap("attn_out", l, tmp_.data(), T, E, E);
     rows_parallel([&](int64_t i) {
       float* x = x_.data() + i * E;
       const float* t = tmp_.data() + i * E;
       for (int64_t j = 0; j < E; ++j) x[j] += t[j];
       rmsnorm(x, L.ffn_norm, h_.data() + i * E, E, c.rms_eps, isa);
     });
+    tap("ffn_inp", l, x_.data(), T, E, E);
+    tap("ffn_norm", l, h_.data(), T, E, E);
     project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool);
+    tap("gate_up", l, gu_.data(), T, 2 * F, 2 * F);
     rows_parallel([&](int64_t i) {
       swiglu(gu_.data() + i * 2 * F, gu_.data() + i * 2 * F + F, act_.data() + i * F, F, isa);
     });
+    tap("ffn_swiglu", l, act_.data(), T, F, F);
     project(L.down, act_.data(), F, T, tmp_.data(), E, pool);
+    tap("ffn_out", l, tmp_.data(), T, E, E);
     rows_parallel([&](int64_t i) {
       float* x = x_.data() + i * E;
       const float* t = tmp_.data() + i * E;
       for (int64_t j = 0; j < E; ++j) x[j] += t[j];
     });
+    tap("l_out", l, x_.data(), T, E, E);
   }
 
   // Logits for the last token of each sampling sequence only.
@@ -313,6 +333,7 @@ const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& 
     ++S;
   }
   logits_.resize(S * c.n_vocab);
+  tap("result_norm", -1, h_.data(), S, E, E);
   if (S > 0) project(output_, h_.data(), E, S, logits_.data(), c.n_vocab, pool);
   return logits_;
 }

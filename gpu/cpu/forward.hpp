@@ -24,6 +24,13 @@
 
 namespace troupe::gpu::cpu {
 
+// Debug tap: called (when set) with each named intermediate of a step, rows x cols with row
+// stride ld, in the same names llama.cpp's graph uses (attn_norm, Qcur, kqv_out, l_out, ...).
+// Parity probes only; one step at a time.
+using ForwardTap = void (*)(const char* name, int32_t layer, const float* data, int64_t rows,
+                            int64_t cols, int64_t ld);
+void set_forward_tap(ForwardTap tap);
+
 struct ForwardConfig {
   int32_t num_blocks = 0;  // KV blocks (all layers share block ids)
   int32_t block_size = 16;

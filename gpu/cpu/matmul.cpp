@@ -201,32 +201,37 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
           case PackedFormat::kQ8_0: {
             const int bb = packed_block_bytes(job.format);
             const int8_t* xq = job.xq + r * job.num_inputs;
+            float lanes[8] = {};
+            float msum = 0.0f;
             for (int64_t b = 0; b < nb; ++b) {
               const uint8_t* blk = tile + b * bb;
-              const float dw = fp16_to_fp32(load_u16(blk + 2 * lane));
+              const float scale = fp16_to_fp32(load_u16(blk + 2 * lane)) * job.dx[r * nb + b];
               const int8_t* xb = xq + b * kQuantBlock;
-              const int32_t xsum = job.xsum[r * nb + b];
-              int32_t isum = 0;
-              if (job.format == PackedFormat::kQ8_0) {
-                isum = -128 * xsum;
-                for (int g = 0; g < 8; ++g)
-                  for (int j = 0; j < 4; ++j) isum += blk[32 + 64 * g + 4 * lane + j] * xb[4 * g + j];
-              } else {
-                const uint8_t* qs = blk + (job.format == PackedFormat::kQ4_1 ? 64 : 32);
-                if (job.format == PackedFormat::kQ4_0) isum = -8 * xsum;
-                for (int p = 0; p < 4; ++p) {
-                  for (int j = 0; j < 4; ++j) {
-                    const uint8_t v = qs[64 * p + 4 * lane + j];
-                    isum += (v & 0x0F) * xb[8 * p + j] + (v >> 4) * xb[8 * p + 4 + j];
+              for (int k = 0; k < 8; ++k) {  // 4-input group k: inputs 4k .. 4k+3
+                int32_t isum = 0;
+                for (int j = 0; j < 4; ++j) {
+                  const int in = 4 * k + j;
+                  int32_t w;
+                  if (job.format == PackedFormat::kQ8_0) {
+                    w = static_cast<int32_t>(blk[32 + 64 * k + 4 * lane + j]) - 128;
+                  } else {
+                    // input 8p + j (low nibble) or 8p + 4 + j (high nibble) of chunk p
+                    const uint8_t v = blk[(job.format == PackedFormat::kQ4_1 ? 64 : 32) + 64 * (in / 8) + 4 * lane + (in % 4)];
+                    w = (in % 8) < 4 ? (v & 0x0F) : (v >> 4);
+                    if (job.format == PackedFormat::kQ4_0) w -= 8;
                   }
+                  isum += w * xb[in];
                 }
+                lanes[k] = std::fma(scale, static_cast<float>(isum), lanes[k]);
               }
-              acc = std::fma(static_cast<float>(isum), dw * job.dx[r * nb + b], acc);
               if (job.format == PackedFormat::kQ4_1) {
-                const float mw = fp16_to_fp32(load_u16(blk + 32 + 2 * lane));
-                acc = std::fma(mw, job.xsx[r * nb + b], acc);
+                msum = std::fma(fp16_to_fp32(load_u16(blk + 32 + 2 * lane)), job.xsx[r * nb + b], msum);
               }
             }
+            const float v0 = lanes[0] + lanes[4], v1 = lanes[1] + lanes[5];
+            const float v2 = lanes[2] + lanes[6], v3 = lanes[3] + lanes[7];
+            acc = (v0 + v2) + (v1 + v3);
+            if (job.format == PackedFormat::kQ4_1) acc += msum;
             break;
           }
           case PackedFormat::kF32:
@@ -367,15 +372,19 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
         case TensorType::kQ4_0:
         case TensorType::kQ4_1:
         case TensorType::kQ8_0: {
+          // ggml's order (matmul.hpp): 4-input groups in 8 float lanes, hsum_float_8, then
+          // Q4_1's m * s chain.
           const int8_t* xq = in.q->qs.data() + r * num_inputs;
+          float lanes[8] = {};
+          float msum = 0.0f;
           for (int64_t b = 0; b < nb; ++b) {
             const int8_t* xb = xq + b * 32;
-            int32_t isum = 0;
             float dw = 0, mw = 0;
+            int32_t wq[32];
             if (type == TensorType::kQ8_0) {
               const uint8_t* blk = row + b * 34;
               dw = fp16_to_fp32(load_u16(blk));
-              for (int i = 0; i < 32; ++i) isum += static_cast<int8_t>(blk[2 + i]) * xb[i];
+              for (int i = 0; i < 32; ++i) wq[i] = static_cast<int8_t>(blk[2 + i]);
             } else {
               const bool has_min = type == TensorType::kQ4_1;
               const uint8_t* blk = row + b * (has_min ? 20 : 18);
@@ -384,12 +393,20 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
               const uint8_t* qs = blk + (has_min ? 4 : 2);
               const int offset = has_min ? 0 : 8;
               for (int i = 0; i < 16; ++i) {
-                isum += ((qs[i] & 0x0F) - offset) * xb[i] + ((qs[i] >> 4) - offset) * xb[i + 16];
+                wq[i] = (qs[i] & 0x0F) - offset;
+                wq[i + 16] = (qs[i] >> 4) - offset;
               }
             }
-            acc = std::fma(static_cast<float>(isum), dw * in.q->scale[r * nb + b], acc);
-            if (type == TensorType::kQ4_1) acc = std::fma(mw, in.q->scaled_sum[r * nb + b], acc);
+            const float scale = dw * in.q->scale[r * nb + b];
+            for (int k = 0; k < 8; ++k) {
+              int32_t isum = 0;
+              for (int j = 4 * k; j < 4 * k + 4; ++j) isum += wq[j] * xb[j];
+              lanes[k] = std::fma(scale, static_cast<float>(isum), lanes[k]);
+            }
+            if (type == TensorType::kQ4_1) msum = std::fma(mw, in.q->scaled_sum[r * nb + b], msum);
           }
+          acc = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+          if (type == TensorType::kQ4_1) acc += msum;
           break;
         }
         default: {

@@ -7,13 +7,17 @@
 // Numerics (what must hold): for every (row r, output o) the value is computed by the same
 // sequence of floating-point operations, whatever the batch size, the row's position in the
 // batch, the tiling or the thread count:
-//   quantized W (Q4_0/Q4_1/Q8_0), activations quantized per 32-block to int8 (scale dx, sum sx):
-//     acc = 0; for block b in order:
-//       isum = exact int32 dot of the block's integer weights and activations (minus the offset)
-//       acc  = fma(float(isum), dw[b] * dx[b], acc)
-//       Q4_1 only: acc = fma(m[b], dx[b] * float(sum_q[b]), acc)
+//   quantized W (Q4_0/Q4_1/Q8_0), activations quantized per 32-block to int8 (scale dx, sum sx),
+//   in ggml's AVX2 order (ggml_vec_dot_q4_1_q8_1 / _q8_0_q8_0 / _q4_0_q8_0, llamafile's
+//   tinyBLAS_Q0_AVX for Q8_0), so logits are bit-equal to llama.cpp's x86 build:
+//     lane[0..7] = 0, msum = 0; for block b in order:
+//       for group k = 0..7: isum_k = exact int32 dot of inputs 4k..4k+3 (weights minus offset)
+//                           lane[k] = fma(dw[b] * dx[b], float(isum_k), lane[k])
+//       Q4_1 only: msum = fma(m[b], fp16(dx[b] * float(sum_q[b])), msum)
+//     y = ((lane0+lane4) + (lane2+lane6)) + ((lane1+lane5) + (lane3+lane7))   (hsum_float_8)
+//     Q4_1 only: y += msum
 //   float W (F32/F16/BF16): acc = 0; for k in order: acc = fma(float(w[k]), x[k], acc)
-// Integer dot products are exact, so SIMD width and lane order never show, and the AVX-512,
+// Integer dot products are exact and the float lanes are fixed by the order above, so the AVX-512,
 // AVX2 and scalar paths return bit-identical results (the tests check this). Threads split
 // output tiles, never a reduction. This is what makes a sequence's logits batch-invariant.
 //

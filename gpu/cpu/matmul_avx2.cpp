@@ -30,8 +30,10 @@ TROUPE_TARGET_AVX2 inline void store_half(float* y, __m256 v, int64_t valid) {
   }
 }
 
-template <PackedFormat F, int R>
-TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
+// Quantized formats, one row: ggml's order (matmul.hpp), eight float accumulators per output
+// (one per 4-input group of a block) combined as hsum_float_8; Q4_1's m * s in its own chain.
+template <PackedFormat F>
+TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int h, int64_t r,
                                    int64_t o0) {
   constexpr int kBlockBytes = F == PackedFormat::kQ4_0   ? kQ4_0BlockBytes
                               : F == PackedFormat::kQ4_1 ? kQ4_1BlockBytes
@@ -42,59 +44,49 @@ TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int 
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones16 = _mm256_set1_epi16(1);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  __m256 macc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kBlockBytes;
     const uint8_t* qs = blk + kQuantOffset + 32 * h;
-    __m256i isum[R];
-    for (int i = 0; i < R; ++i) {
-      if constexpr (F == PackedFormat::kQ4_0) {
-        isum[i] = _mm256_set1_epi32(-8 * job.xsum[(r0 + i) * nb + b]);
-      } else {
-        isum[i] = _mm256_setzero_si256();  // Q8 uses signed weights directly: no offset
-      }
-    }
+    const int8_t* xq = job.xq + r * K + b * kQuantBlock;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(job.dx[r * nb + b]));
     if constexpr (F == PackedFormat::kQ8_0) {
       for (int g = 0; g < 8; ++g) {
         const __m256i s = _mm256_xor_si256(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g)), flip);
-        const __m256i a = _mm256_abs_epi8(s);
-        for (int i = 0; i < R; ++i) {
-          const __m256i x = broadcast_dword(job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g);
-          const __m256i p16 = _mm256_maddubs_epi16(a, _mm256_sign_epi8(x, s));
-          isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p16, ones16));
-        }
+        const __m256i x = broadcast_dword(xq + 4 * g);
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
+        acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[g]);
       }
     } else {
       for (int p = 0; p < 4; ++p) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
         const __m256i lo = _mm256_and_si256(v, low4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        for (int i = 0; i < R; ++i) {
-          const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 8 * p;
-          const __m256i plo = _mm256_maddubs_epi16(lo, broadcast_dword(xb));
-          const __m256i phi = _mm256_maddubs_epi16(hi, broadcast_dword(xb + 4));
-          isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_add_epi16(plo, phi), ones16));
+        const int8_t* xb = xq + 8 * p;
+        __m256i ilo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, broadcast_dword(xb)), ones16);
+        __m256i ihi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, broadcast_dword(xb + 4)), ones16);
+        if constexpr (F == PackedFormat::kQ4_0) {
+          ilo = _mm256_sub_epi32(ilo, _mm256_set1_epi32(8 * (xb[0] + xb[1] + xb[2] + xb[3])));
+          ihi = _mm256_sub_epi32(ihi, _mm256_set1_epi32(8 * (xb[4] + xb[5] + xb[6] + xb[7])));
         }
+        acc[2 * p] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(ilo), acc[2 * p]);
+        acc[2 * p + 1] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(ihi), acc[2 * p + 1]);
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-    __m256 mw;
     if constexpr (F == PackedFormat::kQ4_1) {
-      mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
-    }
-    for (int i = 0; i < R; ++i) {
-      const int64_t xi = (r0 + i) * nb + b;
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(job.dx[xi]));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), scale, acc[i]);
-      if constexpr (F == PackedFormat::kQ4_1) {
-        acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[xi]), acc[i]);
-      }
+      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+      macc = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[r * nb + b]), macc);
     }
   }
-  const int64_t valid = job.num_outputs - o0 - 8 * h;
-  for (int i = 0; i < R; ++i) store_half(job.y + (r0 + i) * job.ldy + o0 + 8 * h, acc[i], valid);
+  const __m256 v0 = _mm256_add_ps(acc[0], acc[4]), v1 = _mm256_add_ps(acc[1], acc[5]);
+  const __m256 v2 = _mm256_add_ps(acc[2], acc[6]), v3 = _mm256_add_ps(acc[3], acc[7]);
+  __m256 y = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
+  if constexpr (F == PackedFormat::kQ4_1) y = _mm256_add_ps(y, macc);
+  store_half(job.y + r * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
 }
 
 template <PackedFormat F>
@@ -130,7 +122,7 @@ template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void one_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
                                  int64_t o0) {
   if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0) {
-    quant_half<F, R>(job, tile, h, r0, o0);
+    for (int i = 0; i < R; ++i) quant_half<F>(job, tile, h, r0 + i, o0);
   } else {
     float_half<F, R>(job, tile, h, r0, o0);
   }

@@ -26,7 +26,17 @@ TROUPE_TARGET_AVX512 inline void store_tile(float* y, __m512 v, int64_t valid) {
   }
 }
 
-// Quantized formats: R rows (1..kRows) starting at row r0 against one tile.
+// The integer dot of one 4-input group of 16 outputs, minus the format's offset (exact), as
+// float.
+TROUPE_TARGET_AVX512 inline __m512 group_dot(__m512i w, const int8_t* xb, int32_t offset) {
+  const int32_t xs = xb[0] + xb[1] + xb[2] + xb[3];
+  const __m512i init = _mm512_set1_epi32(-offset * xs);
+  return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, broadcast_dword(xb)));
+}
+
+// Quantized formats: R rows (1..kQuantRows) starting at row r0 against one tile, in ggml's
+// order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
+// block, combined at the end as ggml's hsum_float_8; Q4_1's m * s terms in their own chain.
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, int64_t r0,
                                      int64_t o0) {
@@ -34,74 +44,57 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
                               : F == PackedFormat::kQ4_1 ? kQ4_1BlockBytes
                                                          : kQ8_0BlockBytes;
   constexpr int kQuantOffset = F == PackedFormat::kQ4_1 ? 64 : 32;
-  // Two independent integer chains per row when few rows give the core too little to overlap.
-  constexpr bool kSplit = R <= 2;
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 acc[R][8];
+  __m512 macc[R];
+  for (int i = 0; i < R; ++i) {
+    for (auto& a : acc[i]) a = _mm512_setzero_ps();
+    macc[i] = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kBlockBytes;
     const uint8_t* qs = blk + kQuantOffset;
-    __m512i isum[R];
-    __m512i isum2[R];
-    for (int i = 0; i < R; ++i) {
-      const int32_t xsum = job.xsum[(r0 + i) * nb + b];
-      if constexpr (F == PackedFormat::kQ4_0) {
-        isum[i] = _mm512_set1_epi32(-8 * xsum);
-      } else if constexpr (F == PackedFormat::kQ8_0) {
-        isum[i] = _mm512_set1_epi32(-128 * xsum);
-      } else {
-        isum[i] = _mm512_setzero_si512();
-      }
-      isum2[i] = _mm512_setzero_si512();
-    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512 scale[R];
+    for (int i = 0; i < R; ++i) scale[i] = _mm512_mul_ps(dw, _mm512_set1_ps(job.dx[(r0 + i) * nb + b]));
     if constexpr (F == PackedFormat::kQ8_0) {
       for (int g = 0; g < 8; ++g) {
         const __m512i w = _mm512_loadu_si512(qs + 64 * g);
         for (int i = 0; i < R; ++i) {
           const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g;
-          if (kSplit && (g & 1)) {
-            isum2[i] = _mm512_dpbusd_epi32(isum2[i], w, broadcast_dword(xb));
-          } else {
-            isum[i] = _mm512_dpbusd_epi32(isum[i], w, broadcast_dword(xb));
-          }
+          acc[i][g] = _mm512_fmadd_ps(scale[i], group_dot(w, xb, 128), acc[i][g]);
         }
       }
     } else {
+      constexpr int32_t kOffset = F == PackedFormat::kQ4_0 ? 8 : 0;
       for (int p = 0; p < 4; ++p) {
         const __m512i v = _mm512_loadu_si512(qs + 64 * p);
         const __m512i lo = _mm512_and_si512(v, low4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         for (int i = 0; i < R; ++i) {
           const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 8 * p;
-          isum[i] = _mm512_dpbusd_epi32(isum[i], lo, broadcast_dword(xb));
-          if (kSplit) {
-            isum2[i] = _mm512_dpbusd_epi32(isum2[i], hi, broadcast_dword(xb + 4));
-          } else {
-            isum[i] = _mm512_dpbusd_epi32(isum[i], hi, broadcast_dword(xb + 4));
-          }
+          acc[i][2 * p] = _mm512_fmadd_ps(scale[i], group_dot(lo, xb, kOffset), acc[i][2 * p]);
+          acc[i][2 * p + 1] = _mm512_fmadd_ps(scale[i], group_dot(hi, xb + 4, kOffset), acc[i][2 * p + 1]);
         }
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    __m512 mw;
     if constexpr (F == PackedFormat::kQ4_1) {
-      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
-    }
-    for (int i = 0; i < R; ++i) {
-      const int64_t xi = (r0 + i) * nb + b;
-      const __m512i s = kSplit ? _mm512_add_epi32(isum[i], isum2[i]) : isum[i];
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(job.dx[xi]));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[i]);
-      if constexpr (F == PackedFormat::kQ4_1) {
-        acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(job.xsx[xi]), acc[i]);
+      const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+      for (int i = 0; i < R; ++i) {
+        macc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
       }
     }
   }
   const int64_t valid = job.num_outputs - o0;
-  for (int i = 0; i < R; ++i) store_tile(job.y + (r0 + i) * job.ldy + o0, acc[i], valid);
+  for (int i = 0; i < R; ++i) {
+    const __m512 v0 = _mm512_add_ps(acc[i][0], acc[i][4]), v1 = _mm512_add_ps(acc[i][1], acc[i][5]);
+    const __m512 v2 = _mm512_add_ps(acc[i][2], acc[i][6]), v3 = _mm512_add_ps(acc[i][3], acc[i][7]);
+    __m512 y = _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3));
+    if constexpr (F == PackedFormat::kQ4_1) y = _mm512_add_ps(y, macc[i]);
+    store_tile(job.y + (r0 + i) * job.ldy + o0, y, valid);
+  }
 }
 
 template <PackedFormat F>
@@ -132,10 +125,14 @@ TROUPE_TARGET_AVX512 void float_tile(const TileJob& job, const uint8_t* tile, in
   for (int i = 0; i < R; ++i) store_tile(job.y + (r0 + i) * job.ldy + o0, acc[i], valid);
 }
 
+template <PackedFormat F>
+inline constexpr bool kQuantized =
+    F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0;
+
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void one_tile(const TileJob& job, const uint8_t* tile, int64_t r0, int64_t o0) {
-  if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0) {
-    quant_tile<F, R>(job, tile, r0, o0);
+  if constexpr (kQuantized<F>) {
+    if constexpr (R <= 2) quant_tile<F, R>(job, tile, r0, o0);
   } else {
     float_tile<F, R>(job, tile, r0, o0);
   }
@@ -147,6 +144,10 @@ TROUPE_TARGET_AVX512 void run(const TileJob& job, int64_t tile_begin, int64_t ti
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
     const int64_t o0 = t * kTileOutputs;
     int64_t r = 0;
+    if constexpr (kQuantized<F>) {
+      // Eight accumulators per row: two rows fill the register file.
+      for (; r + 2 <= job.num_rows; r += 2) one_tile<F, 2>(job, tile, r, o0);
+    }
     for (; r + kRows <= job.num_rows; r += kRows) one_tile<F, kRows>(job, tile, r, o0);
     switch (job.num_rows - r) {
       case 0: break;

@@ -1,4 +1,6 @@
-// RoPE (see rope.hpp). Cheap next to the matmuls, so scalar only.
+// RoPE (see rope.hpp). Cheap next to the matmuls, so scalar only. The rotation is written as
+// the fma form GCC contracts ggml's rotate_pairs into (x0*c - x1*s -> fma(x0, c, -(x1*s))), so
+// rotated q/k are bit-equal to llama.cpp's.
 #include "gpu/cpu/rope.hpp"
 
 #include <cmath>
@@ -22,8 +24,8 @@ void rope_apply(float* x, int32_t num_heads, int32_t head_dim, int32_t n_rot, co
     float* v = x + static_cast<int64_t>(h) * head_dim;
     for (int32_t i = 0; i < n_rot / 2; ++i) {
       const float x0 = v[2 * i], x1 = v[2 * i + 1];
-      v[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
-      v[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
+      v[2 * i] = std::fma(x0, cos_t[i], -(x1 * sin_t[i]));
+      v[2 * i + 1] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
     }
   }
 }
@@ -35,8 +37,8 @@ void rope_apply_neox(float* x, int32_t num_heads, int32_t head_dim, int32_t n_ro
     float* v = x + static_cast<int64_t>(h) * head_dim;
     for (int32_t i = 0; i < half; ++i) {
       const float x0 = v[i], x1 = v[i + half];
-      v[i] = x0 * cos_t[i] - x1 * sin_t[i];
-      v[i + half] = x0 * sin_t[i] + x1 * cos_t[i];
+      v[i] = std::fma(x0, cos_t[i], -(x1 * sin_t[i]));
+      v[i + half] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
     }
   }
 }

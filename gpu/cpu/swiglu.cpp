@@ -11,12 +11,13 @@ namespace {
 
 #if TROUPE_X86
 TROUPE_TARGET_AVX512 void swiglu_avx512(const float* g, const float* u, float* out, int64_t n) {
+  // ggml's SiLU (ggml_v_silu): x / (1 + ggml_expf(0 - x)), then times up.
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m =
         n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 z = _mm512_maskz_loadu_ps(m, g + i);
-    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), z));
+    const __m512 e = ggml_expf512(_mm512_sub_ps(_mm512_setzero_ps(), z));
     const __m512 silu = _mm512_div_ps(z, _mm512_add_ps(one, e));
     _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, u + i)));
   }
@@ -30,7 +31,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, IsaLevel 
   if (isa == IsaLevel::kAvx512Vnni) return swiglu_avx512(gate, up, out, n);
 #endif
   (void)isa;
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = ggml_silu(gate[i]) * up[i];
 }
 
 void swiglu_reference(const float* gate, const float* up, float* out, int64_t n) {

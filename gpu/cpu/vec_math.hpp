@@ -5,9 +5,41 @@
 // through the same code, so results stay batch-invariant.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
 #include "gpu/cpu/isa_target.hpp"
 
 namespace troupe::gpu::cpu {
+
+// ggml's vectorized expf (ggml_v_expf, from ARM's optimized-routines v_expf), one lane at a
+// time: the operations and constants of ggml-cpu's AVX2/AVX-512 code, each an IEEE fma or
+// multiply, so this scalar form is bit-identical to the SIMD one below. llama.cpp's softmax
+// and SiLU go through it; using the same function is what keeps our activations bit-equal.
+inline float ggml_expf(float x) {
+  const auto bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; };
+  const auto from = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const uint32_t e = bits(z) << 23;
+  const float k = from(e + bits(1.0f));
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, 0x1.ffffecp-1f * b);
+  if (!(std::fabs(n) > 126.0f)) return std::fma(j, k, k);
+  const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+  const float s1 = from(g + 0x7f000000u);
+  const float s2 = from(e - g);
+  if (std::fabs(n) > 192.0f) return s1 * s1;
+  return std::fma(s2, j, s2) * s1;
+}
+
+// ggml's SiLU: x / (1 + expf(-x)) with ggml_expf.
+inline float ggml_silu(float x) { return x / (1.0f + ggml_expf(0.0f - x)); }
 
 #if TROUPE_X86
 TROUPE_TARGET_AVX512 inline __m512 exp512(__m512 x) {
@@ -29,6 +61,33 @@ TROUPE_TARGET_AVX512 inline __m512 exp512(__m512 x) {
   p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   // scalef computes p * 2^n and handles the exponent range (overflow to inf, underflow to 0).
   return _mm512_scalef_ps(p, n);
+}
+
+// ggml_expf on 16 lanes (same operations as the scalar form).
+TROUPE_TARGET_AVX512 inline __m512 ggml_expf512(__m512 x) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(z), 23);
+  const __m512 k = _mm512_castsi512_ps(_mm512_add_epi32(e, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+  const __m512 abs_n = _mm512_abs_ps(n);
+  const __mmask16 c = _mm512_cmp_ps_mask(abs_n, _mm512_set1_ps(126.0f), _CMP_GT_OQ);
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm512_mul_ps(_mm512_set1_ps(0x1.ffffecp-1f), b));
+  const __m512 fast = _mm512_fmadd_ps(j, k, k);
+  if (c == 0) return fast;
+  const __mmask16 nonpos = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+  const __m512i g = _mm512_maskz_mov_epi32(nonpos, _mm512_set1_epi32(static_cast<int>(0x82000000u)));
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_add_epi32(g, _mm512_set1_epi32(0x7f000000)));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_sub_epi32(e, g));
+  const __mmask16 d = _mm512_cmp_ps_mask(abs_n, _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+  __m512 out = _mm512_mask_mov_ps(fast, c, _mm512_mul_ps(_mm512_fmadd_ps(s2, j, s2), s1));
+  return _mm512_mask_mov_ps(out, d, _mm512_mul_ps(s1, s1));
 }
 
 TROUPE_TARGET_AVX512 inline float reduce_add512(__m512 v) { return _mm512_reduce_add_ps(v); }

@@ -115,7 +115,10 @@ TEST_P(BatchInvariance, LogitsBitIdenticalAloneInBatchAndChunked) {
   struct Variant {
     int chunk, others;
   };
-  for (const Variant v : {Variant{kPromptLen, 7}, Variant{1, 0}, Variant{7, 0}, Variant{64, 0},
+  // Chunks of >= 2 tokens: a one-token chunk takes llama.cpp's decode reduction order in
+  // attention (ggml_vec_dot_f16; llamafile's sgemm only serves >= 2 tokens), so a prompt fed
+  // one token at a time differs from one fed in larger chunks by ulps, as in llama.cpp itself.
+  for (const Variant v : {Variant{kPromptLen, 7}, Variant{2, 0}, Variant{7, 0}, Variant{64, 0},
                           Variant{7, 7}}) {
     auto backend = tiny_backend(GetParam());
     std::vector<int32_t> order(128);

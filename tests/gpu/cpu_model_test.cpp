@@ -258,6 +258,48 @@ TEST_F(RealModel, MatchesLlamaCppGreedyReference) {
   EXPECT_GE(identical, 18);
 }
 
+// Parity probe (not a check): with TROUPE_PARITY_DUMP=DIR and TROUPE_PARITY_PROMPT=N, writes
+// every tapped intermediate of reference prompt N's prefill to DIR/<name>-<layer>.f32 (rows x
+// cols, float32) and the logits to DIR/logits.f32, for comparison with llama.cpp's cb_eval dump.
+std::string g_parity_dir;
+void parity_tap(const char* name, int32_t layer, const float* data, int64_t rows, int64_t cols,
+                int64_t ld) {
+  const std::string path = g_parity_dir + "/" + name + "-" + std::to_string(layer) + ".f32";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return;
+  for (int64_t r = 0; r < rows; ++r) std::fwrite(data + r * ld, sizeof(float), cols, f);
+  std::fclose(f);
+}
+
+TEST_F(RealModel, ParityProbeDump) {
+  const char* dir = std::getenv("TROUPE_PARITY_DUMP");
+  if (dir == nullptr) GTEST_SKIP() << "set TROUPE_PARITY_DUMP";
+  const auto ref_path = std::filesystem::path(TROUPE_SOURCE_DIR) / "tests" / "reference" / "smollm2_greedy.json";
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(ref_path.string());
+  const char* which = std::getenv("TROUPE_PARITY_PROMPT");
+  const size_t n = which != nullptr ? std::strtoul(which, nullptr, 10) : 0;
+  std::vector<int32_t> ids;
+  for (int64_t v : doc["prompts"].get_array().at(n)["prompt_ids"].get_array()) ids.push_back(static_cast<int32_t>(v));
+  StepHarness h(2048, 16);
+  h.add(0, ids);
+  g_parity_dir = dir;
+  std::vector<float> logits;
+  if (std::getenv("TROUPE_PARITY_DECODE") != nullptr) {  // dump the first decode step instead
+    const auto first = backend_->compute_logits(h.build({{0, static_cast<int32_t>(ids.size())}}));
+    StepResult r;
+    r.tokens.push_back({0, static_cast<int32_t>(std::max_element(first.begin(), first.end()) - first.begin()), 0.0f, {}});
+    h.accept(r);
+    set_forward_tap(parity_tap);
+    logits = backend_->compute_logits(h.build({{0, 1}}));
+  } else {
+    set_forward_tap(parity_tap);
+    logits = backend_->compute_logits(h.build({{0, static_cast<int32_t>(ids.size())}}));
+  }
+  set_forward_tap(nullptr);
+  parity_tap("logits", -1, logits.data(), 1, 49152, 49152);
+}
+
 TEST(LlamaWeights, MisShapedTensorIsNamed) {
   model::LlamaConfig c = *model::LlamaConfig::named_shape("smollm2-135m");
   c.n_layer = 2;
