@@ -8,6 +8,7 @@
 #include "actors/engine/engine.hpp"
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -63,7 +64,7 @@ class EngineImpl final : public Engine {
   EngineStats stats() const override;
   std::vector<RequestInfo> requests() const override;
   bool drain(std::chrono::milliseconds deadline) override;
-  int64_t flush_prefix_cache() override { return 0; }
+  int64_t flush_prefix_cache() override;
   const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
   const ModelCard& model_card() const override { return card_; }
 
@@ -168,6 +169,20 @@ void EngineImpl::post_cancel(RequestId request_id) {
         }(ingress, request_id);
       },
       boost::asio::detached);
+}
+
+int64_t EngineImpl::flush_prefix_cache() {
+  auto reply = std::make_shared<std::promise<int64_t>>();
+  std::future<int64_t> flushed = reply->get_future();
+  scheduler::SchedulerMessage message{scheduler::FlushPrefixCache{reply}};
+  if (scheduler_->try_send(std::move(message)) != SendStatus::kAccepted) return 0;
+  // Answered between two steps; a step takes milliseconds to a few seconds.
+  if (flushed.wait_for(std::chrono::seconds(30)) != std::future_status::ready) return 0;
+  try {
+    return flushed.get();
+  } catch (const std::future_error&) {
+    return 0;  // the scheduler shut down before answering
+  }
 }
 
 EngineStats EngineImpl::stats() const {

@@ -51,6 +51,19 @@ bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& pref
   return true;
 }
 
+int32_t KvCacheManager::flush_unreferenced_cache() {
+  const int32_t num_cached = pool_.num_cached_unreferenced();
+  if (num_cached == 0) return 0;
+  // Allocating everything allocatable takes the free blocks first, then evicts every cached,
+  // unreferenced one (the pool reports them so the tree forgets them); freeing the whole
+  // allocation returns all of it to the free list, uncached.
+  auto allocation = pool_.allocate(pool_.num_allocatable());
+  if (!allocation) throw std::logic_error("block pool refused an allocation it had room for");
+  for (BlockId evicted : allocation->evicted) cache_.erase(evicted);
+  for (BlockId block : allocation->blocks) pool_.free(block);
+  return static_cast<int32_t>(allocation->evicted.size());
+}
+
 void KvCacheManager::cache_full_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens,
                                        int32_t num_computed_tokens) {
   if (!enable_prefix_caching_ || seq.caching_stopped) return;

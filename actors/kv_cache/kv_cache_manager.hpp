@@ -84,6 +84,10 @@ class KvCacheManager {
   // Releases every block, last first, so a sequence's tail is evicted before its head.
   void free_sequence(SequenceBlocks& seq);
 
+  // Forgets every cached block no sequence references (the admin's "flush prefix cache"):
+  // they return to the free list. Referenced cached blocks stay. Returns how many were dropped.
+  int32_t flush_unreferenced_cache();
+
   void record_prefix_query(int32_t num_query_tokens, int32_t num_hit_tokens) {
     cache_.record_query(num_query_tokens, num_hit_tokens);
   }

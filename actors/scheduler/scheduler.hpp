@@ -64,6 +64,9 @@ class Scheduler {
   // blocks are free now; the copies to make are in the result.
   TransferAdmission admit_transferred(const PrefillHandoff& handoff);
 
+  // Drops every cached prefix block no sequence references; returns how many.
+  int32_t flush_prefix_cache() { return kv_.flush_unreferenced_cache(); }
+
   SchedulerStats stats() const;
   std::vector<SlotInfo> slots() const;  // running first, then waiting, then parked
 

@@ -45,9 +45,13 @@ void SchedulerActor::apply(SchedulerMessage message) {
           if (result != AddResult::kAccepted) refused_.push_back({id, result});
         } else if constexpr (std::is_same_v<T, CancelSequence>) {
           if (auto finished = policy_.cancel(m.request_id)) ended_.push_back(*finished);
-        } else {
-          static_assert(std::is_same_v<T, FinishSequence>);
+        } else if constexpr (std::is_same_v<T, FinishSequence>) {
           if (auto finished = policy_.finish(m.request_id, m.reason)) ended_.push_back(*finished);
+        } else {
+          static_assert(std::is_same_v<T, FlushPrefixCache>);
+          const int64_t flushed = policy_.flush_prefix_cache();
+          publish_stats();  // before answering: the caller may read stats() right away
+          m.reply->set_value(flushed);
         }
       },
       message);

@@ -3,6 +3,8 @@
 // Thread-safety: plain values, moved through the scheduler mailbox.
 #pragma once
 
+#include <future>
+#include <memory>
 #include <variant>
 
 #include "actors/scheduler/sequence.hpp"
@@ -23,6 +25,11 @@ struct FinishSequence {
   FinishReason reason = FinishReason::kStopString;
 };
 
-using SchedulerMessage = std::variant<Admit, CancelSequence, FinishSequence>;
+// Admin: drop every unreferenced cached prefix block; the count goes back through `reply`.
+struct FlushPrefixCache {
+  std::shared_ptr<std::promise<int64_t>> reply;
+};
+
+using SchedulerMessage = std::variant<Admit, CancelSequence, FinishSequence, FlushPrefixCache>;
 
 }  // namespace troupe::scheduler

@@ -1,5 +1,5 @@
 troupe_add_test(NAME stop_matcher_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/stop_matcher_test.cpp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/stop_matcher_test.cpp ${CMAKE_CURRENT_LIST_DIR}/kv_flush_test.cpp
   LIBS troupe_actors
   LABELS "unit;actors")
 # In-process end to end on the real default model (skips when the model file is absent).

@@ -180,6 +180,19 @@ TEST(Engine, UserTextCannotInjectSpecialTokens) {
   EXPECT_FALSE(sink->error());
 }
 
+TEST(Engine, FlushPrefixCacheDropsCachedBlocks) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  auto sink = std::make_shared<RecordingSink>();
+  engine->submit(greedy_chat("Explain what a neural network is in simple terms.", 4), sink);
+  ASSERT_TRUE(sink->wait());
+  ASSERT_TRUE(wait_idle(*engine));
+  EXPECT_GT(engine->stats().kv_blocks_cached, 0);  // the prompt's full blocks stay cached
+  EXPECT_GT(engine->flush_prefix_cache(), 0);
+  EXPECT_EQ(engine->stats().kv_blocks_cached, 0);
+  EXPECT_EQ(engine->flush_prefix_cache(), 0);
+}
+
 TEST(Engine, ShutdownWithRequestsInFlightAnswersEveryone) {
   TROUPE_REQUIRE_MODEL();
   std::vector<std::shared_ptr<RecordingSink>> sinks;
