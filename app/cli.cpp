@@ -15,6 +15,7 @@ std::variant<Command, UsageError> parse_serve(const std::vector<std::string>& ar
       {"--model-id", &ServeOptions::model_id},  {"--host", &ServeOptions::host},
       {"--port", &ServeOptions::port},          {"--backend", &ServeOptions::backend},
       {"--log-level", &ServeOptions::log_level},
+      {"--admin-socket", &ServeOptions::admin_socket},
   };
   for (size_t i = first; i < args.size(); ++i) {
     std::string flag = args[i];
@@ -79,6 +80,7 @@ std::variant<Command, UsageError> parse_command_line(const std::vector<std::stri
   if (first == "--version" || first == "-V" || first == "version") return Command{VersionCommand{}};
   if (first == "serve") return parse_serve(args, 1);
   if (first == "generate") return parse_generate(args, 1);
+  if (first == "admin") return Command{AdminCommand{std::vector<std::string>(args.begin() + 1, args.end())}};
   return UsageError{fmt::format("unknown command '{}' (try 'troupe --help')", first)};
 }
 

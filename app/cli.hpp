@@ -22,6 +22,7 @@ struct ServeOptions {
   std::optional<std::string> port;  // validated when applied, so the error names the flag
   std::optional<std::string> backend;
   std::optional<std::string> log_level;
+  std::optional<std::string> admin_socket;
 };
 
 struct HelpCommand {
@@ -36,7 +37,11 @@ struct GenerateCommand {
   GenerateOptions options;
 };
 
-using Command = std::variant<HelpCommand, VersionCommand, ServeCommand, GenerateCommand>;
+struct AdminCommand {
+  std::vector<std::string> args;
+};
+
+using Command = std::variant<HelpCommand, VersionCommand, ServeCommand, GenerateCommand, AdminCommand>;
 
 // A usage error, printed as one line; exit code 2.
 struct UsageError {

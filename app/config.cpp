@@ -176,6 +176,33 @@ ObjectReader api_reader(net::OpenAiApiConfig& api) {
   return reader;
 }
 
+ObjectReader admin_reader(net::AdminServerConfig& admin) {
+  ObjectReader reader("admin");
+  reader.on("enabled", [&admin](element v, const std::string& p) { admin.enabled = read_bool(v, p); });
+  reader.on("socket_path", [&admin](element v, const std::string& p) {
+    admin.socket_path = read_string(v, p);
+  });
+  reader.on("max_line_bytes", [&admin](element v, const std::string& p) {
+    admin.max_line_bytes = read_uint(v, p, 1024, 16u << 20);
+  });
+  reader.on("max_connections", [&admin](element v, const std::string& p) {
+    admin.max_connections = static_cast<int>(read_uint(v, p, 1, 4096));
+  });
+  reader.on("tcp", [&admin](element v, const std::string&) {
+    ObjectReader tcp("admin.tcp");
+    tcp.on("enabled", [&admin](element t, const std::string& p) { admin.tcp.enabled = read_bool(t, p); });
+    tcp.on("host", [&admin](element t, const std::string& p) { admin.tcp.host = read_string(t, p); });
+    tcp.on("port", [&admin](element t, const std::string& p) {
+      admin.tcp.port = static_cast<uint16_t>(read_uint(t, p, 0, 65535));
+    });
+    tcp.on("token_file", [&admin](element t, const std::string& p) {
+      admin.tcp.token_file = read_string(t, p);
+    });
+    tcp.read(v);
+  });
+  return reader;
+}
+
 }  // namespace
 
 engine::EngineConfig engine_config_of(const ServerConfig& config) {
@@ -248,6 +275,7 @@ ServerConfig parse_config(std::string_view json, ServerConfig base) {
   });
   reader.on("cpu", [&config](element v, const std::string&) { cpu_reader(config.cpu).read(v); });
   reader.on("api", [&config](element v, const std::string&) { api_reader(config.api).read(v); });
+  reader.on("admin", [&config](element v, const std::string&) { admin_reader(config.admin).read(v); });
   reader.on("http", [&config](element v, const std::string&) { http_reader(config.http).read(v); });
   reader.read(root);
   return config;

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "actors/engine/engine_config.hpp"
+#include "net/admin_server.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_request.hpp"
 
@@ -41,6 +42,7 @@ struct ServerConfig {
   net::OpenAiApiConfig api;     // request defaults and limits of the OpenAI API
   scheduler::SchedulerConfig scheduler = engine::EngineConfig{}.scheduler;
   engine::CpuBackendOptions cpu;
+  net::AdminServerConfig admin;  // the admin socket (and the optional token-guarded TCP port)
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests may finish
 };
 

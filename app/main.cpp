@@ -5,6 +5,7 @@
 #include <variant>
 #include <vector>
 
+#include "app/admin_command.hpp"
 #include "app/cli.hpp"
 #include "app/generate.hpp"
 #include "app/serve.hpp"
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
         } else if constexpr (std::is_same_v<T, VersionCommand>) {
           std::cout << "troupe " << kVersionString << "\n";
           return 0;
+        } else if constexpr (std::is_same_v<T, AdminCommand>) {
+          return run_admin(command.args);
         } else if constexpr (std::is_same_v<T, GenerateCommand>) {
           return run_generate(command.options);
         } else {

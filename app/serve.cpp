@@ -14,6 +14,7 @@
 #include "actors/engine/engine.hpp"
 #include "model/gguf.hpp"
 #include "model/model_info.hpp"
+#include "net/admin_server.hpp"
 #include "net/api_routes.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_routes.hpp"
@@ -97,6 +98,30 @@ int run_serve(const ServeOptions& options) {
   spdlog::info("model {}: {} ({} layers, context {}, {} parameters, {})", m.id, m.architecture,
                m.num_layers, m.context_length, m.num_parameters, m.quantization);
 
+  // The admin socket (stats, cancel, drain, ...). Its drain command stops the wait below, which
+  // then drains like SIGTERM does.
+  boost::asio::io_context signals_io;
+  net::AdminServerConfig admin_config = config.admin;
+  if (options.admin_socket) admin_config.socket_path = *options.admin_socket;
+  std::unique_ptr<net::AdminServer> admin;
+  if (admin_config.enabled || options.admin_socket) {
+    admin = std::make_unique<net::AdminServer>(admin_config, *engine, [&signals_io] {
+      spdlog::info("drain requested on the admin socket");
+      signals_io.stop();
+    });
+    try {
+      admin->start();
+    } catch (const std::exception& e) {
+      admin.reset();
+      // A path the operator chose must work; the default one may be taken by another server.
+      if (!admin_config.socket_path.empty()) {
+        spdlog::error("{}", e.what());
+        return 1;
+      }
+      spdlog::warn("no admin socket: {}", e.what());
+    }
+  }
+
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, *state);
   net::add_openai_routes(*router, *engine, *state, config.api);
@@ -117,7 +142,6 @@ int run_serve(const ServeOptions& options) {
                state->backend);
 
   // The main thread only waits for a stop signal; the io threads serve.
-  boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
     if (!ec) spdlog::info("received signal {}, shutting down", signal_number);
@@ -131,6 +155,7 @@ int run_serve(const ServeOptions& options) {
     spdlog::warn("drain timed out after {} ms; cancelled what was left", config.drain_timeout.count());
   }
   server.stop();
+  if (admin) admin->stop();
   engine.reset();
   spdlog::info("stopped");
   return 0;
