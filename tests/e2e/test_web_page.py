@@ -1,0 +1,136 @@
+"""The web chat page (GET /) in a real headless Chromium (Debian's `chromium` and
+`chromium-driver`), driven by Selenium: a question streams an answer, Stop cancels it, and a
+max-tokens limit ends the next answer with "length". Leaves a screenshot in
+tests/e2e/artifacts/web_page.png (not committed).
+
+The CPU backend on a shared machine is slow: the waits are generous."""
+import pathlib
+import signal
+import shutil
+import time
+
+import pytest
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
+
+
+def find_binary(*names):
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.fixture
+def browser():
+    chromium = find_binary("chromium", "chromium-browser")
+    driver_path = find_binary("chromedriver")
+    if not chromium or not driver_path:
+        pytest.skip("chromium / chromedriver not installed (apt-get install chromium chromium-driver)")
+    options = Options()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1100,800"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def set_field(driver, element_id, value):
+    field = driver.find_element(By.ID, element_id)
+    field.clear()
+    field.send_keys(str(value))
+
+
+def assistant_bubbles(driver):
+    return driver.find_elements(By.CSS_SELECTOR, ".msg.assistant")
+
+
+def answer_text(driver, bubble):
+    """The streamed answer: the bubble's text node, without the .meta line added at the end."""
+    return driver.execute_script(
+        "const t = arguments[0].firstChild;"
+        "return t && t.nodeType === Node.TEXT_NODE ? t.textContent : '';", bubble)
+
+
+def ask(driver, question):
+    box = driver.find_element(By.ID, "input")
+    box.clear()
+    box.send_keys(question)
+    driver.find_element(By.ID, "send").click()
+
+
+def finish_reason(driver, bubble, timeout):
+    meta = WebDriverWait(driver, timeout, poll_frequency=0.2).until(
+        lambda d: bubble.find_elements(By.CSS_SELECTOR, ".meta"))[0]
+    return meta.get_attribute("data-finish-reason"), meta.text
+
+
+def test_chat_page_streams_stops_and_limits(server, browser):
+    browser.get(server.base_url + "/")
+    assert browser.title == "troupe chat"
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    wait.until(lambda d: d.find_element(By.ID, "status").text == "connected")
+    wait.until(lambda d: d.find_element(By.ID, "send").is_enabled())
+
+    # A long answer: watch it stream (the text grows), then stop it.
+    set_field(browser, "temperature", 0)
+    set_field(browser, "max_tokens", 2000)
+    ask(browser, "Write a long story about a lighthouse keeper and his cat.")
+    bubble = wait.until(lambda d: assistant_bubbles(d))[0]
+    first = WebDriverWait(browser, 120, poll_frequency=0.1).until(lambda d: answer_text(d, bubble))
+    grown = WebDriverWait(browser, 120, poll_frequency=0.1).until(
+        lambda d: (lambda t: t if len(t) > len(first) else None)(answer_text(d, bubble)))
+    assert grown.startswith(first)
+    assert browser.find_element(By.ID, "stop").is_enabled()
+    assert not browser.find_element(By.ID, "send").is_enabled()
+    browser.find_element(By.ID, "stop").click()
+    reason, meta_text = finish_reason(browser, bubble, timeout=120)
+    assert reason == "cancelled", meta_text
+    assert "tokens/s" in meta_text and "first token" in meta_text
+    stopped_text = answer_text(browser, bubble)
+    assert stopped_text.startswith(grown)
+    assert not browser.find_element(By.ID, "stop").is_enabled()
+
+    # A second question with max tokens 5 ends with "length".
+    set_field(browser, "max_tokens", 5)
+    ask(browser, "Now tell me about the sea.")
+    wait.until(lambda d: len(assistant_bubbles(d)) == 2)
+    second = assistant_bubbles(browser)[1]
+    reason, meta_text = finish_reason(browser, second, timeout=180)
+    assert reason == "length", meta_text
+    assert "5 tokens" in meta_text
+    assert answer_text(browser, second)
+    assert answer_text(browser, bubble) == stopped_text  # the first answer is left as it was
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".msg.user")) == 2
+    assert browser.find_element(By.ID, "send").is_enabled()
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    time.sleep(0.2)  # let the last layout settle
+    assert browser.save_screenshot(str(ARTIFACTS / "web_page.png"))
+
+
+def test_chat_page_ends_an_answer_when_the_socket_is_lost(start_server, browser):
+    server = start_server().wait_ready()
+    browser.get(server.base_url + "/")
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    wait.until(lambda d: d.find_element(By.ID, "send").is_enabled())
+    set_field(browser, "max_tokens", 2000)
+    ask(browser, "Write a long story about a lighthouse.")
+    bubble = wait.until(lambda d: assistant_bubbles(d))[0]
+    WebDriverWait(browser, 120, poll_frequency=0.1).until(lambda d: answer_text(d, bubble))
+    server.stop(sig=signal.SIGKILL)
+    meta = WebDriverWait(browser, 60, poll_frequency=0.2).until(
+        lambda d: bubble.find_elements(By.CSS_SELECTOR, ".meta.error"))[0]
+    assert "connection lost" in meta.text
+    assert not browser.find_element(By.ID, "stop").is_enabled()
+    assert "disconnected" in browser.find_element(By.ID, "status").text
