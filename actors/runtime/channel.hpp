@@ -11,6 +11,13 @@
 // slot contents between threads. No allocation happens after construction, and "full" is simply
 // "no free index" — reported as a value, never an exception.
 //
+// NOTE (ThreadSanitizer): TSan reports races inside Boost.Lockfree's node free list whenever two
+// threads pop or allocate at once (boostorg/lockfree#78): a Treiber-stack pop reads `top->next`
+// before the CAS that claims `top`, and discards it when the CAS fails. Those touch only Boost's
+// own nodes; tests/tsan.supp suppresses exactly those frames. The hand-off of a slot itself is
+// ordered by Boost's CAS (release) and acquire loads, which TSan does see: a send that wrote its
+// slot after pushing the index is reported even with the suppressions in place.
+//
 // Closing: close() stops admission at once, but every message accepted before it is still
 // delivered (unlike Asio 1.81's channels, which drop the buffer on close — TOOLCHAIN.md). The
 // receiver sees end-of-stream only once the channel is closed, no sender is half-way through a
@@ -205,7 +212,7 @@ std::optional<T> Channel<T>::pop_ready() {
   message->~T();
   free_slots_.bounded_push(index);  // cannot fail, as in try_send
   // Same fence-then-look as ParkingSpot::notify, against register_room_waiter's increment.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  full_fence();
   if (num_room_waiters_.load(std::memory_order_relaxed) != 0) wake_room_waiters();
   return result;
 }
@@ -297,7 +304,7 @@ boost::asio::awaitable<SendStatus> Channel<T>::send(T message) {
     // The check is then a real send attempt: room that appeared meanwhile is taken at once.
     auto is_ready = [this, &waiter, &message, &status] {
       register_room_waiter(&waiter);
-      std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with pop_ready()'s fence
+      full_fence();  // pairs with pop_ready()'s fence
       status = try_send(std::move(message));
       return status != SendStatus::kFull;
     };

@@ -66,7 +66,9 @@ class CountingActor final : public Actor<Work> {
     check_thread();
     if (work.fail) throw std::runtime_error("handle failed on purpose");
     if (work.delay.count() > 0) {
-      asio::steady_timer timer(co_await asio::this_coro::executor, work.delay);
+      // Named local: no co_await inside a larger expression (g++ 12.2 miscompile, TOOLCHAIN.md).
+      asio::any_io_executor executor = co_await asio::this_coro::executor;
+      asio::steady_timer timer(executor, work.delay);
       auto wait = timer.async_wait(asio::as_tuple(asio::use_awaitable));
       co_await std::move(wait);
       if (cancel_requested()) {

@@ -91,10 +91,14 @@ asio::awaitable<void> count_until_end(Channel<int>& channel, std::atomic<int64_t
   finished = true;
 }
 
-asio::awaitable<void> receive_forever(Channel<int>& channel) { co_await channel.receive(); }
+asio::awaitable<void> receive_forever(Channel<int>& channel) {
+  std::optional<int> never = co_await channel.receive();
+  (void)never;
+}
 
 asio::awaitable<void> send_one(Channel<int>& channel, int value, std::atomic<int>& outcome) {
-  SendStatus status = co_await channel.send(value);
+  auto sending = channel.send(value);  // named: no temporaries inside co_await (g++ 12.2)
+  SendStatus status = co_await std::move(sending);
   outcome = static_cast<int>(status);
 }
 
@@ -200,7 +204,8 @@ asio::awaitable<void> send_sequence(Channel<Tagged>& channel, int32_t producer_i
                                     std::atomic<int>& num_producers_done) {
   for (int64_t sequence = 0; sequence < count; ++sequence) {
     Tagged message{producer_id, sequence};
-    SendStatus status = co_await channel.send(message);
+    auto sending = channel.send(message);  // named: no temporaries inside co_await (g++ 12.2)
+    SendStatus status = co_await std::move(sending);
     if (status != SendStatus::kAccepted) throw std::runtime_error("send was not accepted");
   }
   num_producers_done.fetch_add(1);
