@@ -164,7 +164,7 @@ void IngressActor::on_step_events(StepEvents& events) {
   for (engine::RequestId id : events.scheduled) {
     auto it = live_.find(id);
     if (it != live_.end() && !it->second.first_scheduled_at) {
-      it->second.first_scheduled_at = events.step_done_at;
+      it->second.first_scheduled_at = events.step_started_at;
     }
   }
   generated_tokens_.add(events.step_done_at, events.update.tokens.size());

@@ -35,6 +35,7 @@ struct CancelAll {};
 struct StepEvents {
   scheduler::StepUpdate update;
   std::vector<engine::RequestId> scheduled;
+  Clock::time_point step_started_at;
   Clock::time_point step_done_at;
 };
 

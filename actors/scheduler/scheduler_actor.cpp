@@ -151,7 +151,8 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   }
   StepUpdate update = policy_.on_step_complete(outcome->result);
   const Clock::time_point finished = Clock::now();
-  ingress::IngressMessage events{ingress::StepEvents{std::move(update), std::move(scheduled), finished}};
+  ingress::IngressMessage events{
+      ingress::StepEvents{std::move(update), std::move(scheduled), tick_started, finished}};
   auto reporting = send_to_ingress(std::move(events));
   co_await std::move(reporting);
   // Engine overhead: the tick's time outside the backend's step (schedule, hand-off, wake-up,

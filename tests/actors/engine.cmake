@@ -7,3 +7,7 @@ troupe_add_test(NAME engine_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cpp
   LIBS troupe_actors
   LABELS "unit;actors;engine")
+troupe_add_test(NAME engine_batch_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_batch_test.cpp
+  LIBS troupe_actors
+  LABELS "actors;engine;slow")

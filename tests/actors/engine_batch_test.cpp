@@ -1,0 +1,92 @@
+// The engine under load on the real model (labelled slow: Release only, not under sanitizers).
+#include <gtest/gtest.h>
+
+#include "actors/engine/engine.hpp"
+#include "tests/actors/engine_test_support.hpp"
+
+namespace troupe::engine {
+namespace {
+
+using testing::greedy_chat;
+using testing::RecordingSink;
+using testing::test_config;
+using testing::wait_idle;
+
+std::vector<std::string> questions(int count) {
+  const std::vector<std::string> topics = {"the sea", "a mountain", "bread", "music", "a city",
+                                           "winter", "a robot", "coffee"};
+  std::vector<std::string> out;
+  for (int i = 0; i < count; ++i) {
+    out.push_back("Write one sentence about " + topics[i % topics.size()] + " number " +
+                  std::to_string(i) + ".");
+  }
+  return out;
+}
+
+// Continuous batching must not change anyone's output: 32 greedy requests run together give
+// exactly the tokens each gives alone (the CPU path is batch-invariant).
+TEST(EngineUnderLoad, ThirtyTwoConcurrentGreedyRequestsEqualTheirSoloRuns) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  const std::vector<std::string> prompts = questions(32);
+  std::vector<std::vector<int32_t>> alone;
+  for (const std::string& prompt : prompts) {
+    auto sink = std::make_shared<RecordingSink>();
+    engine->submit(greedy_chat(prompt, 12), sink);
+    ASSERT_TRUE(sink->wait());
+    ASSERT_FALSE(sink->error());
+    alone.push_back(sink->token_ids());
+  }
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const std::string& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine->submit(greedy_chat(prompt, 12), sinks.back());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->wait());
+    EXPECT_EQ(sinks[i]->token_ids(), alone[i]) << prompts[i];
+  }
+  EXPECT_TRUE(wait_idle(*engine));
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
+// A critical request overtakes a full batch of low-priority ones (it preempts one of them), and
+// the preempted request still produces exactly its solo output.
+TEST(EngineUnderLoad, CriticalRequestOvertakesLowPriorityWork) {
+  TROUPE_REQUIRE_MODEL();
+  EngineConfig config = test_config();
+  config.scheduler.max_num_seqs = 4;
+  auto engine = Engine::start(config);
+
+  auto solo = std::make_shared<RecordingSink>();
+  engine->submit(greedy_chat("Write a story about a dragon.", 48), solo);
+  ASSERT_TRUE(solo->wait());
+
+  std::vector<std::shared_ptr<RecordingSink>> low;
+  for (int i = 0; i < 4; ++i) {
+    GenerateRequest request = greedy_chat("Write a story about a dragon.", 48);
+    request.priority = Priority::kLow;
+    low.push_back(std::make_shared<RecordingSink>());
+    engine->submit(std::move(request), low.back());
+  }
+  while (low.back()->num_deltas() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+
+  GenerateRequest urgent = greedy_chat("Name a color.", 4);
+  urgent.priority = Priority::kCritical;
+  auto critical = std::make_shared<RecordingSink>();
+  engine->submit(std::move(urgent), critical);
+  ASSERT_TRUE(critical->wait());
+  int still_running = 0;
+  for (auto& sink : low) still_running += sink->ended() ? 0 : 1;
+  EXPECT_GE(still_running, 3) << "the critical request should not wait for the low ones";
+
+  for (auto& sink : low) {
+    ASSERT_TRUE(sink->wait());
+    EXPECT_EQ(sink->token_ids(), solo->token_ids());  // preempted or not, same tokens
+  }
+  EXPECT_GE(engine->stats().num_preemptions, 1u);
+  EXPECT_TRUE(wait_idle(*engine));
+}
+
+}  // namespace
+}  // namespace troupe::engine
