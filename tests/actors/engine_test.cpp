@@ -206,7 +206,9 @@ TEST(Engine, ShutdownWithRequestsInFlightAnswersEveryone) {
   }  // ~Engine: cancel, drain, join
   for (auto& sink : sinks) {
     EXPECT_TRUE(sink->ended());
-    if (sink->completion()) EXPECT_EQ(sink->completion()->finish_reason, "cancelled");
+    if (sink->completion()) {
+      EXPECT_EQ(sink->completion()->finish_reason, "cancelled");
+    }
   }
 }
 
