@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "gpu/cpu/attention_kernels.hpp"
 #include "gpu/cpu/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/softmax.hpp"
@@ -38,58 +39,6 @@ void scores_scalar(const KvLayerView& kv, const int32_t* table, int32_t n, int32
     }
   }
 }
-
-#if TROUPE_X86
-TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 x) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
-TROUPE_TARGET_AVX2 void scores_avx2(const KvLayerView& kv, const int32_t* table, int32_t n,
-                                    int32_t kv_head, const float* q, int32_t group, float scale,
-                                    float* s) {
-  const int32_t hd = kv.head_dim;
-  for (int32_t t = 0; t < n; ++t) {
-    const uint16_t* kp = kv.k + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
-    for (int32_t g = 0; g < group; ++g) {
-      const float* qg = q + static_cast<int64_t>(g) * hd;
-      __m256 acc = _mm256_setzero_ps();
-      for (int32_t d = 0; d < hd; d += kLanes) {
-        const __m256 k = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kp + d)));
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), k, acc);
-      }
-      s[static_cast<int64_t>(g) * n + t] = hsum8_avx2(acc) * scale;
-    }
-  }
-}
-
-// out[d] = hsum8 over lanes (key t in lane t % 8) of fma(p[t], v[t][d], .), as llama.cpp's
-// KQ·V product (tinyBLAS over keys).
-TROUPE_TARGET_AVX512 void weighted_values_avx512(const KvLayerView& kv, const int32_t* table,
-                                                 int32_t n, int32_t kv_head, const float* p,
-                                                 int32_t group, float* out) {
-  const int32_t hd = kv.head_dim;
-  for (int32_t g = 0; g < group; ++g) {
-    const float* pg = p + static_cast<int64_t>(g) * n;
-    for (int32_t c = 0; c < hd / 16; ++c) {
-      __m512 acc[kLanes];
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      for (int32_t t = 0; t < n; ++t) {
-        const uint16_t* vp =
-            kv.v + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size) + 16 * c;
-        const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vp)));
-        acc[t % kLanes] = _mm512_fmadd_ps(_mm512_set1_ps(pg[t]), v, acc[t % kLanes]);
-      }
-      const __m512 v0 = _mm512_add_ps(acc[0], acc[4]), v1 = _mm512_add_ps(acc[1], acc[5]);
-      const __m512 v2 = _mm512_add_ps(acc[2], acc[6]), v3 = _mm512_add_ps(acc[3], acc[7]);
-      _mm512_storeu_ps(out + static_cast<int64_t>(g) * hd + 16 * c,
-                       _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3)));
-    }
-  }
-}
-#endif
 
 void weighted_values_scalar(const KvLayerView& kv, const int32_t* table, int32_t n,
                             int32_t kv_head, const float* p, int32_t group, float* out) {
@@ -182,27 +131,61 @@ void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k
   }
 }
 
+namespace {
+
+// The SIMD path: every step vectorized, bit-identical to the scalar one (attention_kernels.hpp).
+bool attention_simd(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
+                    int32_t kv_head, const float* q, int32_t group, float scale, float* out,
+                    float* scratch, IsaLevel isa, bool fp16_probabilities, bool single_token) {
+  const int32_t hd = kv.head_dim;
+  if (!TROUPE_X86 || isa == IsaLevel::kScalar || hd % 8 != 0 || hd > detail::kMaxSimdHeadDim ||
+      (single_token && hd % 32 != 0)) {
+    return false;
+  }
+  // Row pointers of K and V for keys [0, num_keys), one block-table walk for both.
+  thread_local std::vector<const uint16_t*> rows;
+  if (rows.size() < 2 * static_cast<size_t>(num_keys)) rows.resize(2 * static_cast<size_t>(num_keys));
+  const uint16_t** k_rows = rows.data();
+  const uint16_t** v_rows = rows.data() + num_keys;
+  for (int32_t t0 = 0; t0 < num_keys; t0 += kv.block_size) {
+    const size_t base = kv.offset(block_table[t0 / kv.block_size], kv_head, 0);
+    const int32_t count = std::min(kv.block_size, num_keys - t0);
+    for (int32_t i = 0; i < count; ++i) {
+      k_rows[t0 + i] = kv.k + base + static_cast<size_t>(i) * hd;
+      v_rows[t0 + i] = kv.v + base + static_cast<size_t>(i) * hd;
+    }
+  }
+  if (single_token) {
+    detail::scores_decode_avx2(k_rows, num_keys, hd, q, group, scale, scratch);
+  } else {
+    detail::scores_chunk_avx2(k_rows, num_keys, hd, q, group, scale, scratch);
+  }
+  for (int32_t g = 0; g < group; ++g) {
+    detail::softmax_row_avx2(scratch + static_cast<int64_t>(g) * num_keys, num_keys, fp16_probabilities);
+  }
+  if (single_token) {
+    detail::values_decode_avx2(v_rows, num_keys, hd, scratch, group, out);
+  } else if (isa == IsaLevel::kAvx512Vnni && hd % 16 == 0) {
+    detail::values_chunk_avx512(v_rows, num_keys, hd, scratch, group, out);
+  } else {
+    detail::values_chunk_avx2(v_rows, num_keys, hd, scratch, group, out);
+  }
+  return true;
+}
+
+}  // namespace
+
 void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                      int32_t kv_head, const float* q, int32_t group, float scale, float* out,
                      float* scratch, IsaLevel isa, bool fp16_probabilities, bool single_token) {
-  if (single_token) {
-    scores_decode(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
-    for (int32_t g = 0; g < group; ++g) {
-      float* sg = scratch + static_cast<int64_t>(g) * num_keys;
-      softmax_row(sg, num_keys);
-      if (fp16_probabilities) {
-        for (int32_t t = 0; t < num_keys; ++t) sg[t] = fp16_to_fp32(fp32_to_fp16(sg[t]));
-      }
-    }
-    weighted_values_decode(kv, block_table, num_keys, kv_head, scratch, group, out);
+  if (attention_simd(kv, block_table, num_keys, kv_head, q, group, scale, out, scratch, isa,
+                     fp16_probabilities, single_token)) {
     return;
   }
-#if TROUPE_X86
-  if (isa != IsaLevel::kScalar && kv.head_dim % kLanes == 0) {
-    scores_avx2(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
-  } else
-#endif
-  {
+  // The scalar path: the reference order every SIMD form must reproduce.
+  if (single_token) {
+    scores_decode(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
+  } else {
     scores_scalar(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
   }
   for (int32_t g = 0; g < group; ++g) {
@@ -212,13 +195,11 @@ void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t 
       for (int32_t t = 0; t < num_keys; ++t) sg[t] = fp16_to_fp32(fp32_to_fp16(sg[t]));
     }
   }
-#if TROUPE_X86
-  if (isa == IsaLevel::kAvx512Vnni && kv.head_dim % 16 == 0) {
-    weighted_values_avx512(kv, block_table, num_keys, kv_head, scratch, group, out);
-    return;
+  if (single_token) {
+    weighted_values_decode(kv, block_table, num_keys, kv_head, scratch, group, out);
+  } else {
+    weighted_values_scalar(kv, block_table, num_keys, kv_head, scratch, group, out);
   }
-#endif
-  weighted_values_scalar(kv, block_table, num_keys, kv_head, scratch, group, out);
 }
 
 void attention_group_reference(const KvLayerView& kv, const int32_t* block_table,

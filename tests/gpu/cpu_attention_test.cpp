@@ -93,6 +93,53 @@ TEST(Attention, ScatteredBlocksEqualContiguousBitExact) {
   }
 }
 
+// Every SIMD path is the scalar order exactly: both reduction orders (chunk, decode), with and
+// without fp16 probabilities, odd lengths around the 8- and 32-key boundaries, block sizes that
+// do not divide them, head sizes that take the SIMD path and ones that fall back.
+TEST(Attention, SimdPathsMatchScalarBitExact) {
+  struct Case {
+    int32_t kv_heads, group, hd, n, bs;
+  };
+  std::vector<Case> cases;
+  for (int32_t n : {1, 2, 7, 8, 9, 31, 32, 33, 40, 64, 65, 100, 301}) {
+    cases.push_back({3, 3, 64, n, 16});
+    cases.push_back({1, 4, 128, n, 5});
+    cases.push_back({2, 1, 32, n, 16});
+    cases.push_back({1, 2, 24, n, 7});
+    cases.push_back({1, 2, 96, n, 16});
+    cases.push_back({1, 1, 16, n, 3});
+  }
+  for (const Case& cs : cases) {
+    const int32_t nblocks = (cs.n + cs.bs - 1) / cs.bs;
+    Cache c(nblocks + 2, cs.bs, cs.kv_heads, cs.hd);
+    std::vector<int32_t> table(nblocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(cs.n + cs.hd));
+    for (auto& b : table) b += 1;
+    fill(c, table, cs.n, 11 + cs.n);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cs.hd));
+    for (int32_t h = 0; h < cs.kv_heads; ++h) {
+      auto q = testing::random_floats(static_cast<size_t>(cs.group) * cs.hd, 200 + h, 3.0f);
+      for (float& x : q) x = fp16_to_fp32(fp32_to_fp16(x));
+      for (bool single : {false, true}) {
+        for (bool fp16p : {false, true}) {
+          std::vector<float> want(q.size()), s0(static_cast<size_t>(cs.group) * cs.n);
+          attention_group(c.view, table.data(), cs.n, h, q.data(), cs.group, scale, want.data(),
+                          s0.data(), IsaLevel::kScalar, fp16p, single);
+          for (IsaLevel isa : runnable_isas()) {
+            std::vector<float> got(q.size()), s1(s0.size());
+            attention_group(c.view, table.data(), cs.n, h, q.data(), cs.group, scale, got.data(),
+                            s1.data(), isa, fp16p, single);
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * got.size()))
+                << to_string(isa) << " hd=" << cs.hd << " n=" << cs.n << " bs=" << cs.bs
+                << " single=" << single << " fp16p=" << fp16p;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, SingleKeyReturnsItsValue) {
   Cache c(1, 16, 1, 16);
   std::vector<int32_t> table = {0};

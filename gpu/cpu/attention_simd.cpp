@@ -1,0 +1,299 @@
+// AVX2 and AVX-512 forms of the attention steps (orders in attention_kernels.hpp). Vectors hold
+// independent accumulators or independent outputs only; every horizontal sum is done as a
+// transposed tree over 8 results at once, with each result's additions in the scalar order.
+#include <algorithm>
+#include <cmath>
+
+#include "gpu/cpu/attention_kernels.hpp"
+#include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/vec_math.hpp"
+
+namespace troupe::gpu::cpu::detail {
+
+#if TROUPE_X86
+namespace {
+
+// Pairs the 128-bit halves of a and b: [lo(a) + hi(a) | lo(b) + hi(b)].
+TROUPE_TARGET_AVX2 inline __m256 fold_halves(__m256 a, __m256 b) {
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+// Results come out as [r0 r2 r4 r6 | r1 r3 r5 r7]; this puts them in order.
+TROUPE_TARGET_AVX2 inline __m256 unshuffle(__m256 v) {
+  return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Eight hsum8s: r_i = ((a_i0 + a_i4) + (a_i2 + a_i6)) + ((a_i1 + a_i5) + (a_i3 + a_i7)).
+TROUPE_TARGET_AVX2 inline __m256 hsum8_x8(const __m256* a) {
+  const __m256 p01 = fold_halves(a[0], a[1]), p23 = fold_halves(a[2], a[3]);
+  const __m256 p45 = fold_halves(a[4], a[5]), p67 = fold_halves(a[6], a[7]);
+  // Per 128-bit lane, each result's (v0 + v2), (v1 + v3).
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(3, 2, 3, 2)));
+  return unshuffle(_mm256_add_ps(_mm256_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+// Eight ggml_vec_dot_f16 folds of x_i (already (a0 + a2) + (a1 + a3)):
+// r_i = ((x0 + x4) + (x1 + x5)) + ((x2 + x6) + (x3 + x7)).
+TROUPE_TARGET_AVX2 inline __m256 reduce32_x8(const __m256* x) {
+  const __m256 p01 = fold_halves(x[0], x[1]), p23 = fold_halves(x[2], x[3]);
+  const __m256 p45 = fold_halves(x[4], x[5]), p67 = fold_halves(x[6], x[7]);
+  // Per 128-bit lane, each result's (t0 + t1), (t2 + t3).
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(3, 1, 3, 1)));
+  return unshuffle(_mm256_add_ps(_mm256_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+TROUPE_TARGET_AVX2 inline __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+TROUPE_TARGET_AVX2 inline void store_first(float* dst, __m256 v, int32_t count) {
+  if (count == 8) {
+    _mm256_storeu_ps(dst, v);
+    return;
+  }
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  for (int32_t i = 0; i < count; ++i) dst[i] = tmp[i];
+}
+
+// The row pointers of keys t0 .. t0+7; past n, repeats of the last key (lanes computed and
+// dropped).
+inline void eight_rows(const uint16_t* const* rows, int32_t t0, int32_t n, const uint16_t** r) {
+  for (int32_t i = 0; i < 8; ++i) r[i] = rows[std::min(t0 + i, n - 1)];
+}
+
+TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+}  // namespace
+
+TROUPE_TARGET_AVX2 void scores_chunk_avx2(const uint16_t* const* rows, int32_t n, int32_t hd,
+                                          const float* q, int32_t group, float scale, float* s) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int32_t t0 = 0; t0 < n; t0 += 8) {
+    const uint16_t* r[8];
+    eight_rows(rows, t0, n, r);
+    for (int32_t g = 0; g < group; ++g) {
+      const float* qg = q + static_cast<int64_t>(g) * hd;
+      __m256 acc[8];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      for (int32_t d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qg + d);
+        for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, load_f16x8(r[i] + d), acc[i]);
+      }
+      store_first(s + static_cast<int64_t>(g) * n + t0, _mm256_mul_ps(hsum8_x8(acc), vscale),
+                  std::min(8, n - t0));
+    }
+  }
+}
+
+TROUPE_TARGET_AVX2 void scores_decode_avx2(const uint16_t* const* rows, int32_t n, int32_t hd,
+                                           const float* q, int32_t group, float scale,
+                                           float* s) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int32_t t0 = 0; t0 < n; t0 += 8) {
+    const uint16_t* r[8];
+    eight_rows(rows, t0, n, r);
+    for (int32_t g = 0; g < group; ++g) {
+      const float* qg = q + static_cast<int64_t>(g) * hd;
+      __m256 x[8];
+      for (int i = 0; i < 8; ++i) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int32_t d = 0; d < hd; d += 32) {
+          a0 = _mm256_fmadd_ps(load_f16x8(r[i] + d), _mm256_loadu_ps(qg + d), a0);
+          a1 = _mm256_fmadd_ps(load_f16x8(r[i] + d + 8), _mm256_loadu_ps(qg + d + 8), a1);
+          a2 = _mm256_fmadd_ps(load_f16x8(r[i] + d + 16), _mm256_loadu_ps(qg + d + 16), a2);
+          a3 = _mm256_fmadd_ps(load_f16x8(r[i] + d + 24), _mm256_loadu_ps(qg + d + 24), a3);
+        }
+        x[i] = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+      }
+      store_first(s + static_cast<int64_t>(g) * n + t0, _mm256_mul_ps(reduce32_x8(x), vscale),
+                  std::min(8, n - t0));
+    }
+  }
+}
+
+TROUPE_TARGET_AVX2 void values_chunk_avx2(const uint16_t* const* rows, int32_t n, int32_t hd,
+                                          const float* p, int32_t group, float* out) {
+  for (int32_t g = 0; g < group; ++g) {
+    const float* pg = p + static_cast<int64_t>(g) * n;
+    for (int32_t c = 0; c < hd; c += 8) {
+      __m256 acc[8];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      int32_t t = 0;
+      for (; t + 8 <= n; t += 8) {
+        for (int i = 0; i < 8; ++i) {
+          acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(pg[t + i]), load_f16x8(rows[t + i] + c), acc[i]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        if (t + i < n) {
+          acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(pg[t + i]), load_f16x8(rows[t + i] + c), acc[i]);
+        }
+      }
+      const __m256 v0 = _mm256_add_ps(acc[0], acc[4]), v1 = _mm256_add_ps(acc[1], acc[5]);
+      const __m256 v2 = _mm256_add_ps(acc[2], acc[6]), v3 = _mm256_add_ps(acc[3], acc[7]);
+      _mm256_storeu_ps(out + static_cast<int64_t>(g) * hd + c,
+                       _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3)));
+    }
+  }
+}
+
+namespace {
+
+template <int C>  // 16-dim chunks per pass
+TROUPE_TARGET_AVX512 void values_chunk_pass512(const uint16_t* const* rows, int32_t n,
+                                               const float* pg, int32_t c0, float* out) {
+  __m512 acc[C][8];
+  for (auto& ac : acc) {
+    for (auto& a : ac) a = _mm512_setzero_ps();
+  }
+  int32_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    for (int i = 0; i < 8; ++i) {
+      const __m512 pv = _mm512_set1_ps(pg[t + i]);
+      for (int j = 0; j < C; ++j) {
+        const __m512 v = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t + i] + c0 + 16 * j)));
+        acc[j][i] = _mm512_fmadd_ps(pv, v, acc[j][i]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    if (t + i < n) {
+      const __m512 pv = _mm512_set1_ps(pg[t + i]);
+      for (int j = 0; j < C; ++j) {
+        const __m512 v = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[t + i] + c0 + 16 * j)));
+        acc[j][i] = _mm512_fmadd_ps(pv, v, acc[j][i]);
+      }
+    }
+  }
+  for (int j = 0; j < C; ++j) {
+    const __m512 v0 = _mm512_add_ps(acc[j][0], acc[j][4]), v1 = _mm512_add_ps(acc[j][1], acc[j][5]);
+    const __m512 v2 = _mm512_add_ps(acc[j][2], acc[j][6]), v3 = _mm512_add_ps(acc[j][3], acc[j][7]);
+    _mm512_storeu_ps(out + c0 + 16 * j, _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3)));
+  }
+}
+
+}  // namespace
+
+TROUPE_TARGET_AVX512 void values_chunk_avx512(const uint16_t* const* rows, int32_t n,
+                                              int32_t hd, const float* p, int32_t group,
+                                              float* out) {
+  for (int32_t g = 0; g < group; ++g) {
+    const float* pg = p + static_cast<int64_t>(g) * n;
+    float* og = out + static_cast<int64_t>(g) * hd;
+    int32_t c = 0;
+    for (; c + 32 <= hd; c += 32) values_chunk_pass512<2>(rows, n, pg, c, og);
+    for (; c < hd; c += 16) values_chunk_pass512<1>(rows, n, pg, c, og);
+  }
+}
+
+TROUPE_TARGET_AVX2 void values_decode_avx2(const uint16_t* const* rows, int32_t n, int32_t hd,
+                                           const float* p, int32_t group, float* out) {
+  // Slot i (keys t = i mod 32) of dimension d at acc[i * hd + d]; slots past n stay unused and
+  // count as zeros, as the scalar form's zero-initialized ones.
+  alignas(32) float acc[32 * kMaxSimdHeadDim];
+  const int32_t used = std::min(n, 32);
+  for (int32_t g = 0; g < group; ++g) {
+    const float* pg = p + static_cast<int64_t>(g) * n;
+    for (int32_t t = 0; t < used; ++t) {
+      float* a = acc + static_cast<int64_t>(t) * hd;
+      const __m256 pv = _mm256_set1_ps(pg[t]);
+      for (int32_t d = 0; d < hd; d += 8) {
+        _mm256_store_ps(a + d, _mm256_fmadd_ps(load_f16x8(rows[t] + d), pv, _mm256_setzero_ps()));
+      }
+    }
+    for (int32_t t = 32; t < n; ++t) {
+      float* a = acc + static_cast<int64_t>(t & 31) * hd;
+      const __m256 pv = _mm256_set1_ps(pg[t]);
+      for (int32_t d = 0; d < hd; d += 8) {
+        _mm256_store_ps(a + d, _mm256_fmadd_ps(load_f16x8(rows[t] + d), pv, _mm256_load_ps(a + d)));
+      }
+    }
+    for (int32_t d = 0; d < hd; d += 8) {
+      __m256 slot[32];
+      for (int i = 0; i < 32; ++i) {
+        slot[i] = i < used ? _mm256_load_ps(acc + static_cast<int64_t>(i) * hd + d) : _mm256_setzero_ps();
+      }
+      __m256 x[8];
+      for (int j = 0; j < 8; ++j) {
+        x[j] = _mm256_add_ps(_mm256_add_ps(slot[j], slot[16 + j]), _mm256_add_ps(slot[8 + j], slot[24 + j]));
+      }
+      const __m256 t0 = _mm256_add_ps(x[0], x[4]), t1 = _mm256_add_ps(x[1], x[5]);
+      const __m256 t2 = _mm256_add_ps(x[2], x[6]), t3 = _mm256_add_ps(x[3], x[7]);
+      _mm256_storeu_ps(out + static_cast<int64_t>(g) * hd + d,
+                       _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+    }
+  }
+}
+
+TROUPE_TARGET_AVX2 void softmax_row_avx2(float* s, int32_t n, bool fp16_probabilities) {
+  // The maximum is order-free (scores are finite; +0 and -0 give the same exponentials).
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int32_t t = 0;
+  for (; t + 8 <= n; t += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(s + t), vmax);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float mx = -INFINITY;
+  for (float v : lanes) mx = v > mx ? v : mx;
+  for (; t < n; ++t) mx = s[t] > mx ? s[t] : mx;
+  const __m256 vmx = _mm256_set1_ps(mx);
+  double sum = 0.0;
+  for (t = 0; t + 8 <= n; t += 8) {
+    const __m256 e = ggml_expf256(_mm256_sub_ps(_mm256_loadu_ps(s + t), vmx));
+    _mm256_storeu_ps(s + t, e);
+    sum += static_cast<double>(hsum8_avx2(e));
+  }
+  if (t < n) {
+    const int32_t rest = n - t;
+    alignas(32) float block[8] = {};
+    for (int32_t j = 0; j < rest; ++j) block[j] = s[t + j];
+    __m256 e = ggml_expf256(_mm256_sub_ps(_mm256_load_ps(block), vmx));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    e = _mm256_and_ps(e, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(rest), lane)));
+    _mm256_store_ps(block, e);
+    for (int32_t j = 0; j < rest; ++j) s[t + j] = block[j];
+    sum += static_cast<double>(hsum8_avx2(e));
+  }
+  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+  for (t = 0; t + 8 <= n; t += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + t), inv);
+    if (fp16_probabilities) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_ps(s + t, v);
+  }
+  if (t < n) {
+    alignas(32) float block[8] = {};
+    for (int32_t j = 0; j < n - t; ++j) block[j] = s[t + j];
+    __m256 v = _mm256_mul_ps(_mm256_load_ps(block), inv);
+    if (fp16_probabilities) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_store_ps(block, v);
+    for (int32_t j = 0; j < n - t; ++j) s[t + j] = block[j];
+  }
+}
+
+#else
+void scores_chunk_avx2(const uint16_t* const*, int32_t, int32_t, const float*, int32_t, float, float*) {}
+void scores_decode_avx2(const uint16_t* const*, int32_t, int32_t, const float*, int32_t, float, float*) {}
+void values_chunk_avx2(const uint16_t* const*, int32_t, int32_t, const float*, int32_t, float*) {}
+void values_chunk_avx512(const uint16_t* const*, int32_t, int32_t, const float*, int32_t, float*) {}
+void values_decode_avx2(const uint16_t* const*, int32_t, int32_t, const float*, int32_t, float*) {}
+void softmax_row_avx2(float*, int32_t, bool) {}
+#endif
+
+}  // namespace troupe::gpu::cpu::detail
