@@ -3,7 +3,11 @@
 // hypervisor's `steal` share of CPU time during each run (repeat runs that had steal).
 //
 //   cpu_forward_bench [--model PATH] [--threads N] [--decode-steps N] [--skip-dummy]
+//                     [--skip-prompt] [--batches 1,4,16,64]
+// Each line also gives the process CPU time per token: on a shared, loaded host it moves less
+// than wall time (compare builds back to back either way).
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,20 +46,30 @@ CpuTimes read_cpu_times() {
   return t;
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 struct Run {
   double seconds = 0;
+  double cpu_seconds = 0;
   double steal_pct = 0;
 };
 
 template <typename Fn>
 Run timed(Fn&& fn) {
   const CpuTimes a = read_cpu_times();
+  const double c0 = process_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   fn();
   const auto t1 = std::chrono::steady_clock::now();
+  const double c1 = process_cpu_seconds();
   const CpuTimes b = read_cpu_times();
   Run r;
   r.seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.cpu_seconds = c1 - c0;
   const double total = static_cast<double>(b.total - a.total);
   r.steal_pct = total > 0 ? 100.0 * static_cast<double>(b.steal - a.steal) / total : 0.0;
   return r;
@@ -68,8 +82,9 @@ std::vector<int32_t> prompt_tokens(int n, int vocab, int salt) {
 }
 
 void report(const char* what, int tokens, const Run& r) {
-  std::printf("%-44s %8.1f tok/s   (%d tokens in %.3f s, steal %.1f%%)\n", what,
-              tokens / r.seconds, tokens, r.seconds, r.steal_pct);
+  std::printf("%-44s %8.1f tok/s   (%d tokens in %.3f s, cpu %.2f ms/tok, steal %.1f%%)\n",
+              what, tokens / r.seconds, tokens, r.seconds, 1e3 * r.cpu_seconds / tokens,
+              r.steal_pct);
   std::fflush(stdout);
 }
 
@@ -112,13 +127,24 @@ int main(int argc, char** argv) {
       std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
   if (const char* env = std::getenv("TROUPE_TEST_MODEL")) model = env;
   int threads = 0, steps = 32;
-  bool dummy = true;
+  bool dummy = true, prompt = true;
+  std::vector<int> batches = {1, 4, 16, 64};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model = argv[++i];
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--decode-steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (a == "--skip-dummy") dummy = false;
+    else if (a == "--skip-prompt") prompt = false;
+    else if (a == "--batches" && i + 1 < argc) {
+      batches.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        batches.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p != '\0') break;
+      }
+    }
   }
   CpuBackendConfig cfg;
   cfg.num_threads = threads;
@@ -130,8 +156,8 @@ int main(int argc, char** argv) {
                 model.filename().c_str(), backend->num_threads(),
                 std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(),
                 backend->packed_weight_bytes() / 1048576.0);
-    bench_prompt(*backend, 512, 3);
-    for (int batch : {1, 4, 16, 64}) bench_decode(*backend, batch, batch >= 16 ? steps / 2 : steps, "smollm2-135m Q4_1");
+    if (prompt) bench_prompt(*backend, 512, 3);
+    for (int batch : batches) bench_decode(*backend, batch, batch >= 16 ? steps / 2 : steps, "smollm2-135m Q4_1");
   }
   if (dummy) {
     cfg.num_blocks = 256;

@@ -8,6 +8,8 @@
 #define TROUPE_CPU_RELAX() std::this_thread::yield()
 #endif
 
+#include <algorithm>
+
 namespace troupe::gpu::cpu {
 namespace {
 // ~10-20 us of spinning, then some yields, before a worker sleeps: longer than the gap between the jobs of one
@@ -29,29 +31,60 @@ ThreadPool::~ThreadPool() {
   for (std::thread& w : workers_) w.join();
 }
 
-void ThreadPool::parallel_for(int64_t num_items, const RangeFn& fn) {
-  if (num_items <= 0) return;
-  if (num_threads_ == 1 || num_items == 1) {
-    fn(0, num_items, 0);
-    return;
+void ThreadPool::run_chunks(int thread_index) {
+  const RangeFn& fn = *job_.load(std::memory_order_relaxed);
+  const int64_t items = job_items_.load(std::memory_order_relaxed);
+  const int64_t chunk = job_chunk_.load(std::memory_order_relaxed);
+  for (;;) {
+    const int64_t begin = next_item_.fetch_add(chunk, std::memory_order_relaxed);
+    if (begin >= items) return;
+    const int64_t end = std::min(items, begin + chunk);
+    fn(begin, end, thread_index);
+    done_items_.fetch_add(end - begin, std::memory_order_release);
   }
-  job_ = &fn;
-  job_items_ = num_items;
-  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
-  const int64_t end = split_point(num_items, 1, num_threads_);
-  if (end > 0) fn(0, end, 0);
-  // Spin briefly, then yield: on an oversubscribed box a spinning waiter would hold the core the
-  // worker it waits for needs.
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+}
+
+namespace {
+
+// Spin briefly, then yield: on an oversubscribed box a spinning waiter would hold the core the
+// thread it waits for needs.
+template <typename Done>
+void wait_until(Done&& done) {
+  for (int spin = 0; !done(); ++spin) {
     if (spin < kSpinIterations) {
       TROUPE_CPU_RELAX();
     } else {
       std::this_thread::yield();
     }
   }
-  job_ = nullptr;
+}
+
+}  // namespace
+
+void ThreadPool::parallel_for(int64_t num_items, const RangeFn& fn) {
+  if (num_items <= 0) return;
+  if (num_threads_ == 1 || num_items == 1) {
+    fn(0, num_items, 0);
+    return;
+  }
+  // A few chunks per thread: small enough that a stalled thread's chunk is a small share.
+  const int64_t chunk = std::max<int64_t>(1, num_items / (4 * static_cast<int64_t>(num_threads_)));
+  job_.store(&fn, std::memory_order_relaxed);
+  job_items_.store(num_items, std::memory_order_relaxed);
+  job_chunk_.store(chunk, std::memory_order_relaxed);
+  next_item_.store(0, std::memory_order_relaxed);
+  done_items_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  open_.store(gen, std::memory_order_relaxed);
+  generation_.store(gen, std::memory_order_release);
+  generation_.notify_all();
+  run_chunks(0);
+  wait_until([&] { return done_items_.load(std::memory_order_acquire) == num_items; });
+  // Close the job, then wait out workers that registered before the close (they find nothing
+  // left to claim). NOTE: seq_cst on open_ and active_ is what makes a worker either see the
+  // close or be seen here.
+  open_.store(0, std::memory_order_seq_cst);
+  wait_until([&] { return active_.load(std::memory_order_seq_cst) == 0; });
 }
 
 void ThreadPool::worker_loop(int thread_index) {
@@ -72,10 +105,9 @@ void ThreadPool::worker_loop(int thread_index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    const int64_t begin = split_point(job_items_, thread_index, num_threads_);
-    const int64_t end = split_point(job_items_, thread_index + 1, num_threads_);
-    if (end > begin) (*job_)(begin, end, thread_index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_.load(std::memory_order_seq_cst) == gen) run_chunks(thread_index);
+    active_.fetch_sub(1, std::memory_order_release);
   }
 }
 

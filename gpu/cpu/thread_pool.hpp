@@ -1,10 +1,13 @@
 // A small fork-join pool for the CPU kernels: the calling thread plus (num_threads - 1) workers
 // run one parallel_for at a time.
 //
-// Work is split into contiguous, deterministic ranges that depend only on (num_items,
-// num_threads), never on timing: each kernel splits over independent outputs (matmul output
-// tiles, attention (token, head) pairs), never over a reduction, so results are bit-identical
-// whatever the thread count.
+// Work is handed out in contiguous chunks claimed from an atomic counter by the caller and
+// whichever workers show up, so which thread runs which range depends on timing: on a shared,
+// oversubscribed host a descheduled worker's share is picked up by the others instead of
+// stalling the job, and a worker that arrives after the job is done skips it. Results never
+// depend on the split: each kernel splits over independent outputs (matmul output tiles,
+// attention (token, head) pairs, rows), never over a reduction, so they are bit-identical
+// whatever the thread count or timing.
 //
 // Workers spin briefly between jobs (a decode step issues a few hundred short jobs) and then
 // sleep on an atomic wait, so an idle pool costs no CPU.
@@ -31,25 +34,28 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
-  // Calls fn(begin, end, thread_index) on disjoint ranges covering [0, num_items); thread t gets
-  // [num_items * t / n, num_items * (t + 1) / n). Returns when every range is done.
+  // Calls fn(begin, end, thread_index) on disjoint ranges covering [0, num_items), each range
+  // on one thread; thread_index (< num_threads, 0 for the caller) identifies the thread, so fn
+  // may use per-thread scratch. Returns when every range is done.
   using RangeFn = std::function<void(int64_t begin, int64_t end, int thread_index)>;
   void parallel_for(int64_t num_items, const RangeFn& fn);
 
-  // The same split parallel_for uses.
-  static int64_t split_point(int64_t num_items, int part, int num_parts) {
-    return num_items * part / num_parts;
-  }
-
  private:
   void worker_loop(int thread_index);
+  // Claims and runs chunks of the open job until none is left.
+  void run_chunks(int thread_index);
 
   int num_threads_ = 1;
   std::vector<std::thread> workers_;
-  const RangeFn* job_ = nullptr;
-  int64_t job_items_ = 0;
+  // The job: read by a worker only while it is registered in active_ for the open generation.
+  std::atomic<const RangeFn*> job_{nullptr};
+  std::atomic<int64_t> job_items_{0};
+  std::atomic<int64_t> job_chunk_{1};
+  std::atomic<int64_t> next_item_{0};   // first unclaimed item
+  std::atomic<int64_t> done_items_{0};  // items whose chunk has finished
+  std::atomic<int> active_{0};          // workers registered in the open job
+  std::atomic<uint64_t> open_{0};       // generation still accepting workers; 0: none
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
 };
 

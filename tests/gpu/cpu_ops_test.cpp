@@ -129,16 +129,24 @@ TEST(Fp16, MatchesF16cOnEveryHalfAndRandomFloats) {
 }
 #endif
 
-TEST(ThreadPool, CoversEveryItemOnceWithDeterministicSplit) {
+// Ranges are claimed dynamically: every item exactly once, thread indices in range and never
+// used by two threads at once (kernels keep per-thread scratch by index), many jobs in a row.
+TEST(ThreadPool, CoversEveryItemOnceWithExclusiveThreadIndices) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
-    for (int64_t n : {1, 2, 5, 100, 1001}) {
-      std::vector<std::atomic<int>> hits(n);
-      pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
-        EXPECT_EQ(b, ThreadPool::split_point(n, t, threads));
-        for (int64_t i = b; i < e; ++i) hits[i]++;
-      });
-      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    for (int rep = 0; rep < 200; ++rep) {
+      for (int64_t n : {1, 2, 5, 100, 1001}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::vector<std::atomic<int>> busy(threads);
+        pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+          ASSERT_GE(t, 0);
+          ASSERT_LT(t, threads);
+          EXPECT_EQ(busy[t].fetch_add(1), 0);
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+          busy[t].fetch_sub(1);
+        });
+        for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+      }
     }
   }
 }
