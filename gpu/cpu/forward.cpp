@@ -173,9 +173,9 @@ void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int
     const int64_t cols = w.parts[0].num_inputs();
     resize_quantized_rows(q_, rows, cols);
     if (rows >= kParallelRows) {
-      pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize_row_range(x, ldx, b, e, q_); });
+      pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize_row_range(x, ldx, b, e, q_, config_.isa); });
     } else {
-      quantize_row_range(x, ldx, 0, rows, q_);
+      quantize_row_range(x, ldx, 0, rows, q_, config_.isa);
     }
   }
   const MatmulInput in{x, ldx, rows, &q_};

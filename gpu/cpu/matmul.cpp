@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpu/cpu/fp16.hpp"
+#include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 
@@ -41,11 +42,22 @@ void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_col
     out.sum.resize(num_rows * nb);
     out.scaled_sum.resize(num_rows * nb);
   }
+  if (static_cast<int64_t>(out.group_bias.size()) < num_rows * nb * 8) out.group_bias.resize(num_rows * nb * 8);
 }
 
 void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
-                        QuantizedRows& out) {
+                        QuantizedRows& out, IsaLevel isa) {
   const int64_t num_cols = out.num_cols;
+#if TROUPE_X86
+  if (isa != IsaLevel::kScalar) {
+    const detail::QuantizeJob job{x, ldx, num_cols, out.qs.data(), out.scale.data(), out.sum.data(),
+                                  out.scaled_sum.data(), out.group_bias.data()};
+    detail::quantize_rows_avx2(job, row_begin, row_end);
+    return;
+  }
+#else
+  (void)isa;
+#endif
   const int64_t nb = num_cols / kQuantBlock;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const float* xr = x + r * ldx;
@@ -62,6 +74,9 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
         q[i] = static_cast<int8_t>(v);
         sum += v;
       }
+      for (int g = 0; g < kQuantBlock / 4; ++g) {
+        out.group_bias[(r * nb + b) * 8 + g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
+      }
       // Scales rounded to fp16 as ggml's Q8_0/Q8_1 blocks store them (codes use the unrounded
       // 1/d), so logits track llama.cpp's closely.
       out.scale[r * nb + b] = fp16_to_fp32(fp32_to_fp16(d));
@@ -72,9 +87,9 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
 }
 
 void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
-                   QuantizedRows& out) {
+                   QuantizedRows& out, IsaLevel isa) {
   resize_quantized_rows(out, num_rows, num_cols);
-  quantize_row_range(x, ldx, 0, num_rows, out);
+  quantize_row_range(x, ldx, 0, num_rows, out, isa);
 }
 
 bool is_supported_weight_type(TensorType type) {
@@ -282,6 +297,7 @@ detail::TileJob make_job(const PackedMatrix& w, const MatmulInput& in, float* y,
     job.dx = in.q->scale.data();
     job.xsum = in.q->sum.data();
     job.xsx = in.q->scaled_sum.data();
+    job.xgb = in.q->group_bias.data();
   }
   return job;
 }

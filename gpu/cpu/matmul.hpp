@@ -50,19 +50,23 @@ struct QuantizedRows {
   std::vector<float> scale;          // [num_rows][num_blocks]  dx = fp16(amax / 127)
   std::vector<int32_t> sum;          // [num_rows][num_blocks]  sum of the block's int8 values
   std::vector<float> scaled_sum;     // [num_rows][num_blocks]  fp16(amax / 127 * float(sum))
+  // [num_rows][num_cols / 4]  -128 * (sum of each 4 consecutive int8 values): the offset term
+  // of a 4-input group against weights stored with +128 (Q8_0); shifted right by 4, Q4_0's -8.
+  std::vector<int32_t> group_bias;
 
   int64_t num_blocks() const { return num_cols / kQuantBlock; }
 };
 
-// Quantizes rows of x (row stride ldx). Round to nearest even, as cvtps2dq does.
+// Quantizes rows of x (row stride ldx). Round to nearest even, as cvtps2dq does. Every isa
+// gives bit-identical results.
 void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
-                   QuantizedRows& out);
+                   QuantizedRows& out, IsaLevel isa = IsaLevel::kScalar);
 
 // Sizes `out` for num_rows x num_cols (keeps capacity), then quantize_row_range fills rows
 // [row_begin, row_end) from x's rows of the same index (threads fill disjoint ranges).
 void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_cols);
 void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
-                        QuantizedRows& out);
+                        QuantizedRows& out, IsaLevel isa = IsaLevel::kScalar);
 
 // Storage formats of packed weights. K-quants (Q4_K/Q5_K/Q6_K) get their own formats here:
 // their 256-element super-blocks split into 32-element sub-blocks with 6/8-bit sub-scales, so

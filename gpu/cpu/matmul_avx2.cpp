@@ -149,6 +149,56 @@ TROUPE_TARGET_AVX2 void run(const TileJob& job, int64_t tile_begin, int64_t tile
 
 }  // namespace
 
+// Activation quantization, the scalar form's operations per element: amax (order-free), codes
+// round(x * (127 / amax)) to nearest even (cvtps2dq) clamped to +-127, exact integer sums, and
+// the scales rounded through fp16 (vcvtps2ph, as fp32_to_fp16).
+TROUPE_TARGET_AVX2 void quantize_rows_avx2(const QuantizeJob& job, int64_t row_begin,
+                                           int64_t row_end) {
+  const int64_t nb = job.num_cols / kQuantBlock;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i lim = _mm256_set1_epi32(127), neg_lim = _mm256_set1_epi32(-127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float* xr = job.x + r * job.ldx;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = xr + b * kQuantBlock;
+      __m256 v[4];
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+      __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                               _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      const float amax = _mm_cvtss_f32(h);
+      const float d = amax / 127.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      const __m256 vid = _mm256_set1_ps(id);
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) {
+        q[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid)), neg_lim), lim);
+      }
+      const __m256i q8 = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
+      const int64_t rb = r * nb + b;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(job.qs + r * job.num_cols + b * kQuantBlock), q8);
+      const __m256i groups = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(job.group_bias + rb * 8),
+                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(groups, 7)));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(groups), _mm256_extracti128_si256(groups, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+      const int32_t sum = _mm_cvtsi128_si32(s4);
+      job.sum[rb] = sum;
+      const __m128 pair = _mm_setr_ps(d, d * static_cast<float>(sum), 0.0f, 0.0f);
+      const __m128 rounded = _mm_cvtph_ps(_mm_cvtps_ph(pair, _MM_FROUND_TO_NEAREST_INT));
+      job.scale[rb] = _mm_cvtss_f32(rounded);
+      job.scaled_sum[rb] = _mm_cvtss_f32(_mm_movehdup_ps(rounded));
+    }
+  }
+}
+
 void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
   switch (job.format) {
     case PackedFormat::kQ4_0: run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
@@ -164,6 +214,7 @@ void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end)
 void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
   matmul_tiles_scalar(job, tile_begin, tile_end);
 }
+void quantize_rows_avx2(const QuantizeJob&, int64_t, int64_t) {}
 #endif
 
 }  // namespace troupe::gpu::cpu::detail

@@ -27,10 +27,18 @@ TROUPE_TARGET_AVX512 inline void store_tile(float* y, __m512 v, int64_t valid) {
 }
 
 // The integer dot of one 4-input group of 16 outputs, minus the format's offset (exact), as
-// float.
-TROUPE_TARGET_AVX512 inline __m512 group_dot(__m512i w, const int8_t* xb, int32_t offset) {
-  const int32_t xs = xb[0] + xb[1] + xb[2] + xb[3];
-  const __m512i init = _mm512_set1_epi32(-offset * xs);
+// float. bias: the group's -128 * (sum of its 4 activations) (QuantizedRows::group_bias).
+template <int32_t kOffset>
+TROUPE_TARGET_AVX512 inline __m512 group_dot(__m512i w, const int8_t* xb, const int32_t* bias) {
+  __m512i init;
+  if constexpr (kOffset == 0) {
+    init = _mm512_setzero_si512();
+  } else if constexpr (kOffset == 128) {
+    init = _mm512_set1_epi32(*bias);
+  } else {
+    static_assert(kOffset == 8);
+    init = _mm512_srai_epi32(_mm512_set1_epi32(*bias), 4);
+  }
   return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, broadcast_dword(xb)));
 }
 
@@ -64,7 +72,8 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
         const __m512i w = _mm512_loadu_si512(qs + 64 * g);
         for (int i = 0; i < R; ++i) {
           const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g;
-          acc[i][g] = _mm512_fmadd_ps(scale[i], group_dot(w, xb, 128), acc[i][g]);
+          const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + g;
+          acc[i][g] = _mm512_fmadd_ps(scale[i], group_dot<128>(w, xb, bias), acc[i][g]);
         }
       }
     } else {
@@ -75,8 +84,9 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         for (int i = 0; i < R; ++i) {
           const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 8 * p;
-          acc[i][2 * p] = _mm512_fmadd_ps(scale[i], group_dot(lo, xb, kOffset), acc[i][2 * p]);
-          acc[i][2 * p + 1] = _mm512_fmadd_ps(scale[i], group_dot(hi, xb + 4, kOffset), acc[i][2 * p + 1]);
+          const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + 2 * p;
+          acc[i][2 * p] = _mm512_fmadd_ps(scale[i], group_dot<kOffset>(lo, xb, bias), acc[i][2 * p]);
+          acc[i][2 * p + 1] = _mm512_fmadd_ps(scale[i], group_dot<kOffset>(hi, xb + 4, bias + 1), acc[i][2 * p + 1]);
         }
       }
     }

@@ -53,12 +53,26 @@ struct TileJob {
   const float* dx;
   const int32_t* xsum;
   const float* xsx;
+  const int32_t* xgb;  // QuantizedRows::group_bias
   // Float activations (float formats).
   const float* x;
   int64_t ldx;
   float* y;
   int64_t ldy;
 };
+
+// Activation quantization of rows [row_begin, row_end) (QuantizedRows' arrays, raw).
+struct QuantizeJob {
+  const float* x;
+  int64_t ldx;
+  int64_t num_cols;
+  int8_t* qs;
+  float* scale;
+  int32_t* sum;
+  float* scaled_sum;
+  int32_t* group_bias;
+};
+void quantize_rows_avx2(const QuantizeJob& job, int64_t row_begin, int64_t row_end);
 
 void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_end);
 void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end);

@@ -131,5 +131,28 @@ TEST(QuantizeRows, RoundsToNearestAndKeepsSums) {
   }
 }
 
+// Every ISA's quantization is the scalar one bit for bit: codes, scales, sums, group biases
+// (blocks of zeros, exact .5 ties, large and tiny magnitudes included).
+TEST(QuantizeRows, AllPathsMatchScalarBitExact) {
+  const int64_t rows = 7, cols = 320;
+  auto x = testing::random_floats(rows * cols, 42, 3.0f);
+  for (int i = 0; i < 32; ++i) x[i] = 0.0f;                            // an all-zero block
+  for (int i = 32; i < 64; ++i) x[i] = static_cast<float>(i - 48) * 0.5f;  // ties after scaling
+  for (int i = 64; i < 96; ++i) x[i] *= 1e4f;
+  for (int i = 96; i < 128; ++i) x[i] *= 1e-6f;
+  QuantizedRows want;
+  quantize_rows(x.data(), cols, rows, cols, want, IsaLevel::kScalar);
+  for (IsaLevel isa : runnable_isas()) {
+    QuantizedRows got;
+    quantize_rows(x.data(), cols, rows, cols, got, isa);
+    const int64_t nb = rows * cols / 32;
+    ASSERT_EQ(0, std::memcmp(want.qs.data(), got.qs.data(), rows * cols)) << to_string(isa);
+    ASSERT_EQ(0, std::memcmp(want.scale.data(), got.scale.data(), 4 * nb)) << to_string(isa);
+    ASSERT_EQ(0, std::memcmp(want.sum.data(), got.sum.data(), 4 * nb)) << to_string(isa);
+    ASSERT_EQ(0, std::memcmp(want.scaled_sum.data(), got.scaled_sum.data(), 4 * nb)) << to_string(isa);
+    ASSERT_EQ(0, std::memcmp(want.group_bias.data(), got.group_bias.data(), 4 * nb * 8)) << to_string(isa);
+  }
+}
+
 }  // namespace
 }  // namespace troupe::gpu::cpu
