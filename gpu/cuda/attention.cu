@@ -1,0 +1,149 @@
+// Paged attention (see attention.cuh).
+#include "gpu/cuda/attention.cuh"
+
+#include <stdexcept>
+#include <string>
+
+#include "gpu/cuda/cuda_check.cuh"
+#include "gpu/cuda/device_util.cuh"
+
+namespace troupe::gpu::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxGroup = 8;
+
+template <int kDimsPerLane>
+__device__ __forceinline__ void load_halves(const __half* p, float* out) {
+  if constexpr (kDimsPerLane % 2 == 0) {
+    const __half2* p2 = reinterpret_cast<const __half2*>(p);
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane / 2; ++i) {
+      const float2 f = __half22float2(p2[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) out[i] = __half2float(p[i]);
+  }
+}
+
+// Lane l of every warp owns dims [l * kDimsPerLane, (l + 1) * kDimsPerLane) of each head.
+// Register arrays are indexed by unrolled constants only (no local-memory spill).
+template <int kDimsPerLane>
+__global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs a) {
+  extern __shared__ float partials[];  // [kWarps][kMaxGroup][head_dim + 2]: m, l, acc
+  const int32_t t = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t group = a.n_head / a.n_head_kv;
+  const int32_t hd = a.head_dim;
+  const int32_t num_keys = a.positions[t] + 1;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_table_row[t]) * a.max_blocks_per_seq;
+  const float* q_row = a.q + static_cast<int64_t>(t) * a.ld_q + static_cast<int64_t>(h) * group * hd;
+
+  float q[kMaxGroup][kDimsPerLane];
+  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kDimsPerLane];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      q[g][i] = g < group ? q_row[g * hd + lane * kDimsPerLane + i] : 0.0f;
+      acc[g][i] = 0.0f;
+    }
+  }
+
+  const int64_t head_stride = static_cast<int64_t>(a.block_size) * hd;
+  const int64_t block_stride = head_stride * a.n_head_kv;
+  const __half* k_cache = static_cast<const __half*>(a.k_cache);
+  const __half* v_cache = static_cast<const __half*>(a.v_cache);
+  for (int32_t key = warp; key < num_keys; key += kWarps) {
+    const int64_t block = table[key / a.block_size];
+    const int64_t base = block * block_stride + h * head_stride +
+                         static_cast<int64_t>(key % a.block_size) * hd + lane * kDimsPerLane;
+    float kf[kDimsPerLane], vf[kDimsPerLane];
+    load_halves<kDimsPerLane>(k_cache + base, kf);
+    load_halves<kDimsPerLane>(v_cache + base, vf);
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= group) break;  // uniform across the block
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) dot = fmaf(q[g][i], kf[i], dot);
+      const float s = detail::warp_sum(dot) * a.scale;
+      const float m_new = fmaxf(m[g], s);
+      const float correction = expf(m[g] - m_new);  // 0 on the first key (m = -inf)
+      const float p = expf(s - m_new);
+      l[g] = l[g] * correction + p;
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i] * correction);
+      m[g] = m_new;
+    }
+  }
+
+  const int32_t stride = hd + 2;
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= group) break;
+    float* slot = partials + (warp * kMaxGroup + g) * stride;
+    if (lane == 0) {
+      slot[0] = m[g];
+      slot[1] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) slot[2 + lane * kDimsPerLane + i] = acc[g][i];
+  }
+  __syncthreads();
+
+  // Merge the warps: warp 0 saw key 0, so the overall max is finite; warps without keys carry
+  // m = -inf and weigh 0.
+  for (int32_t o = threadIdx.x; o < group * hd; o += blockDim.x) {
+    const int32_t g = o / hd, d = o % hd;
+    float m_all = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, partials[(w * kMaxGroup + g) * stride]);
+    float l_all = 0.0f, o_all = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float* slot = partials + (w * kMaxGroup + g) * stride;
+      const float weight = expf(slot[0] - m_all);
+      l_all += slot[1] * weight;
+      o_all += slot[2 + d] * weight;
+    }
+    const int64_t index = static_cast<int64_t>(t) * a.ld_out + (static_cast<int64_t>(h) * group + g) * hd + d;
+    const float y = o_all / l_all;
+    if (a.out_f32) {
+      static_cast<float*>(a.out)[index] = y;
+    } else {
+      detail::store_act(a.out, index, y, a.out_type);
+    }
+  }
+}
+
+void launch_paged_attention(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.num_tokens == 0) return;
+  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.n_head / a.n_head_kv > kMaxGroup) {
+    throw std::invalid_argument("paged_attention: n_head / n_head_kv must be an integer <= 8");
+  }
+  const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.n_head_kv));
+  const size_t smem = sizeof(float) * kWarps * kMaxGroup * (a.head_dim + 2);
+  switch (a.head_dim) {
+    case 32: paged_attention_kernel<1><<<grid, kThreads, smem, stream>>>(a); break;
+    case 64: paged_attention_kernel<2><<<grid, kThreads, smem, stream>>>(a); break;
+    case 96: paged_attention_kernel<3><<<grid, kThreads, smem, stream>>>(a); break;
+    case 128: paged_attention_kernel<4><<<grid, kThreads, smem, stream>>>(a); break;
+    default:
+      throw std::invalid_argument("paged_attention: head_dim " + std::to_string(a.head_dim) +
+                                  " is not supported (32, 64, 96, 128)");
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void paged_attention(const AttentionArgs& args, cudaStream_t stream) {
+  launch_paged_attention(args, stream);
+}
+
+}  // namespace troupe::gpu::cuda

@@ -1,0 +1,89 @@
+// The CUDA backend: gpu::Backend on one NVIDIA GPU (Hopper first, Ampere too).
+//
+//   auto backend = CudaBackend::from_gguf(file, CudaBackendConfig{});
+//   backend->launch(std::move(batch), [](StepOutcome o) { ... });  // completion on the
+//                                                                   // backend's poll thread
+//   StepResult r = backend->run_step(batch);                      // launch + wait (tests, bench)
+//
+// Start-up: every weight is uploaded once; GGUF matrices (Q4_0/Q4_1/Q8_0/F16/F32) are
+// dequantized on the device to F16 (BF16 models stay BF16) and Q|K|V and gate|up are fused into
+// one matrix each, so a layer is four cuBLAS GEMMs. KV blocks (fp16, the CPU backend's layout)
+// take gpu_memory_utilization of the device's memory minus what weights and scratch use.
+//
+// A step, all on the backend's one stream, never blocking the caller: its inputs are packed into
+// a pinned host buffer and copied with one cudaMemcpyAsync; embedding gather, then per layer
+// RMSNorm -> QKV GEMM -> RoPE -> paged KV write -> paged attention -> output GEMM (+residual) ->
+// RMSNorm -> gate|up GEMM -> SiLU*up -> down GEMM (+residual); the final norm and the vocabulary
+// GEMM for the sampling rows only; sampling on the device; one cudaMemcpyAsync of the sampled ids
+// (and logprobs) into pinned memory; a cudaEvent recorded. A poll thread owned by the backend
+// waits for each step's event in launch order and calls its completion.
+//
+// Not done yet (next steps, measured on the device first): CUDA graphs for decode-only steps
+// (bucketed batch sizes 1..256), split-K decode attention for small batches, keeping Q4/Q8
+// weights quantized with a dequantizing GEMV when that reads fewer bytes per step, cublasLt, QKV
+// bias (qwen2), overlapping step N+1's host packing with step N beyond the two pinned slots.
+//
+// Thread-safety: launch(), run_step() and compute_logits() from one thread at a time (the
+// gpu-worker's executor); completions run on the poll thread, in launch order. The header is
+// plain C++ (no CUDA types): the CUDA state lives in the implementation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpu/backend.hpp"
+#include "gpu/cuda/kernel_types.cuh"
+#include "model/gguf.hpp"
+#include "model/llama_weights.hpp"
+
+namespace troupe::gpu::cuda {
+
+struct CudaBackendConfig {
+  int device = 0;
+  double gpu_memory_utilization = 0.9;  // of total device memory, for weights + scratch + KV
+  int32_t num_blocks = 0;               // KV blocks; 0: as many as gpu_memory_utilization allows
+  int32_t block_size = 16;              // tokens per KV block
+  int32_t max_num_batched_tokens = 8192;  // scratch sizing: most tokens in one step
+  int32_t max_num_seqs = 256;             // scratch sizing: most sampling rows in one step
+  std::optional<ActType> compute_type;    // default: BF16 for BF16 models, else F16
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Uploads the weights and allocates KV and scratch. Throws std::invalid_argument for an
+  // unsupported model (tensor type, head_dim, QKV bias) and CudaError for a device failure
+  // (no device, out of memory).
+  CudaBackend(model::LlamaWeights weights, const CudaBackendConfig& config);
+  ~CudaBackend() override;
+
+  static std::unique_ptr<CudaBackend> from_gguf(std::shared_ptr<const model::GgufFile> file,
+                                                const CudaBackendConfig& config);
+
+  std::string_view name() const override { return "cuda"; }
+  KvCacheGeometry kv_geometry() const override;
+  void launch(StepBatch batch, Completion done) override;
+
+  // launch() and wait; throws std::runtime_error with the step's error.
+  StepResult run_step(const StepBatch& batch);
+
+  // The logits of the sampling rows ([num sampling seqs][n_vocab], seqs order), without
+  // sampling; synchronous. What the CPU comparison tests read.
+  std::vector<float> compute_logits(const StepBatch& batch);
+
+  const model::LlamaConfig& model_config() const;
+  ActType compute_type() const;
+  std::string device_name() const;
+  // Device bytes of the GEMM weights, all of which a step reads (the roofline's weight term).
+  int64_t gemm_weight_bytes() const;
+  // Device time of the last completed step, from its first copy to its last (ms).
+  float last_step_device_ms() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::gpu::cuda

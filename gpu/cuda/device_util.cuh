@@ -1,0 +1,122 @@
+// Device-side helpers shared by the .cu files (included by .cu files only): GGUF element
+// decoding, warp and block reductions, order-preserving float keys, activation stores.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/kernel_types.cuh"
+
+namespace troupe::gpu::cuda::detail {
+
+// fp16 from two bytes with no alignment assumption: Q4_0 (18 B) and Q8_0 (34 B) blocks are only
+// 2-byte aligned inside a row, and the scale sits at the block start.
+__device__ __forceinline__ float load_half_bytes(const uint8_t* p) {
+  const unsigned short bits = static_cast<unsigned short>(p[0] | (p[1] << 8));
+  return __half2float(__ushort_as_half(bits));
+}
+
+// Element j of one GGUF row (GGUF_NOTES.md §3: Q4 nibbles are j / j+16, not interleaved).
+__device__ __forceinline__ float load_weight_element(const uint8_t* row, WeightType type, int64_t j) {
+  switch (type) {
+    case WeightType::kF32: return reinterpret_cast<const float*>(row)[j];
+    case WeightType::kF16: return load_half_bytes(row + 2 * j);
+    case WeightType::kBF16: {
+      const unsigned int bits = static_cast<unsigned int>(row[2 * j] | (row[2 * j + 1] << 8)) << 16;
+      return __uint_as_float(bits);
+    }
+    case WeightType::kQ4_0: {
+      const uint8_t* blk = row + (j / 32) * 18;
+      const int i = static_cast<int>(j % 32);
+      const int q = i < 16 ? (blk[2 + i] & 0x0F) : (blk[2 + i - 16] >> 4);
+      return load_half_bytes(blk) * static_cast<float>(q - 8);
+    }
+    case WeightType::kQ4_1: {
+      const uint8_t* blk = row + (j / 32) * 20;
+      const int i = static_cast<int>(j % 32);
+      const int q = i < 16 ? (blk[4 + i] & 0x0F) : (blk[4 + i - 16] >> 4);
+      return load_half_bytes(blk) * static_cast<float>(q) + load_half_bytes(blk + 2);
+    }
+    case WeightType::kQ8_0: {
+      const uint8_t* blk = row + (j / 32) * 34;
+      return load_half_bytes(blk) * static_cast<float>(static_cast<int8_t>(blk[2 + j % 32]));
+    }
+  }
+  return 0.0f;
+}
+
+__device__ __forceinline__ void store_act(void* out, int64_t index, float v, ActType type) {
+  if (type == ActType::kF16) {
+    static_cast<__half*>(out)[index] = __float2half_rn(v);
+  } else {
+    static_cast<__nv_bfloat16*>(out)[index] = __float2bfloat16_rn(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const unsigned long long o = __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+// Block-wide reductions: every thread of the block must call them (they synchronize), and every
+// thread gets the result. `scratch` holds at least 32 elements and may be reused right after.
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = (blockDim.x + 31) / 32;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < num_warps; ++w) total += scratch[w];
+  return total;
+}
+
+__device__ inline float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = (blockDim.x + 31) / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < num_warps; ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+__device__ inline unsigned long long block_max_u64(unsigned long long v, unsigned long long* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = (blockDim.x + 31) / 32;
+  v = warp_max_u64(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  unsigned long long m = scratch[0];
+  for (int w = 1; w < num_warps; ++w) m = scratch[w] > m ? scratch[w] : m;
+  return m;
+}
+
+// Maps a float to an unsigned key with the same order (for -inf < ... < +inf; NaNs at the ends).
+__device__ __forceinline__ unsigned int ordered_key(float f) {
+  const unsigned int u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+}  // namespace troupe::gpu::cuda::detail

@@ -1,0 +1,474 @@
+// Each CUDA op against the CPU implementation (or a float64 reference) on random inputs of
+// several shapes, outputs poisoned with NaN before each run. Skips without a CUDA device.
+//
+// Tolerances: dequantize/embedding within 1 ulp of the target type (the GPU contracts d*q + m
+// into an fma, the CPU does not); RMSNorm, SiLU*up, attention with F32 outputs: relative L2
+// error < 1e-5 (attention 1e-4: expf and a different reduction order); RoPE: 1e-4 absolute
+// against the CPU's float table; GEMM: < 2e-3 (F16) and < 1e-2 (BF16) against float64.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "gpu/cpu/attention.hpp"
+#include "gpu/cpu/fp16.hpp"
+#include "gpu/cpu/matmul.hpp"
+#include "gpu/cpu/rmsnorm.hpp"
+#include "gpu/cpu/rope.hpp"
+#include "gpu/cpu/sampler.hpp"
+#include "gpu/cpu/swiglu.hpp"
+#include "gpu/cuda/attention.cuh"
+#include "gpu/cuda/dequantize.cuh"
+#include "gpu/cuda/embedding.cuh"
+#include "gpu/cuda/gemm.hpp"
+#include "gpu/cuda/kv_write.cuh"
+#include "gpu/cuda/rmsnorm.cuh"
+#include "gpu/cuda/rope.cuh"
+#include "gpu/cuda/sampling.cuh"
+#include "gpu/cuda/silu_mul.cuh"
+#include "tests/gpu/cpu_test_util.hpp"
+#include "tests/gpu/cuda_test_util.hpp"
+
+namespace troupe::gpu::cuda {
+namespace {
+
+using cuda::testing::DeviceArray;
+using cuda::testing::relative_error;
+using model::TensorType;
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  return cpu::testing::random_floats(n, seed, scale);
+}
+
+float act_to_float(uint16_t bits, ActType t) {
+  return t == ActType::kF16 ? cpu::fp16_to_fp32(bits) : cpu::bf16_to_fp32(bits);
+}
+
+const TensorType kTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
+                             TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1};
+
+TEST(CudaOps, DequantizeMatchesCpuWithinOneUlp) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  uint64_t seed = 1;
+  for (TensorType type : kTypes) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 32}, {17, 256}, {64, 576}}) {
+      const std::vector<uint8_t> raw = cpu::testing::random_weights(type, rows, cols, seed++);
+      std::vector<float> want(rows * cols);
+      const size_t row_bytes = model::row_bytes(type, cols);
+      for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row(type, raw.data() + r * row_bytes, cols, &want[r * cols]);
+      DeviceArray<uint8_t> d_raw(raw);
+      for (ActType act : {ActType::kF16, ActType::kBF16}) {
+        DeviceArray<uint16_t> out(rows * cols);
+        dequantize_matrix(d_raw.get(), static_cast<WeightType>(type), rows, cols, out.get(), act, nullptr);
+        const std::vector<uint16_t> got = out.download();
+        const double ulp = act == ActType::kF16 ? 1.0 / 1024 : 1.0 / 128;
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const float g = act_to_float(got[i], act);
+          ASSERT_FALSE(std::isnan(g)) << "unwritten element " << i;
+          ASSERT_LE(std::fabs(g - want[i]), ulp * std::fabs(want[i]) + 1e-7)
+              << model::tensor_type_name(type) << " " << rows << "x" << cols << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaOps, EmbeddingGatherMatchesCpuDequantize) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  const int64_t vocab = 300;
+  for (TensorType type : kTypes) {
+    for (int64_t n_embd : {64, 576}) {
+      const std::vector<uint8_t> raw = cpu::testing::random_weights(type, vocab, n_embd, 7);
+      const std::vector<int32_t> ids = {0, 299, 5, 5, 123, 42, 7};
+      DeviceArray<uint8_t> d_raw(raw);
+      DeviceArray<int32_t> d_ids(ids);
+      DeviceArray<float> out(ids.size() * n_embd);
+      const int64_t row_bytes = static_cast<int64_t>(model::row_bytes(type, n_embd));
+      embedding_gather(d_raw.get(), static_cast<WeightType>(type), row_bytes, static_cast<int32_t>(n_embd),
+                       d_ids.get(), static_cast<int32_t>(ids.size()), out.get(), nullptr);
+      const std::vector<float> got = out.download();
+      std::vector<float> want(ids.size() * n_embd);
+      for (size_t t = 0; t < ids.size(); ++t) cpu::dequantize_row(type, raw.data() + ids[t] * row_bytes, n_embd, &want[t * n_embd]);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * std::fabs(want[i]) + 1e-9) << model::tensor_type_name(type) << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(CudaOps, RmsNormMatchesFloat64Reference) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  for (int32_t n : {64, 576, 4096}) {
+    const int32_t rows = 9;
+    const std::vector<float> x = randn(static_cast<size_t>(rows) * n, n, 3.0f);
+    const std::vector<float> w = randn(n, n + 1);
+    DeviceArray<float> d_x(x), d_w(w), out(static_cast<size_t>(rows) * n);
+    RmsNormArgs a;
+    a.x = d_x.get();
+    a.ld_x = n;
+    a.num_rows = rows;
+    a.weight = d_w.get();
+    a.n = n;
+    a.eps = 1e-5f;
+    a.out_f32 = out.get();
+    a.ld_out = n;
+    rmsnorm_rows(a, nullptr);
+    std::vector<float> want(x.size());
+    for (int32_t r = 0; r < rows; ++r) cpu::rmsnorm_reference(&x[r * n], w.data(), &want[r * n], n, 1e-5f);
+    EXPECT_LT(relative_error(out.download(), want), 1e-5) << "n " << n;
+
+    // Gathered rows (the sampling rows' final norm) into F16.
+    const std::vector<int32_t> pick = {8, 0, 3};
+    DeviceArray<int32_t> d_pick(pick);
+    DeviceArray<uint16_t> out16(pick.size() * n);
+    a.row_index = d_pick.get();
+    a.num_rows = 3;
+    a.out_f32 = nullptr;
+    a.out_act = out16.get();
+    a.act_type = ActType::kF16;
+    rmsnorm_rows(a, nullptr);
+    const std::vector<uint16_t> got16 = out16.download();
+    std::vector<float> got(got16.size()), want_pick;
+    for (size_t i = 0; i < got16.size(); ++i) got[i] = cpu::fp16_to_fp32(got16[i]);
+    for (int32_t r : pick) want_pick.insert(want_pick.end(), want.begin() + r * n, want.begin() + (r + 1) * n);
+    EXPECT_LT(relative_error(got, want_pick), 1e-3) << "n " << n;
+  }
+}
+
+TEST(CudaOps, RopeMatchesCpuTableAndRoundsQueries) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  struct Shape {
+    int32_t n_head, n_head_kv, head_dim, n_rot;
+    float base;
+  };
+  for (const Shape s : {Shape{9, 3, 64, 64, 100000.0f}, Shape{32, 8, 128, 128, 500000.0f}, Shape{4, 2, 64, 32, 10000.0f}}) {
+    for (bool neox : {false, true}) {
+      const int32_t T = 7;
+      const int64_t Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, W = Q + 2 * KV;
+      const std::vector<int32_t> positions = {0, 1, 2, 17, 255, 1000, 4095};
+      std::vector<float> qkv = randn(T * W, s.head_dim + neox);
+      DeviceArray<float> d_qkv(qkv);
+      DeviceArray<int32_t> d_pos(positions);
+      RopeArgs a;
+      a.qkv = d_qkv.get();
+      a.ld = W;
+      a.positions = d_pos.get();
+      a.num_tokens = T;
+      a.n_head = s.n_head;
+      a.n_head_kv = s.n_head_kv;
+      a.head_dim = s.head_dim;
+      a.n_rot = s.n_rot;
+      a.freq_base = s.base;
+      a.neox = neox;
+      a.round_q_to_f16 = true;
+      rope_inplace(a, nullptr);
+      const std::vector<float> got = d_qkv.download();
+      const cpu::RopeParams p{s.n_rot, s.base, 1.0f};
+      std::vector<float> cs(s.n_rot / 2), sn(s.n_rot / 2);
+      for (int32_t t = 0; t < T; ++t) {
+        float* row = &qkv[t * W];
+        cpu::rope_table(positions[t], p, cs.data(), sn.data());
+        if (neox) {
+          cpu::rope_apply_neox(row, s.n_head + s.n_head_kv, s.head_dim, s.n_rot, cs.data(), sn.data());
+        } else {
+          cpu::rope_apply(row, s.n_head + s.n_head_kv, s.head_dim, s.n_rot, cs.data(), sn.data());
+        }
+        for (int64_t j = 0; j < W; ++j) {
+          const float g = got[t * W + j];
+          ASSERT_NEAR(g, row[j], 1e-4 * (1 + std::fabs(row[j]))) << "token " << t << " column " << j;
+          if (j < Q) {
+            ASSERT_EQ(g, cpu::fp16_to_fp32(cpu::fp32_to_fp16(g))) << "query not fp16-valued";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaOps, SiluMulMatchesFloat64Reference) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  for (int32_t n_ff : {64, 1536, 14336}) {
+    const int32_t T = 5;
+    const std::vector<float> gu = randn(static_cast<size_t>(T) * 2 * n_ff, n_ff, 4.0f);
+    DeviceArray<float> d_gu(gu), out(static_cast<size_t>(T) * n_ff);
+    silu_mul(d_gu.get(), T, n_ff, out.get(), ActType::kF16, /*out_f32=*/true, nullptr);
+    std::vector<float> want(static_cast<size_t>(T) * n_ff);
+    for (int32_t t = 0; t < T; ++t) cpu::swiglu_reference(&gu[t * 2 * n_ff], &gu[t * 2 * n_ff + n_ff], &want[t * n_ff], n_ff);
+    EXPECT_LT(relative_error(out.download(), want), 1e-5);
+  }
+}
+
+TEST(CudaOps, KvWriteStoresFp16AtMappedSlots) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  const int32_t n_kv = 3, hd = 64, bs = 16, num_blocks = 8, T = 20;
+  const int64_t Q = 9 * hd, KV = n_kv * hd, W = Q + 2 * KV;
+  const std::vector<float> qkv = randn(T * W, 11);
+  std::vector<int32_t> all(num_blocks * bs);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), std::mt19937(3));
+  const std::vector<int32_t> slots(all.begin(), all.begin() + T);
+  DeviceArray<float> d_qkv(qkv);
+  DeviceArray<int32_t> d_slots(slots);
+  const size_t cache = static_cast<size_t>(num_blocks) * n_kv * bs * hd;
+  DeviceArray<uint16_t> k(cache), v(cache);
+  KvWriteArgs a;
+  a.qkv = d_qkv.get();
+  a.ld = W;
+  a.k_column = Q;
+  a.v_column = Q + KV;
+  a.slot_mapping = d_slots.get();
+  a.num_tokens = T;
+  a.n_head_kv = n_kv;
+  a.head_dim = hd;
+  a.block_size = bs;
+  a.k_cache = k.get();
+  a.v_cache = v.get();
+  kv_write(a, nullptr);
+  const std::vector<uint16_t> gk = k.download(), gv = v.download();
+  cpu::KvLayerView view;
+  view.num_blocks = num_blocks;
+  view.block_size = bs;
+  view.num_kv_heads = n_kv;
+  view.head_dim = hd;
+  std::set<size_t> written;
+  for (int32_t t = 0; t < T; ++t) {
+    for (int32_t h = 0; h < n_kv; ++h) {
+      const size_t at = view.offset(slots[t] / bs, h, slots[t] % bs);
+      for (int32_t d = 0; d < hd; ++d) {
+        ASSERT_EQ(gk[at + d], cpu::fp32_to_fp16(qkv[t * W + Q + h * hd + d]));
+        ASSERT_EQ(gv[at + d], cpu::fp32_to_fp16(qkv[t * W + Q + KV + h * hd + d]));
+        written.insert(at + d);
+      }
+    }
+  }
+  for (size_t i = 0; i < cache; ++i) {
+    if (!written.count(i)) {
+      ASSERT_EQ(gk[i], 0xFFFF) << "write outside the mapped slots at " << i;
+    }
+  }
+}
+
+TEST(CudaOps, PagedAttentionMixedBatchMatchesFloat64Reference) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  struct Shape {
+    int32_t n_head, n_head_kv, head_dim;
+  };
+  for (const Shape s : {Shape{9, 3, 64}, Shape{32, 8, 128}, Shape{4, 4, 32}, Shape{8, 1, 96}}) {
+    const int32_t bs = 16, num_blocks = 160;
+    // Sequences: (context_len, num_tokens): a long prefill chunk on a cached prefix, decodes.
+    const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {40, 40}, {300, 1}, {1000, 37}, {17, 1}};
+    int32_t max_blocks = 0;
+    for (auto [ctx, n] : seqs) max_blocks = std::max(max_blocks, (ctx + bs - 1) / bs);
+    std::vector<int32_t> order(num_blocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(s.head_dim));
+    std::vector<int32_t> tables(seqs.size() * max_blocks, -1), positions, table_rows;
+    size_t next = 0;
+    for (size_t r = 0; r < seqs.size(); ++r) {
+      const auto [ctx, n] = seqs[r];
+      for (int32_t b = 0; b < (ctx + bs - 1) / bs; ++b) tables[r * max_blocks + b] = order.at(next++);
+      for (int32_t i = 0; i < n; ++i) {
+        positions.push_back(ctx - n + i);
+        table_rows.push_back(static_cast<int32_t>(r));
+      }
+    }
+    const int32_t T = static_cast<int32_t>(positions.size());
+    const size_t cache = static_cast<size_t>(num_blocks) * s.n_head_kv * bs * s.head_dim;
+    std::vector<uint16_t> k(cache), v(cache);
+    const std::vector<float> kf = randn(cache, 5), vf = randn(cache, 6);
+    for (size_t i = 0; i < cache; ++i) k[i] = cpu::fp32_to_fp16(kf[i]), v[i] = cpu::fp32_to_fp16(vf[i]);
+    const int64_t Q = s.n_head * s.head_dim;
+    std::vector<float> q = randn(T * Q, 9);
+    for (float& x : q) x = cpu::fp16_to_fp32(cpu::fp32_to_fp16(x));
+    DeviceArray<uint16_t> dk(k), dv(v);
+    DeviceArray<float> dq(q), out(T * Q);
+    DeviceArray<int32_t> d_pos(positions), d_rows(table_rows), d_tables(tables);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    AttentionArgs a;
+    a.q = dq.get();
+    a.ld_q = Q;
+    a.k_cache = dk.get();
+    a.v_cache = dv.get();
+    a.positions = d_pos.get();
+    a.token_table_row = d_rows.get();
+    a.block_tables = d_tables.get();
+    a.max_blocks_per_seq = max_blocks;
+    a.num_tokens = T;
+    a.n_head = s.n_head;
+    a.n_head_kv = s.n_head_kv;
+    a.head_dim = s.head_dim;
+    a.block_size = bs;
+    a.scale = scale;
+    a.out = out.get();
+    a.ld_out = Q;
+    a.out_f32 = true;
+    paged_attention(a, nullptr);
+    const std::vector<float> got = out.download();
+    cpu::KvLayerView view;
+    view.k = k.data();
+    view.v = v.data();
+    view.num_blocks = num_blocks;
+    view.block_size = bs;
+    view.num_kv_heads = s.n_head_kv;
+    view.head_dim = s.head_dim;
+    const int32_t group = s.n_head / s.n_head_kv;
+    std::vector<float> want(T * Q);
+    for (int32_t t = 0; t < T; ++t) {
+      for (int32_t h = 0; h < s.n_head_kv; ++h) {
+        const int64_t at = t * Q + static_cast<int64_t>(h) * group * s.head_dim;
+        cpu::attention_group_reference(view, &tables[table_rows[t] * max_blocks], positions[t] + 1, h,
+                                       &q[at], group, scale, &want[at]);
+      }
+    }
+    EXPECT_LT(relative_error(got, want), 1e-4) << "heads " << s.n_head << "/" << s.n_head_kv << " dim " << s.head_dim;
+  }
+}
+
+TEST(CudaOps, GemmRowsMatchesFloat64Reference) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  cublasHandle_t handle = nullptr;
+  CUBLAS_CHECK(cublasCreate(&handle));
+  struct Shape {
+    int32_t rows, n_out, k;
+  };
+  for (const Shape s : {Shape{1, 576, 576}, Shape{7, 1536, 576}, Shape{64, 200, 320}}) {
+    for (ActType act : {ActType::kF16, ActType::kBF16}) {
+      for (float beta : {0.0f, 1.0f}) {
+        const std::vector<float> wf = randn(static_cast<size_t>(s.n_out) * s.k, 1, 0.05f);
+        const std::vector<float> xf = randn(static_cast<size_t>(s.rows) * s.k, 2);
+        const std::vector<float> y0 = randn(static_cast<size_t>(s.rows) * s.n_out, 3);
+        auto to_act = [&](const std::vector<float>& f, std::vector<float>& rounded) {
+          std::vector<uint16_t> bits(f.size());
+          rounded.resize(f.size());
+          for (size_t i = 0; i < f.size(); ++i) {
+            bits[i] = act == ActType::kF16 ? cpu::fp32_to_fp16(f[i]) : cpu::fp32_to_bf16(f[i]);
+            rounded[i] = act_to_float(bits[i], act);
+          }
+          return bits;
+        };
+        std::vector<float> wr, xr;
+        DeviceArray<uint16_t> dw(to_act(wf, wr)), dx(to_act(xf, xr));
+        DeviceArray<float> dy(y0);
+        GemmArgs g{act, dw.get(), dx.get(), s.k, dy.get(), s.n_out, s.rows, s.n_out, s.k, beta};
+        gemm_rows(handle, g);
+        std::vector<double> want(y0.size());
+        for (int32_t r = 0; r < s.rows; ++r) {
+          for (int32_t o = 0; o < s.n_out; ++o) {
+            double acc = beta * y0[r * s.n_out + o];
+            for (int32_t i = 0; i < s.k; ++i) acc += static_cast<double>(wr[o * s.k + i]) * xr[r * s.k + i];
+            want[r * s.n_out + o] = acc;
+          }
+        }
+        EXPECT_LT(relative_error(dy.download(), want), act == ActType::kF16 ? 2e-3 : 1e-2)
+            << s.rows << "x" << s.n_out << "x" << s.k << " beta " << beta;
+      }
+    }
+  }
+  cublasDestroy(handle);
+}
+
+// The sampler against the CPU reference on identical logits: greedy exactly; sampled tokens,
+// logprobs and top alternatives in (nearly) every row.
+TEST(CudaOps, SamplingAgreesWithCpuSampler) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  const int32_t V = 5000;
+  std::vector<model::SamplingParams> kinds;
+  auto add = [&](float temperature, int32_t top_k, float top_p, float min_p, float rep, float freq) {
+    model::SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repetition_penalty = rep;
+    p.frequency_penalty = freq;
+    p.presence_penalty = freq / 2;
+    p.logprobs = true;
+    p.top_logprobs = 5;
+    kinds.push_back(p);
+  };
+  add(0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f);     // greedy
+  add(1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f);     // plain draw, id-order walk
+  add(0.7f, 40, 1.0f, 0.0f, 1.0f, 0.0f);    // top-k
+  add(0.9f, 0, 0.9f, 0.0f, 1.0f, 0.0f);     // top-p
+  add(1.2f, 0, 1.0f, 0.05f, 1.0f, 0.0f);    // min-p
+  add(0.8f, 50, 0.95f, 0.02f, 1.3f, 0.2f);  // everything, with penalties
+  const int32_t per_kind = 24;
+  const int32_t rows = static_cast<int32_t>(kinds.size()) * per_kind;
+  std::vector<float> logits = randn(static_cast<size_t>(rows) * V, 77, 3.0f);
+  for (int32_t r = 0; r < rows; r += 5) logits[r * V + 10] = logits[r * V + 20] = 50.0f;  // exact ties
+  std::mt19937 rng(5);
+  std::vector<int32_t> recent;
+  std::vector<SamplingRowParams> params(rows);
+  std::vector<SamplingSlot> slots(rows);
+  for (int32_t r = 0; r < rows; ++r) {
+    SamplingSlot& slot = slots[r];
+    slot.params = kinds[r / per_kind];
+    slot.params.seed = 1000 + r;
+    slot.num_generated = r % 7;
+    slot.recent_offset = static_cast<int32_t>(recent.size());
+    slot.recent_count = 30;
+    for (int i = 0; i < 30; ++i) recent.push_back(static_cast<int32_t>(rng() % 60));
+    SamplingRowParams& q = params[r];
+    const model::SamplingParams& p = slot.params;
+    q.seed = p.seed;
+    q.temperature = p.temperature;
+    q.top_k = p.top_k;
+    q.top_p = p.top_p;
+    q.min_p = p.min_p;
+    q.repetition_penalty = p.repetition_penalty;
+    q.presence_penalty = p.presence_penalty;
+    q.frequency_penalty = p.frequency_penalty;
+    q.penalty_last_n = p.penalty_last_n;
+    q.num_generated = slot.num_generated;
+    q.recent_offset = slot.recent_offset;
+    q.recent_count = slot.recent_count;
+    q.num_top_logprobs = p.top_logprobs;
+    q.want_logprob = 1;
+  }
+  DeviceArray<float> d_logits(logits), workspace(logits.size()), lp(rows), top_lp(rows * kMaxTopLogprobs);
+  DeviceArray<int32_t> d_recent(recent), tokens(rows), top_ids(rows * kMaxTopLogprobs);
+  std::vector<uint8_t> param_bytes(sizeof(SamplingRowParams) * rows);
+  std::memcpy(param_bytes.data(), params.data(), param_bytes.size());
+  DeviceArray<uint8_t> d_params(param_bytes);
+  SamplingArgs a;
+  a.logits = d_logits.get();
+  a.num_rows = rows;
+  a.n_vocab = V;
+  a.params = reinterpret_cast<const SamplingRowParams*>(d_params.get());
+  a.recent_tokens = d_recent.get();
+  a.workspace = workspace.get();
+  a.out_tokens = tokens.get();
+  a.out_logprobs = lp.get();
+  a.out_top_ids = top_ids.get();
+  a.out_top_logprobs = top_lp.get();
+  sample_rows(a, nullptr);
+  const std::vector<int32_t> got = tokens.download(), got_top = top_ids.download();
+  const std::vector<float> got_lp = lp.download(), got_top_lp = top_lp.download();
+  cpu::Sampler sampler;
+  int disagreements = 0;
+  for (int32_t r = 0; r < rows; ++r) {
+    const SampledToken want = sampler.sample(std::span<const float>(&logits[r * V], V), slots[r],
+                                             std::span<const int32_t>(&recent[slots[r].recent_offset], 30));
+    if (slots[r].params.greedy()) {
+      ASSERT_EQ(got[r], want.token_id) << "greedy row " << r;
+    } else if (got[r] != want.token_id) {
+      ++disagreements;
+    }
+    ASSERT_NEAR(got_lp[r], logits[r * V + got[r]] - (want.logprob - logits[r * V + want.token_id]), 1e-3) << "row " << r;
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_EQ(got_top[r * kMaxTopLogprobs + i], want.top_logprobs[i].token_id) << "row " << r << " alt " << i;
+      ASSERT_NEAR(got_top_lp[r * kMaxTopLogprobs + i], want.top_logprobs[i].logprob, 1e-3);
+    }
+  }
+  // Equal logits and equal uniforms: only float summation order can move a draw.
+  EXPECT_LE(disagreements, rows / 50) << disagreements << " of " << rows << " sampled rows differ from the CPU";
+}
+
+}  // namespace
+}  // namespace troupe::gpu::cuda
