@@ -118,16 +118,12 @@ void softmax_row(float* s, int32_t n) {
 
 }  // namespace
 
-void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k, const float* v) {
+void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k, const float* v,
+              IsaLevel isa) {
   for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
-    uint16_t* kd = kv.k + kv.offset(block, h, slot);
-    uint16_t* vd = kv.v + kv.offset(block, h, slot);
-    const float* ks = k + static_cast<int64_t>(h) * kv.head_dim;
-    const float* vs = v + static_cast<int64_t>(h) * kv.head_dim;
-    for (int32_t d = 0; d < kv.head_dim; ++d) {
-      kd[d] = fp32_to_fp16(ks[d]);
-      vd[d] = fp32_to_fp16(vs[d]);
-    }
+    const int64_t at = static_cast<int64_t>(h) * kv.head_dim;
+    store_fp16(k + at, kv.k + kv.offset(block, h, slot), kv.head_dim, isa);
+    store_fp16(v + at, kv.v + kv.offset(block, h, slot), kv.head_dim, isa);
   }
 }
 

@@ -38,7 +38,9 @@ struct KvLayerView {
 };
 
 // Stores one token's K and V ([num_kv_heads][head_dim] floats each) at (block, slot), as fp16.
-void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k, const float* v);
+// Every isa stores the same bits.
+void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k, const float* v,
+              IsaLevel isa = IsaLevel::kScalar);
 
 // q: [group][head_dim] (the query heads of kv_head); out: [group][head_dim].
 // scratch: at least group * num_keys floats. fp16_probabilities: normalize the softmax and round

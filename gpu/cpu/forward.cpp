@@ -10,6 +10,7 @@
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
 #include "gpu/cpu/swiglu.hpp"
+#include "gpu/cpu/vec_math.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
@@ -281,19 +282,19 @@ const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& 
       const float* cs = rope_cos_.data() + i * half_rot;
       const float* sn = rope_sin_.data() + i * half_rot;
       if (c.rope_mode == model::RopeMode::kNorm) {
-        rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, sn);
-        rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn);
+        rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
+        rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
       } else {
-        rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn);
-        rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn);
+        rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
+        rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
       }
       // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
-      for (int64_t j = 0; j < Q; ++j) q[j] = fp16_to_fp32(fp32_to_fp16(q[j]));
+      round_to_fp16(q, Q, isa);
       const SequenceSlice& s = b.seqs[token_seq_[i]];
       const int32_t pos = b.positions[i];
       const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +
                                            pos / config_.block_size];
-      kv_store(kv, block, pos % config_.block_size, k, v);
+      kv_store(kv, block, pos % config_.block_size, k, v, isa);
     });
     tap("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
     attention(b, l, pool);

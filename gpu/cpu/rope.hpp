@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "gpu/cpu/cpu_features.hpp"
+
 namespace troupe::gpu::cpu {
 
 struct RopeParams {
@@ -20,12 +22,13 @@ struct RopeParams {
 void rope_table(int32_t pos, const RopeParams& p, float* cos_out, float* sin_out);
 
 // Rotates num_heads heads of head_dim floats (contiguous) in place with a table from rope_table.
+// Every isa gives the same bits (the same fma and multiplies per element).
 void rope_apply(float* x, int32_t num_heads, int32_t head_dim, int32_t n_rot, const float* cos_t,
-                const float* sin_t);
+                const float* sin_t, IsaLevel isa = IsaLevel::kScalar);
 
 // NEOX mode (qwen2): pairs (i, i + n_rot / 2) instead of (2i, 2i + 1).
 void rope_apply_neox(float* x, int32_t num_heads, int32_t head_dim, int32_t n_rot,
-                     const float* cos_t, const float* sin_t);
+                     const float* cos_t, const float* sin_t, IsaLevel isa = IsaLevel::kScalar);
 
 // Direct formula in double precision, for tests.
 void rope_reference(float* x, int32_t num_heads, int32_t head_dim, int32_t pos,

@@ -9,6 +9,7 @@
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
+#include "gpu/cpu/vec_math.hpp"
 #include "gpu/cpu/softmax.hpp"
 #include "gpu/cpu/swiglu.hpp"
 #include "gpu/cpu/thread_pool.hpp"
@@ -131,6 +132,58 @@ TEST(Fp16, MatchesF16cOnEveryHalfAndRandomFloats) {
 
 // Ranges are claimed dynamically: every item exactly once, thread indices in range and never
 // used by two threads at once (kernels keep per-thread scratch by index), many jobs in a row.
+// Both RoPE modes at every isa give the scalar form's bits (full 8-pair groups and tails).
+TEST(Rope, AllPathsMatchScalarBitExact) {
+  struct Case {
+    int32_t heads, head_dim, n_rot;
+  };
+  for (const Case& cs : {Case{9, 64, 64}, Case{3, 48, 32}, Case{2, 24, 18}, Case{1, 128, 100}}) {
+    for (int32_t pos : {0, 1, 17, 4095}) {
+      std::vector<float> c(cs.n_rot / 2), s(cs.n_rot / 2);
+      rope_table(pos, {cs.n_rot, 10000.0f, 1.0f}, c.data(), s.data());
+      const auto x = testing::random_floats(static_cast<size_t>(cs.heads) * cs.head_dim, pos + 3, 4.0f);
+      for (bool neox : {false, true}) {
+        auto want = x;
+        if (neox) {
+          rope_apply_neox(want.data(), cs.heads, cs.head_dim, cs.n_rot, c.data(), s.data(), IsaLevel::kScalar);
+        } else {
+          rope_apply(want.data(), cs.heads, cs.head_dim, cs.n_rot, c.data(), s.data(), IsaLevel::kScalar);
+        }
+        for (IsaLevel isa : runnable_isas()) {
+          auto got = x;
+          if (neox) {
+            rope_apply_neox(got.data(), cs.heads, cs.head_dim, cs.n_rot, c.data(), s.data(), isa);
+          } else {
+            rope_apply(got.data(), cs.heads, cs.head_dim, cs.n_rot, c.data(), s.data(), isa);
+          }
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * got.size()))
+              << to_string(isa) << " neox=" << neox << " n_rot=" << cs.n_rot;
+        }
+      }
+    }
+  }
+}
+
+// Row fp16 conversions: the scalar bits at every isa, with subnormals, overflow, inf and NaN.
+TEST(Fp16Rows, AllPathsMatchScalarBitExact) {
+  auto x = testing::random_floats(1003, 9, 8.0f);
+  const float specials[] = {0.0f, -0.0f, 1e-8f, -3e-6f, 6.1e-5f, 65504.0f, 65520.0f, 1e6f,
+                            INFINITY, -INFINITY, NAN, -NAN, 5.96e-8f, 2.98e-8f, 1.5f, -7.25f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[7 * i] = specials[i];
+  std::vector<uint16_t> want_bits(x.size());
+  store_fp16(x.data(), want_bits.data(), static_cast<int64_t>(x.size()), IsaLevel::kScalar);
+  auto want = x;
+  round_to_fp16(want.data(), static_cast<int64_t>(want.size()), IsaLevel::kScalar);
+  for (IsaLevel isa : runnable_isas()) {
+    std::vector<uint16_t> bits(x.size());
+    store_fp16(x.data(), bits.data(), static_cast<int64_t>(x.size()), isa);
+    ASSERT_EQ(want_bits, bits) << to_string(isa);
+    auto got = x;
+    round_to_fp16(got.data(), static_cast<int64_t>(got.size()), isa);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * got.size())) << to_string(isa);
+  }
+}
+
 TEST(ThreadPool, CoversEveryItemOnceWithExclusiveThreadIndices) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
