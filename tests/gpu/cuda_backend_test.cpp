@@ -227,6 +227,7 @@ TEST(CudaBackend, LaunchCompletesOnceOnItsOwnThreadAndReportsErrors) {
   });
   const StepOutcome o = promise.get_future().get();
   ASSERT_TRUE(o.ok()) << o.error;
+  h.accept(o.result);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(calls.load(), 1);
   EXPECT_NE(completion_thread, std::this_thread::get_id());

@@ -4,7 +4,7 @@
 // Tolerances: dequantize/embedding within 1 ulp of the target type (the GPU contracts d*q + m
 // into an fma, the CPU does not); RMSNorm, SiLU*up, attention with F32 outputs: relative L2
 // error < 1e-5 (attention 1e-4: expf and a different reduction order); RoPE: 1e-4 absolute
-// against the CPU's float table; GEMM: < 2e-3 (F16) and < 1e-2 (BF16) against float64.
+// against the CPU's float table (1e-3 on queries, rounded to fp16); GEMM: < 2e-3 (F16) and < 1e-2 (BF16) against float64.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,7 +96,7 @@ TEST(CudaOps, EmbeddingGatherMatchesCpuDequantize) {
       std::vector<float> want(ids.size() * n_embd);
       for (size_t t = 0; t < ids.size(); ++t) cpu::dequantize_row(type, raw.data() + ids[t] * row_bytes, n_embd, &want[t * n_embd]);
       for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * std::fabs(want[i]) + 1e-9) << model::tensor_type_name(type) << " element " << i;
+        ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * std::fabs(want[i]) + 1e-7) << model::tensor_type_name(type) << " element " << i;
       }
     }
   }
@@ -181,7 +181,9 @@ TEST(CudaOps, RopeMatchesCpuTableAndRoundsQueries) {
         }
         for (int64_t j = 0; j < W; ++j) {
           const float g = got[t * W + j];
-          ASSERT_NEAR(g, row[j], 1e-4 * (1 + std::fabs(row[j]))) << "token " << t << " column " << j;
+          // Queries were rounded to fp16 (relative 2^-11) after rotating; keys stay F32.
+          const double tol = (j < Q ? 1e-3 : 1e-4) * (1 + std::fabs(row[j]));
+          ASSERT_NEAR(g, row[j], tol) << "token " << t << " column " << j;
           if (j < Q) {
             ASSERT_EQ(g, cpu::fp16_to_fp32(cpu::fp32_to_fp16(g))) << "query not fp16-valued";
           }
