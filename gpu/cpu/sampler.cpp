@@ -5,6 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include "gpu/cpu/cpu_features.hpp"
+#include "gpu/cpu/isa_target.hpp"
+
 namespace troupe::gpu::cpu {
 namespace {
 
@@ -15,12 +18,58 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-int32_t argmax(std::span<const float> v) {
+int32_t argmax_scalar(std::span<const float> v) {
   int32_t best = 0;
   for (int32_t i = 1; i < static_cast<int32_t>(v.size()); ++i) {
     if (v[i] > v[best]) best = i;
   }
   return best;
+}
+
+#if TROUPE_X86
+// The scalar loop's answer -- the first index holding the maximum -- in two vector passes:
+// the maximum, then the first lane equal to it (+0 and -0 compare equal, as in the scalar
+// loop, which keeps the first of them). A NaN anywhere makes the scalar loop's answer depend on
+// where it sits, so such rows take the scalar loop.
+TROUPE_TARGET_AVX2 int32_t argmax_avx2(const float* v, int32_t n) {
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  __m256 nan = _mm256_setzero_ps();
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(v + i);
+    mx = _mm256_max_ps(mx, x);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
+  if (_mm256_movemask_ps(nan) != 0) return -1;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mx);
+  float m = -INFINITY;
+  for (float x : lanes) m = x > m ? x : m;
+  for (int32_t j = i; j < n; ++j) {
+    if (v[j] != v[j]) return -1;
+    m = v[j] > m ? v[j] : m;
+  }
+  const __m256 target = _mm256_set1_ps(m);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + i), target, _CMP_EQ_OQ));
+    if (mask != 0) return i + __builtin_ctz(static_cast<unsigned>(mask));
+  }
+  for (; i < n; ++i) {
+    if (v[i] == m) return i;
+  }
+  return 0;  // n == 0, or every value is -inf (index 0 holds the maximum)
+}
+#endif
+
+int32_t argmax(std::span<const float> v) {
+#if TROUPE_X86
+  static const bool simd = default_isa() != IsaLevel::kScalar;
+  if (simd && !v.empty()) {
+    const int32_t best = argmax_avx2(v.data(), static_cast<int32_t>(v.size()));
+    if (best >= 0) return best;
+  }
+#endif
+  return argmax_scalar(v);
 }
 
 // Orders ids by descending value, then ascending id.

@@ -132,6 +132,23 @@ TEST(Fp16, MatchesF16cOnEveryHalfAndRandomFloats) {
 
 // Ranges are claimed dynamically: every item exactly once, thread indices in range and never
 // used by two threads at once (kernels keep per-thread scratch by index), many jobs in a row.
+// SwiGLU at every isa gives the scalar ggml_silu's bits, including exp's overflow and
+// underflow ranges.
+TEST(SwiGlu, AllPathsMatchScalarBitExact) {
+  for (int64_t n : kSizes) {
+    auto g = testing::random_floats(n, n + 5, 12.0f);
+    const auto u = testing::random_floats(n, n + 6);
+    if (n > 6) g[1] = 100.0f, g[2] = -100.0f, g[3] = 88.5f, g[4] = -88.5f, g[5] = 0.0f, g[6] = -0.0f;
+    std::vector<float> want(n);
+    swiglu(g.data(), u.data(), want.data(), n, IsaLevel::kScalar);
+    for (IsaLevel isa : runnable_isas()) {
+      std::vector<float> got(n);
+      swiglu(g.data(), u.data(), got.data(), n, isa);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * n)) << to_string(isa) << " n=" << n;
+    }
+  }
+}
+
 // Both RoPE modes at every isa give the scalar form's bits (full 8-pair groups and tails).
 TEST(Rope, AllPathsMatchScalarBitExact) {
   struct Case {

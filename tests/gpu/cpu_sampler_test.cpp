@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <set>
 
 namespace troupe::gpu::cpu {
@@ -38,6 +39,32 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   const std::vector<float> l = {0.5f, 3.0f, -1.0f, 3.0f};
   EXPECT_EQ(s.sample(l, slot_with(0.0f), {}).token_id, 1);
   EXPECT_EQ(s.sample(l, slot_with(-1.0f), {}).token_id, 1);
+}
+
+// Greedy over a large vocabulary picks what the plain first-maximum loop picks: ties, signed
+// zeros, -inf, NaN, the maximum in the vector body or the tail.
+TEST(Sampler, GreedyMatchesFirstMaximumLoop) {
+  const auto first_max = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(v.size()); ++i) {
+      if (v[i] > v[best]) best = i;
+    }
+    return best;
+  };
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-5.0f, 5.0f);
+  Sampler s;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int32_t n = trial % 3 == 0 ? 49152 : 1 + static_cast<int32_t>(rng() % 300);
+    std::vector<float> v(n);
+    for (float& x : v) x = std::round(u(rng) * 4.0f) / 4.0f;  // many ties
+    if (trial % 5 == 1) v[rng() % n] = 10.0f, v[rng() % n] = 10.0f;
+    if (trial % 7 == 2) std::fill(v.begin(), v.end(), 0.0f), v[rng() % n] = -0.0f;
+    if (trial % 11 == 3) std::fill(v.begin(), v.end(), -INFINITY);
+    if (trial % 13 == 4) v[rng() % n] = NAN;
+    if (trial % 4 == 0) v[n - 1] = 20.0f;
+    EXPECT_EQ(s.sample(v, slot_with(0.0f), {}).token_id, first_max(v)) << "trial " << trial;
+  }
 }
 
 TEST(Sampler, SameSeedAndPositionSameToken) {
