@@ -3,6 +3,10 @@
 #include "gpu/cpu/cpu_backend.hpp"
 #include "gpu/device_probe.hpp"
 
+#ifdef TROUPE_HAVE_CUDA
+#include "gpu/cuda/cuda_backend.hpp"
+#endif
+
 namespace troupe::gpu {
 
 BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
@@ -12,11 +16,26 @@ BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
     const DeviceProbe probe = probe_devices();
     if (probe.cuda_devices.empty()) {
       built.note = "no CUDA device (" + probe.cuda_status + "); using the CPU backend";
-    } else {
-      // The CUDA step backend (issue 8) is not part of this build yet: the device is detected
-      // and reported, and steps run on the CPU reference backend.
+    } else if (options.request == BackendRequest::kAuto) {
       built.note = "CUDA device " + probe.cuda_devices.front().name +
-                   " found, but this build has no CUDA step backend yet; using the CPU backend";
+                   " found; `auto` keeps the CPU backend until the CUDA backend is verified on a "
+                   "GPU (use --backend cuda to try it)";
+    } else {
+#ifdef TROUPE_HAVE_CUDA
+      cuda::CudaBackendConfig cuda_config;
+      cuda_config.device = probe.cuda_devices.front().index;
+      cuda_config.block_size = options.block_size;
+      cuda_config.num_blocks = options.num_blocks;
+      cuda_config.gpu_memory_utilization = options.gpu_memory_utilization;
+      cuda_config.max_num_batched_tokens = options.max_num_batched_tokens;
+      cuda_config.max_num_seqs = options.max_num_seqs;
+      built.backend = cuda::CudaBackend::from_gguf(std::move(file), cuda_config);
+      built.note = "CUDA backend on " + probe.cuda_devices.front().name +
+                   " (experimental: not yet verified on a GPU)";
+      return built;
+#else
+      built.note = "backend 'cuda' requested, but this binary was built without CUDA; using the CPU backend";
+#endif
     }
   } else {
     built.note = "CPU backend (configured)";

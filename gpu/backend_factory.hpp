@@ -1,5 +1,7 @@
-// Chooses and builds the step backend for a model: CUDA when asked for (or `auto`) and a device
-// is usable, else the CPU backend.
+// Chooses and builds the step backend for a model. `cuda` builds the CUDA backend when a device is
+// usable (and fails loudly when it cannot start); `auto` stays on the CPU backend until the CUDA
+// backend has been verified on a real GPU (issue 8: it compiles, but no session has run it yet),
+// and says so in the log.
 //
 // Thread-safety: call from the wiring thread at start-up.
 #pragma once
@@ -20,6 +22,11 @@ struct BackendOptions {
   int32_t num_blocks = 0;        // KV blocks; 0: from kv_memory_bytes
   int64_t kv_memory_bytes = 256ll << 20;
   int32_t block_size = 16;
+  // CUDA: share of device memory for weights + scratch + KV, and the step limits its scratch
+  // buffers must cover (the scheduler's max_num_batched_tokens / max_num_seqs).
+  double gpu_memory_utilization = 0.9;
+  int32_t max_num_batched_tokens = 8192;
+  int32_t max_num_seqs = 256;
 };
 
 struct BuiltBackend {

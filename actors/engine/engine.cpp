@@ -104,6 +104,8 @@ EngineImpl::EngineImpl(const EngineConfig& config) {
   backend_options.num_blocks = policy.num_blocks;
   backend_options.kv_memory_bytes = config.cpu.kv_memory_bytes;
   backend_options.block_size = policy.block_size;
+  backend_options.max_num_batched_tokens = policy.max_num_batched_tokens;
+  backend_options.max_num_seqs = policy.max_num_seqs;
   gpu::BuiltBackend built = gpu::make_backend(file_, backend_options);
   spdlog::info("{}", built.note);
   card_.backend = std::string(built.backend->name());
