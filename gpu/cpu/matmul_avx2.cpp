@@ -89,6 +89,94 @@ TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int 
   store_half(job.y + r * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
 }
 
+// Quantized formats, R rows sharing each weight load: the eight accumulators of a row are done
+// as two passes over the tile's blocks (groups 0..3, then 4..7), so one pass needs only four per
+// row. Each accumulator still sees its blocks in order; Q4_1's m * s chain runs in the second
+// pass; the fold is the one-row form's.
+template <PackedFormat F, int R, int H>
+TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t* tile, int h,
+                                               int64_t r0, __m256 (&lanes)[R][8],
+                                               __m256 (&macc)[R]) {
+  constexpr int kBlockBytes = F == PackedFormat::kQ4_0   ? kQ4_0BlockBytes
+                              : F == PackedFormat::kQ4_1 ? kQ4_1BlockBytes
+                                                         : kQ8_0BlockBytes;
+  constexpr int kQuantOffset = F == PackedFormat::kQ4_1 ? 64 : 32;
+  const int64_t nb = job.num_inputs / kQuantBlock;
+  const int64_t K = job.num_inputs;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256 acc[R][4];
+  for (auto& a : acc) {
+    for (auto& v : a) v = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = tile + b * kBlockBytes;
+    const uint8_t* qs = blk + kQuantOffset + 32 * h;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+    __m256 scale[R];
+    for (int i = 0; i < R; ++i) scale[i] = _mm256_mul_ps(dw, _mm256_set1_ps(job.dx[(r0 + i) * nb + b]));
+    if constexpr (F == PackedFormat::kQ8_0) {
+      for (int gg = 0; gg < 4; ++gg) {
+        const int g = 4 * H + gg;
+        const __m256i sw = _mm256_xor_si256(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g)), flip);
+        const __m256i aw = _mm256_abs_epi8(sw);
+        for (int i = 0; i < R; ++i) {
+          const __m256i x = broadcast_dword(job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g);
+          const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, sw));
+          acc[i][gg] = _mm256_fmadd_ps(scale[i], _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[i][gg]);
+        }
+      }
+    } else {
+      for (int pp = 0; pp < 2; ++pp) {
+        const int p = 2 * H + pp;
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
+        const __m256i lo = _mm256_and_si256(v, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        for (int i = 0; i < R; ++i) {
+          const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 8 * p;
+          __m256i ilo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, broadcast_dword(xb)), ones16);
+          __m256i ihi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, broadcast_dword(xb + 4)), ones16);
+          if constexpr (F == PackedFormat::kQ4_0) {
+            ilo = _mm256_sub_epi32(ilo, _mm256_set1_epi32(8 * (xb[0] + xb[1] + xb[2] + xb[3])));
+            ihi = _mm256_sub_epi32(ihi, _mm256_set1_epi32(8 * (xb[4] + xb[5] + xb[6] + xb[7])));
+          }
+          acc[i][2 * pp] = _mm256_fmadd_ps(scale[i], _mm256_cvtepi32_ps(ilo), acc[i][2 * pp]);
+          acc[i][2 * pp + 1] = _mm256_fmadd_ps(scale[i], _mm256_cvtepi32_ps(ihi), acc[i][2 * pp + 1]);
+        }
+      }
+    }
+    if constexpr (F == PackedFormat::kQ4_1 && H == 1) {
+      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+      for (int i = 0; i < R; ++i) {
+        macc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int gg = 0; gg < 4; ++gg) lanes[i][4 * H + gg] = acc[i][gg];
+  }
+}
+
+template <PackedFormat F, int R>
+TROUPE_TARGET_AVX2 void quant_half_rows(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
+                                        int64_t o0) {
+  __m256 lanes[R][8];
+  __m256 macc[R];
+  for (auto& m : macc) m = _mm256_setzero_ps();
+  quant_half_pass<F, R, 0>(job, tile, h, r0, lanes, macc);
+  quant_half_pass<F, R, 1>(job, tile, h, r0, lanes, macc);
+  for (int i = 0; i < R; ++i) {
+    const __m256* a = lanes[i];
+    const __m256 v0 = _mm256_add_ps(a[0], a[4]), v1 = _mm256_add_ps(a[1], a[5]);
+    const __m256 v2 = _mm256_add_ps(a[2], a[6]), v3 = _mm256_add_ps(a[3], a[7]);
+    __m256 y = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
+    if constexpr (F == PackedFormat::kQ4_1) y = _mm256_add_ps(y, macc[i]);
+    store_half(job.y + (r0 + i) * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
+  }
+}
+
 template <PackedFormat F>
 TROUPE_TARGET_AVX2 inline __m256 load_float_half(const uint8_t* p) {
   if constexpr (F == PackedFormat::kF32) {
@@ -122,7 +210,9 @@ template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void one_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
                                  int64_t o0) {
   if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0) {
-    for (int i = 0; i < R; ++i) quant_half<F>(job, tile, h, r0 + i, o0);
+    int i = 0;
+    for (; i + 2 <= R; i += 2) quant_half_rows<F, 2>(job, tile, h, r0 + i, o0);
+    if (i < R) quant_half<F>(job, tile, h, r0 + i, o0);
   } else {
     float_half<F, R>(job, tile, h, r0, o0);
   }
