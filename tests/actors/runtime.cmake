@@ -3,9 +3,9 @@
 # >= 10^6 messages in the many-producer stress test.
 troupe_add_test(NAME runtime_channel_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/channel_test.cpp
-  LIBS troupe_actors
+  LIBS troupe_runtime
   LABELS "unit;actors;runtime")
 troupe_add_test(NAME runtime_actor_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/actor_test.cpp
-  LIBS troupe_actors
+  LIBS troupe_runtime
   LABELS "unit;actors;runtime")
