@@ -171,7 +171,7 @@ CudaBackend::Impl::Impl(model::LlamaWeights weights, const CudaBackendConfig& cf
   if (config.block_size <= 0 || config.max_num_batched_tokens <= 0 || config.max_num_seqs <= 0) {
     throw std::invalid_argument("CUDA backend: block_size, max_num_batched_tokens and max_num_seqs must be positive");
   }
-  if (c.qkv_bias) throw std::invalid_argument("CUDA backend: QKV bias (qwen2) is not implemented yet");
+  if (c.qkv_bias) throw std::invalid_argument("CUDA backend: QKV bias (qwen2) is not supported yet; use --backend cpu");
   if (c.head_dim % 32 != 0 || c.head_dim > 128) {
     throw std::invalid_argument("CUDA backend: head_dim " + std::to_string(c.head_dim) + " is not supported (32, 64, 96, 128)");
   }

@@ -28,24 +28,7 @@ std::vector<std::string> questions(int count) {
 TEST(EngineUnderLoad, ThirtyTwoConcurrentGreedyRequestsEqualTheirSoloRuns) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
-  const std::vector<std::string> prompts = questions(32);
-  std::vector<std::vector<int32_t>> alone;
-  for (const std::string& prompt : prompts) {
-    auto sink = std::make_shared<RecordingSink>();
-    engine->submit(greedy_chat(prompt, 12), sink);
-    ASSERT_TRUE(sink->wait());
-    ASSERT_FALSE(sink->error());
-    alone.push_back(sink->token_ids());
-  }
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const std::string& prompt : prompts) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    engine->submit(greedy_chat(prompt, 12), sinks.back());
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_TRUE(sinks[i]->wait());
-    EXPECT_EQ(sinks[i]->token_ids(), alone[i]) << prompts[i];
-  }
+  testing::expect_batched_equals_solo(*engine, questions(32), 12);
   EXPECT_TRUE(wait_idle(*engine));
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }

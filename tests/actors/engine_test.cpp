@@ -40,22 +40,7 @@ TEST(Engine, SameGreedyTokensAloneAndInABatch) {
   auto engine = Engine::start(test_config());
   const std::vector<std::string> questions = {"Name a color.", "What is 2+2?",
                                               "Say hello in French.", "Name a planet."};
-  std::vector<std::vector<int32_t>> alone;
-  for (const std::string& q : questions) {
-    auto sink = std::make_shared<RecordingSink>();
-    engine->submit(greedy_chat(q, 8), sink);
-    ASSERT_TRUE(sink->wait());
-    alone.push_back(sink->token_ids());
-  }
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const std::string& q : questions) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    engine->submit(greedy_chat(q, 8), sinks.back());
-  }
-  for (size_t i = 0; i < questions.size(); ++i) {
-    ASSERT_TRUE(sinks[i]->wait());
-    EXPECT_EQ(sinks[i]->token_ids(), alone[i]) << questions[i];
-  }
+  testing::expect_batched_equals_solo(*engine, questions, 8);
   EXPECT_TRUE(wait_idle(*engine));
 }
 

@@ -116,6 +116,29 @@ inline GenerateRequest greedy_chat(std::string user, int32_t max_tokens) {
   return request;
 }
 
+// Runs each prompt alone, then all of them at once, and expects every request to give the same
+// greedy tokens both ways (continuous batching must not change anyone's output).
+inline void expect_batched_equals_solo(Engine& engine, const std::vector<std::string>& prompts,
+                                       int32_t max_tokens) {
+  std::vector<std::vector<int32_t>> alone;
+  for (const std::string& prompt : prompts) {
+    auto sink = std::make_shared<RecordingSink>();
+    engine.submit(greedy_chat(prompt, max_tokens), sink);
+    ASSERT_TRUE(sink->wait());
+    ASSERT_FALSE(sink->error()) << sink->error()->message;
+    alone.push_back(sink->token_ids());
+  }
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const std::string& prompt : prompts) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    engine.submit(greedy_chat(prompt, max_tokens), sinks.back());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->wait());
+    EXPECT_EQ(sinks[i]->token_ids(), alone[i]) << prompts[i];
+  }
+}
+
 // Waits until the engine reports no running or waiting request and no KV block in use.
 inline bool wait_idle(const Engine& engine, std::chrono::seconds timeout = std::chrono::seconds(30)) {
   const auto until = std::chrono::steady_clock::now() + timeout;
