@@ -177,6 +177,9 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
             double(s.prefix_cache_queries));
   p.counter("troupe:prefix_cache_hits_total", "Prefix-cache hits.", double(s.prefix_cache_hits));
   p.counter("troupe:num_preemptions_total", "Preemptions.", double(s.num_preemptions));
+  p.counter("troupe:prefix_deferrals_total",
+            "Admissions postponed while a running prefill computes a shared prompt block.",
+            double(s.num_prefix_deferrals));
   p.counter("troupe:prompt_tokens_total", "Prompt tokens processed.",
             double(s.prompt_tokens_total));
   p.counter("troupe:generation_tokens_total", "Tokens generated.",

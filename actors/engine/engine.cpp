@@ -204,6 +204,7 @@ EngineStats EngineImpl::stats() const {
   out.prefix_cache_hits = s.kv.prefix.num_hits;
   out.prefix_cache_hit_rate = s.prefix_cache_hit_rate;
   out.num_preemptions = s.num_preemptions;
+  out.num_prefix_deferrals = s.num_prefix_deferrals;
   out.num_requests_finished = s.num_requests_finished;
   out.num_requests_refused = s.num_requests_refused + front->num_refused;
   out.prompt_tokens_total = s.num_prompt_tokens;

@@ -28,10 +28,17 @@ struct EngineConfig {
   CpuBackendOptions cpu;
   // Policy knobs. num_blocks 0: sized by the backend from its memory budget. max_model_len 0:
   // the model's context length. eos_token_ids empty: the tokenizer's end-of-generation set.
+  // The step budget suits the CPU backend (and equals configs/default.json, which a test
+  // checks): a 2048-token step of the default model takes ~2 s on two cores, and every decoding
+  // stream waits for it, so prompts go in 512-token chunks. The policy's own defaults are
+  // vLLM's GPU-sized ones.
   scheduler::SchedulerConfig scheduler = [] {
     scheduler::SchedulerConfig defaults;
     defaults.max_model_len = 0;
     defaults.num_blocks = 0;
+    defaults.max_num_seqs = 64;
+    defaults.max_num_batched_tokens = 2048;
+    defaults.chunked_prefill_size = 512;
     return defaults;
   }();
   int32_t default_max_tokens = 0;  // when a request names none; 0: up to the context length

@@ -121,6 +121,7 @@ struct EngineStats {
   uint64_t prefix_cache_hits = 0;
   double prefix_cache_hit_rate = 0;
   uint64_t num_preemptions = 0;
+  uint64_t num_prefix_deferrals = 0;
   uint64_t num_requests_finished = 0;
   uint64_t num_requests_refused = 0;
   uint64_t prompt_tokens_total = 0;

@@ -112,6 +112,7 @@ SchedulerStats Scheduler::stats() const {
   s.kv = kv_.stats();
   s.prefix_cache_hit_rate = s.kv.prefix.hit_rate();
   s.num_preemptions = num_preemptions_;
+  s.num_prefix_deferrals = num_prefix_deferrals_;
   s.num_steps = num_steps_;
   s.last_step_num_tokens = last_step_num_tokens_;
   s.last_step_num_seqs = last_step_num_seqs_;

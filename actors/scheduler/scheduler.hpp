@@ -9,7 +9,9 @@
 //   2. running sequences still prefilling, each at most chunked_prefill_size tokens;
 //   3. waiting requests, priority then arrival, reusing cached prefix blocks, until the token
 //      budget, max_num_seqs or the KV pool says stop. The head of the queue blocks the rest
-//      (FCFS), unless it may preempt a lower-priority running sequence.
+//      (FCFS), unless it may preempt a lower-priority running sequence. A request whose next
+//      uncached prompt block a running prefill is computing right now steps aside until that
+//      block is cached (in-flight prefix sharing; see next_block_in_progress()).
 //   When a running sequence needs a block and the pool (free + evictable) is empty, the
 //   lowest-priority, latest-arrived running sequence is preempted (possibly itself): its blocks
 //   are released and it re-queues at the front of its priority with its tokens kept.
@@ -82,6 +84,9 @@ class Scheduler {
   std::optional<std::string> check_invariants() const;
 
  private:
+  // Bounds the scan of the waiting queue per step; past it, requests are admitted as usual.
+  static constexpr size_t kMaxPrefixDeferralsPerStep = 32;
+
   struct Scheduled {
     Sequence* seq;
     int32_t num_tokens;
@@ -105,7 +110,8 @@ class Scheduler {
   AddResult check_admissible(const NewRequest& request) const;
   void schedule_running(Draft& draft, bool decode_pass);
   void schedule_waiting(Draft& draft);
-  bool try_admit(Draft& draft, Sequence& seq);
+  bool next_block_in_progress(const Sequence& seq, const kv_cache::PrefixMatch& match) const;
+  bool try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMatch& match);
   bool grow_or_preempt(Draft& draft, Sequence& seq, int32_t num_tokens);
   void preempt(Draft& draft, Sequence& victim);
   int32_t prefill_chunk(const Sequence& seq, int32_t budget) const;
@@ -139,6 +145,7 @@ class Scheduler {
   uint64_t next_arrival_index_ = 0;
   uint64_t num_steps_ = 0;
   uint64_t num_preemptions_ = 0;
+  uint64_t num_prefix_deferrals_ = 0;
   uint64_t num_requests_accepted_ = 0;
   uint64_t num_requests_refused_ = 0;
   uint64_t num_requests_finished_ = 0;

@@ -71,6 +71,9 @@ void Scheduler::schedule_waiting(Draft& draft) {
     return config_.enable_priority_preemption && !running_.empty() &&
            running_.back()->priority < head.priority;
   };
+  // Requests stepped over this step because a running prefill is computing their next
+  // uncached block; they go back to the front of the queue, in order, at the end.
+  std::vector<Sequence*> deferred;
   while (draft.token_budget > 0) {
     Sequence* head = waiting_.front();
     if (head == nullptr) break;
@@ -80,14 +83,47 @@ void Scheduler::schedule_waiting(Draft& draft) {
       break;
     }
     const bool has_slot = running_.size() < static_cast<size_t>(config_.max_num_seqs);
-    if (has_slot && try_admit(draft, *head)) continue;
+    if (has_slot) {
+      const kv_cache::PrefixMatch match = kv_.find_cached_prefix(head->token_ids);
+      if (deferred.size() < kMaxPrefixDeferralsPerStep && next_block_in_progress(*head, match)) {
+        waiting_.pop_front();
+        deferred.push_back(head);
+        ++num_prefix_deferrals_;
+        continue;
+      }
+      if (try_admit(draft, *head, match)) continue;
+    }
     if (!may_preempt_for(*head)) break;  // FCFS: nobody behind the head jumps the queue
     preempt(draft, *running_.back());
   }
+  // NOTE: every deferred request ranks at or above the last head in service order, and a
+  // priority preemption's victim ranks below it, so pushing them back to the front in reverse
+  // restores the order they had.
+  for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) waiting_.push_front(*it);
 }
 
-bool Scheduler::try_admit(Draft& draft, Sequence& seq) {
-  const kv_cache::PrefixMatch match = kv_.find_cached_prefix(seq.token_ids);
+// In-flight prefix sharing (SGLang defers the same way): when requests with a common prompt
+// prefix arrive together, nothing of it is cached yet, and admitting them all would compute
+// the prefix once per request in the same steps. Instead the later ones wait while one running
+// prefill computes the next shared block; it is cached when that step completes, and they
+// reuse it. Waiting costs them little: computing the block themselves would have taken the
+// same step. Only prompt blocks count (a running decode adds one token per step; waiting on it
+// could take block_size steps).
+bool Scheduler::next_block_in_progress(const Sequence& seq, const kv_cache::PrefixMatch& match) const {
+  if (!kv_.prefix_caching_enabled()) return false;
+  const int32_t block_end = match.num_tokens + kv_.block_size();
+  // A cache hit never covers the last token (it must be computed to sample from).
+  if (block_end > seq.num_tokens() - 1) return false;
+  const auto prefix_end = seq.token_ids.begin() + block_end;
+  for (const Sequence* other : running_) {
+    if (other->num_computed_tokens >= block_end || block_end > other->num_prompt_tokens) continue;
+    if (other->kv.caching_stopped) continue;  // its blocks will not reach the cache
+    if (std::equal(seq.token_ids.begin(), prefix_end, other->token_ids.begin())) return true;
+  }
+  return false;
+}
+
+bool Scheduler::try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMatch& match) {
   const int32_t num_tokens =
       std::min(seq.num_tokens() - match.num_tokens, prefill_chunk(seq, draft.token_budget));
   if (!kv_.allocate_slots(seq.kv, match, match.num_tokens + num_tokens)) return false;

@@ -74,6 +74,7 @@ struct SchedulerStats {
   kv_cache::KvCacheStats kv;
   double prefix_cache_hit_rate = 0.0;
   uint64_t num_preemptions = 0;
+  uint64_t num_prefix_deferrals = 0;  // admissions postponed for an in-flight shared block
   uint64_t num_steps = 0;
   int32_t last_step_num_tokens = 0;
   int32_t last_step_num_seqs = 0;

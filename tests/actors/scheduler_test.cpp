@@ -274,27 +274,51 @@ TEST(SchedulerTest, ReusesThePartOfAPromptThatIsCached) {
   EXPECT_EQ(h.outputs[2], h.expected_output(2));
 }
 
-TEST(SchedulerTest, ConcurrentRequestsShareASystemPromptAsSoonAsItsBlocksAreFull) {
+std::vector<int32_t> system_prompt_with_suffix(int32_t suffix, int32_t first_token = 500) {
+  auto tokens = token_range(64, first_token);  // the shared "system prompt": 4 blocks
+  tokens.push_back(suffix);
+  return tokens;
+}
+
+TEST(SchedulerTest, ConcurrentRequestsWithASharedPromptComputeItOnce) {
   auto config = small_config();
   config.chunked_prefill_size = 16;
   SchedulerHarness h(config);
-  auto with_suffix = [](int32_t suffix) {
-    auto tokens = token_range(64, 500);  // the shared "system prompt"
-    tokens.push_back(suffix);
-    return tokens;
-  };
-  h.add(1, with_suffix(1), 5);
-  h.add(2, with_suffix(2), 5);
-  h.step();  // both compute their first block privately, in the same step
-  const Sequence* a = h.scheduler.find(1);
-  const Sequence* b = h.scheduler.find(2);
-  EXPECT_EQ(a->kv.blocks[0], b->kv.blocks[0]);  // deduplicated once full
-  EXPECT_EQ(h.scheduler.kv_cache().pool().ref_count(a->kv.blocks[0]), 2);
-  h.add(3, with_suffix(3), 5);  // arrives mid-prefill: reuses the block cached so far
-  h.step();
-  EXPECT_EQ(h.scheduler.find(3)->num_cached_prompt_tokens, 16);
+  h.add(1, system_prompt_with_suffix(1), 5);
+  h.add(2, system_prompt_with_suffix(2), 5);
+  h.add(3, system_prompt_with_suffix(3, /*first_token=*/900), 5);  // another system prompt
+  auto plan = h.step();
+  // 2 steps aside while 1 computes the block it needs; 3 shares nothing and goes ahead of it.
+  EXPECT_EQ(ids_in(*plan), (std::vector<RequestId>{1, 3}));
+  h.add(4, system_prompt_with_suffix(4), 5);  // arrives mid-prefill: waits behind 2
+  while (h.scheduler.find(1)->num_computed_tokens < 64) {
+    plan = h.step();
+    EXPECT_EQ(ids_in(*plan), (std::vector<RequestId>{1, 3}));
+    ASSERT_EQ(h.scheduler.stats().num_waiting, 2);
+  }
+  // The whole shared prompt is cached: 2 and 4 compute only their own last token, in order.
+  plan = h.step();
+  EXPECT_EQ(ids_in(*plan), (std::vector<RequestId>{1, 3, 2, 4}));
+  EXPECT_EQ(h.scheduler.find(2)->num_cached_prompt_tokens, 64);
+  EXPECT_EQ(h.scheduler.find(4)->num_cached_prompt_tokens, 64);
+  EXPECT_EQ(slice_of(*plan, 2)->num_tokens, 1);
+  EXPECT_EQ(h.scheduler.stats().num_prefix_deferrals, 4u + 3u);  // 2 in steps 1-4, 4 in 2-4
   h.run_until_idle();
-  for (RequestId id = 1; id <= 3; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id));
+  for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id));
+}
+
+TEST(SchedulerTest, WithoutThePrefixCacheSharedPromptsAreComputedSideBySide) {
+  auto config = small_config();
+  config.chunked_prefill_size = 16;
+  config.enable_prefix_caching = false;
+  SchedulerHarness h(config);
+  h.add(1, system_prompt_with_suffix(1), 5);
+  h.add(2, system_prompt_with_suffix(2), 5);
+  const auto plan = h.step();
+  EXPECT_EQ(ids_in(*plan), (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(h.scheduler.stats().num_prefix_deferrals, 0u);
+  h.run_until_idle();
+  for (RequestId id = 1; id <= 2; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id));
 }
 
 TEST(SchedulerTest, EvictsLeastRecentlyUsedCacheUnderPressureButNeverBlocksInUse) {

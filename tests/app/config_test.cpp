@@ -98,5 +98,24 @@ TEST(Config, ShippedPresetsParse) {
   EXPECT_GE(count, 1);
 }
 
+// `troupe serve` without --config and `./scripts/serve` must schedule alike; the serving
+// benchmark once ran with the code defaults and measured a different server than users run.
+TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
+  const ServerConfig preset =
+      load_config_file(std::filesystem::path(TROUPE_SOURCE_DIR) / "configs" / "default.json");
+  const ServerConfig built_in;
+  EXPECT_EQ(preset.scheduler.max_num_seqs, built_in.scheduler.max_num_seqs);
+  EXPECT_EQ(preset.scheduler.max_num_batched_tokens, built_in.scheduler.max_num_batched_tokens);
+  EXPECT_EQ(preset.scheduler.chunked_prefill_size, built_in.scheduler.chunked_prefill_size);
+  EXPECT_EQ(preset.scheduler.max_model_len, built_in.scheduler.max_model_len);
+  EXPECT_EQ(preset.scheduler.max_queue, built_in.scheduler.max_queue);
+  EXPECT_EQ(preset.scheduler.block_size, built_in.scheduler.block_size);
+  EXPECT_EQ(preset.scheduler.num_blocks, built_in.scheduler.num_blocks);
+  EXPECT_EQ(preset.scheduler.enable_prefix_caching, built_in.scheduler.enable_prefix_caching);
+  EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
+  EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
+  EXPECT_EQ(preset.http.port, built_in.http.port);
+}
+
 }  // namespace
 }  // namespace troupe::app
