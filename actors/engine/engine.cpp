@@ -2,7 +2,8 @@
 // connects their mailboxes.
 //
 //   thread "ingress"  IngressActor      tokenize, detokenize, sinks
-//   thread "engine"   SchedulerActor    the step loop (policy + KV manager)
+//   thread "engine"   SchedulerActor    the step loop around the policy
+//                     KvCacheActor      home of the KV manager, lent to the scheduler per tick
 //                     GpuWorkerActor    launches steps on the backend
 //   backend threads   CpuBackend        compute (or a CUDA event poller)
 #include "actors/engine/engine.hpp"
@@ -20,6 +21,7 @@
 #include "actors/engine/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
 #include "actors/ingress/ingress_actor.hpp"
+#include "actors/kv_cache/kv_cache_actor.hpp"
 #include "actors/runtime/executor_threads.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "gpu/backend_factory.hpp"
@@ -83,6 +85,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<ExecutorThreads> engine_thread_;
   std::unique_ptr<ExecutorThreads> ingress_thread_;
   std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker_;
+  std::shared_ptr<kv_cache::KvCacheActor> kv_cache_;
   std::shared_ptr<scheduler::SchedulerActor> scheduler_;
   std::shared_ptr<ingress::IngressActor> ingress_;
   bool shut_down_ = false;
@@ -118,16 +121,19 @@ EngineImpl::EngineImpl(const EngineConfig& config) {
   ingress::PromptLimits limits{policy.max_model_len, config.default_max_tokens, config.max_stop_strings};
   const auto capacity = static_cast<size_t>(config.mailbox_capacity);
   gpu_worker_ = std::make_shared<gpu_worker::GpuWorkerActor>(std::move(built.backend));
+  kv_cache_ = std::make_shared<kv_cache::KvCacheActor>(
+      scheduler::Scheduler::kv_cache_config(policy), board_, capacity);
   scheduler_ = std::make_shared<scheduler::SchedulerActor>(policy, board_, capacity);
   ingress_ = std::make_shared<ingress::IngressActor>(
       ingress::PromptBuilder(*tokenizer_, std::move(chat_template), limits), board_,
       config.stats_window, capacity);
-  scheduler_->connect(ingress_, gpu_worker_);
+  scheduler_->connect(ingress_, kv_cache_, gpu_worker_);
   ingress_->connect(scheduler_);
 
   engine_thread_ = std::make_unique<ExecutorThreads>("engine", 1);
   ingress_thread_ = std::make_unique<ExecutorThreads>("ingress", 1);
   gpu_worker_->start(engine_thread_->executor());
+  kv_cache_->start(engine_thread_->executor());
   scheduler_->start(engine_thread_->executor());
   ingress_->start(ingress_thread_->executor());
 }
@@ -176,33 +182,36 @@ void EngineImpl::post_cancel(RequestId request_id) {
 int64_t EngineImpl::flush_prefix_cache() {
   auto reply = std::make_shared<std::promise<int64_t>>();
   std::future<int64_t> flushed = reply->get_future();
-  scheduler::SchedulerMessage message{scheduler::FlushPrefixCache{reply}};
-  if (scheduler_->try_send(std::move(message)) != SendStatus::kAccepted) return 0;
-  // Answered between two steps; a step takes milliseconds to a few seconds.
+  kv_cache::KvCacheMessage message{kv_cache::FlushPrefixCache{reply}};
+  if (kv_cache_->try_send(std::move(message)) != SendStatus::kAccepted) return 0;
+  // Answered between two ticks (the scheduler holds the manager for one tick, a step takes
+  // milliseconds to a few seconds).
   if (flushed.wait_for(std::chrono::seconds(30)) != std::future_status::ready) return 0;
   try {
     return flushed.get();
   } catch (const std::future_error&) {
-    return 0;  // the scheduler shut down before answering
+    return 0;  // the kv-cache actor shut down before answering
   }
 }
 
 EngineStats EngineImpl::stats() const {
   const auto sched = board_->load_scheduler();
   const auto front = board_->load_ingress();
+  const auto kv_home = board_->load_kv_cache();
   const scheduler::SchedulerStats& s = sched->stats;
+  const kv_cache::KvCacheStats& kv = kv_home->stats;  // the kv-cache actor's, as of its last tick
   EngineStats out;
   out.num_waiting = s.num_waiting;
   out.num_running = s.num_running;
   out.num_preempted = s.num_preempted_waiting;
-  out.kv_blocks_total = s.kv.num_blocks;
-  out.kv_blocks_used = s.kv.num_referenced;
-  out.kv_blocks_cached = s.kv.num_cached_unreferenced;
-  out.kv_blocks_free = s.kv.num_free;
-  out.kv_usage_ratio = s.kv.usage_ratio;
-  out.prefix_cache_queries = s.kv.prefix.num_queries;
-  out.prefix_cache_hits = s.kv.prefix.num_hits;
-  out.prefix_cache_hit_rate = s.prefix_cache_hit_rate;
+  out.kv_blocks_total = kv.num_blocks;
+  out.kv_blocks_used = kv.num_referenced;
+  out.kv_blocks_cached = kv.num_cached_unreferenced;
+  out.kv_blocks_free = kv.num_free;
+  out.kv_usage_ratio = kv.usage_ratio;
+  out.prefix_cache_queries = kv.prefix.num_queries;
+  out.prefix_cache_hits = kv.prefix.num_hits;
+  out.prefix_cache_hit_rate = kv.prefix.hit_rate();
   out.num_preemptions = s.num_preemptions;
   out.num_prefix_deferrals = s.num_prefix_deferrals;
   out.num_requests_finished = s.num_requests_finished;
@@ -275,15 +284,17 @@ void EngineImpl::shutdown(std::chrono::milliseconds deadline) {
   while (Clock::now() < until && !board_->load_ingress()->live.empty()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // The kv-cache actor outlives the scheduler, which needs the KV manager to the end.
   const auto ingress_outcome = ingress_->shutdown(until);
   const auto scheduler_outcome = scheduler_->shutdown(until);
+  const auto kv_outcome = kv_cache_->shutdown(until);
   const auto worker_outcome = gpu_worker_->shutdown(until);
-  if (scheduler_outcome != actors::runtime::ShutdownOutcome::kDrained ||
-      ingress_outcome != actors::runtime::ShutdownOutcome::kDrained ||
-      worker_outcome != actors::runtime::ShutdownOutcome::kDrained) {
-    spdlog::warn("engine shutdown: ingress {}, scheduler {}, gpu-worker {}",
+  using actors::runtime::ShutdownOutcome;
+  if (scheduler_outcome != ShutdownOutcome::kDrained || ingress_outcome != ShutdownOutcome::kDrained ||
+      kv_outcome != ShutdownOutcome::kDrained || worker_outcome != ShutdownOutcome::kDrained) {
+    spdlog::warn("engine shutdown: ingress {}, scheduler {}, kv-cache {}, gpu-worker {}",
                  actors::runtime::to_string(ingress_outcome),
-                 actors::runtime::to_string(scheduler_outcome),
+                 actors::runtime::to_string(scheduler_outcome), actors::runtime::to_string(kv_outcome),
                  actors::runtime::to_string(worker_outcome));
   }
   scheduler_->disconnect();

@@ -42,7 +42,8 @@ double RollingRate::per_second(std::chrono::steady_clock::time_point now) const 
 
 StatsBoard::StatsBoard()
     : scheduler_(std::make_shared<const SchedulerSnapshot>()),
-      ingress_(std::make_shared<const IngressSnapshot>()) {}
+      ingress_(std::make_shared<const IngressSnapshot>()),
+      kv_cache_(std::make_shared<const KvCacheSnapshot>()) {}
 
 void StatsBoard::publish_scheduler(SchedulerSnapshot snapshot) {
   scheduler_.store(std::make_shared<const SchedulerSnapshot>(std::move(snapshot)),
@@ -52,6 +53,15 @@ void StatsBoard::publish_scheduler(SchedulerSnapshot snapshot) {
 void StatsBoard::publish_ingress(IngressSnapshot snapshot) {
   ingress_.store(std::make_shared<const IngressSnapshot>(std::move(snapshot)),
                  std::memory_order_release);
+}
+
+void StatsBoard::publish_kv_cache(KvCacheSnapshot snapshot) {
+  kv_cache_.store(std::make_shared<const KvCacheSnapshot>(std::move(snapshot)),
+                  std::memory_order_release);
+}
+
+std::shared_ptr<const KvCacheSnapshot> StatsBoard::load_kv_cache() const {
+  return kv_cache_.load(std::memory_order_acquire);
 }
 
 std::shared_ptr<const SchedulerSnapshot> StatsBoard::load_scheduler() const {

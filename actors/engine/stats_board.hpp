@@ -53,6 +53,11 @@ struct SchedulerSnapshot {
   double total_device_ms = 0;
 };
 
+struct KvCacheSnapshot {
+  kv_cache::KvCacheStats stats;
+  uint64_t num_loans = 0;  // ticks the scheduler borrowed the manager for
+};
+
 struct LiveRequestSummary {
   RequestId request_id = 0;
   std::string client_label;
@@ -72,12 +77,15 @@ class StatsBoard {
   StatsBoard();
   void publish_scheduler(SchedulerSnapshot snapshot);
   void publish_ingress(IngressSnapshot snapshot);
+  void publish_kv_cache(KvCacheSnapshot snapshot);
   std::shared_ptr<const SchedulerSnapshot> load_scheduler() const;
   std::shared_ptr<const IngressSnapshot> load_ingress() const;
+  std::shared_ptr<const KvCacheSnapshot> load_kv_cache() const;
 
  private:
   std::atomic<std::shared_ptr<const SchedulerSnapshot>> scheduler_;
   std::atomic<std::shared_ptr<const IngressSnapshot>> ingress_;
+  std::atomic<std::shared_ptr<const KvCacheSnapshot>> kv_cache_;
 };
 
 }  // namespace troupe::engine

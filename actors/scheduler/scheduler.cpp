@@ -12,18 +12,49 @@
 namespace troupe::scheduler {
 namespace {
 
-kv_cache::KvCacheConfig kv_config_of(const SchedulerConfig& config) {
+const SchedulerConfig& validated(const SchedulerConfig& config) {
   if (auto error = validate(config)) {
     throw std::invalid_argument("invalid scheduler config: " + *error);
   }
-  return {config.num_blocks, config.block_size, config.enable_prefix_caching};
+  return config;
 }
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerConfig config)
-    : config_(std::move(config)), kv_(kv_config_of(config_)) {
+kv_cache::KvCacheConfig Scheduler::kv_cache_config(const SchedulerConfig& config) {
+  return {config.num_blocks, config.block_size, config.enable_prefix_caching};
+}
+
+Scheduler::Scheduler(SchedulerConfig config, KvCacheHome home) : config_(validated(config)) {
+  if (home == KvCacheHome::kOwned) {
+    kv_ = std::make_unique<kv_cache::KvCacheManager>(kv_cache_config(config_));
+  }
   running_.reserve(static_cast<size_t>(config_.max_num_seqs));
+}
+
+void Scheduler::attach_kv_cache(std::unique_ptr<kv_cache::KvCacheManager> kv) {
+  if (kv_ != nullptr) throw std::logic_error("Scheduler: a KV manager is already attached");
+  if (kv == nullptr) throw std::logic_error("Scheduler: attaching no KV manager");
+  if (kv->num_blocks() != config_.num_blocks || kv->block_size() != config_.block_size ||
+      kv->prefix_caching_enabled() != config_.enable_prefix_caching) {
+    throw std::logic_error("Scheduler: the KV manager's geometry differs from the config");
+  }
+  kv_ = std::move(kv);
+}
+
+std::unique_ptr<kv_cache::KvCacheManager> Scheduler::detach_kv_cache() {
+  if (kv_ == nullptr) throw std::logic_error("Scheduler: no KV manager to detach");
+  return std::move(kv_);
+}
+
+kv_cache::KvCacheManager& Scheduler::kv() {
+  if (kv_ == nullptr) throw std::logic_error("Scheduler: KV used while lent to the kv-cache actor");
+  return *kv_;
+}
+
+const kv_cache::KvCacheManager& Scheduler::kv() const {
+  if (kv_ == nullptr) throw std::logic_error("Scheduler: KV used while lent to the kv-cache actor");
+  return *kv_;
 }
 
 AddResult Scheduler::check_admissible(const NewRequest& request) const {
@@ -90,7 +121,7 @@ FinishedSequence Scheduler::retire(Sequence& seq, FinishReason reason) {
       std::erase(prefill_done_, &seq);
       break;
   }
-  kv_.free_sequence(seq.kv);
+  kv().free_sequence(seq.kv);
   ++num_requests_finished_;
   sequences_.erase(seq.request_id);  // destroys seq
   return finished;
@@ -109,8 +140,10 @@ SchedulerStats Scheduler::stats() const {
   });
   s.num_running = static_cast<int32_t>(running_.size());
   s.num_awaiting_transfer = static_cast<int32_t>(prefill_done_.size() + transferring_.size());
-  s.kv = kv_.stats();
-  s.prefix_cache_hit_rate = s.kv.prefix.hit_rate();
+  if (kv_ != nullptr) {  // lent out: the kv-cache actor publishes the KV figures itself
+    s.kv = kv_->stats();
+    s.prefix_cache_hit_rate = s.kv.prefix.hit_rate();
+  }
   s.num_preemptions = num_preemptions_;
   s.num_prefix_deferrals = num_prefix_deferrals_;
   s.num_steps = num_steps_;
@@ -166,8 +199,8 @@ std::vector<SlotInfo> Scheduler::slots() const {
 }
 
 std::optional<std::string> Scheduler::check_invariants() const {
-  if (auto error = kv_.check_invariants()) return error;
-  const auto& pool = kv_.pool();
+  if (auto error = kv().check_invariants()) return error;
+  const auto& pool = kv().pool();
   std::vector<int32_t> holders(static_cast<size_t>(pool.num_blocks()), 0);
   auto count = [&holders](const kv_cache::SequenceBlocks& kv) {
     for (kv_cache::BlockId b : kv.blocks) ++holders[static_cast<size_t>(b)];
@@ -177,7 +210,7 @@ std::optional<std::string> Scheduler::check_invariants() const {
     count(seq->kv);
     if (seq->num_computed_tokens > seq->num_tokens()) return fmt::format("{} over-computed", id);
     const int32_t needed =
-        kv_cache::KvCacheManager::blocks_for_tokens(seq->num_computed_tokens, kv_.block_size());
+        kv_cache::KvCacheManager::blocks_for_tokens(seq->num_computed_tokens, kv().block_size());
     if (static_cast<int32_t>(seq->kv.blocks.size()) < needed) {
       return fmt::format("request {} computed {} tokens but holds {} blocks", id,
                          seq->num_computed_tokens, seq->kv.blocks.size());

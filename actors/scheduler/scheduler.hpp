@@ -40,8 +40,26 @@ namespace troupe::scheduler {
 
 class Scheduler {
  public:
+  // Where the KV manager (block pool + prefix cache) lives:
+  //   kOwned     the policy builds and keeps it (tests, benchmarks, tools);
+  //   kBorrowed  the kv-cache actor owns it and lends it for each engine tick
+  //              (attach_kv_cache() ... detach_kv_cache()); the policy starts without it.
+  enum class KvCacheHome : uint8_t { kOwned, kBorrowed };
+
   // Throws std::invalid_argument when validate(config) fails (a start-up error).
-  explicit Scheduler(SchedulerConfig config);
+  explicit Scheduler(SchedulerConfig config, KvCacheHome home = KvCacheHome::kOwned);
+
+  // The KV manager this policy's config needs (what the kv-cache actor builds).
+  static kv_cache::KvCacheConfig kv_cache_config(const SchedulerConfig& config);
+
+  // The kv-cache actor's loan. Everything that reads or changes KV — schedule(),
+  // on_step_complete(), cancel(), finish(), the P/D calls, flush_prefix_cache(),
+  // check_invariants(), kv_cache() — needs it attached and throws std::logic_error otherwise
+  // (a wiring bug). add_request(), stats() and slots() work either way (stats().kv is empty
+  // while detached). attach_kv_cache() refuses a manager of another geometry.
+  void attach_kv_cache(std::unique_ptr<kv_cache::KvCacheManager> kv);
+  std::unique_ptr<kv_cache::KvCacheManager> detach_kv_cache();
+  bool has_kv_cache() const { return kv_ != nullptr; }
 
   AddResult add_request(NewRequest request);
 
@@ -67,7 +85,7 @@ class Scheduler {
   TransferAdmission admit_transferred(const PrefillHandoff& handoff);
 
   // Drops every cached prefix block no sequence references; returns how many.
-  int32_t flush_prefix_cache() { return kv_.flush_unreferenced_cache(); }
+  int32_t flush_prefix_cache() { return kv().flush_unreferenced_cache(); }
 
   SchedulerStats stats() const;
   std::vector<SlotInfo> slots() const;  // running first, then waiting, then parked
@@ -75,7 +93,7 @@ class Scheduler {
   bool has_unfinished_requests() const { return !sequences_.empty(); }
   bool step_in_flight() const { return in_flight_.has_value(); }
   const SchedulerConfig& config() const { return config_; }
-  const kv_cache::KvCacheManager& kv_cache() const { return kv_; }
+  const kv_cache::KvCacheManager& kv_cache() const { return kv(); }
   // The sequence, or nullptr; for tests and the slots view.
   const Sequence* find(RequestId request_id) const;
 
@@ -131,9 +149,11 @@ class Scheduler {
 
   // scheduler.cpp
   FinishedSequence retire(Sequence& seq, FinishReason reason);
+  kv_cache::KvCacheManager& kv();
+  const kv_cache::KvCacheManager& kv() const;
 
   SchedulerConfig config_;
-  kv_cache::KvCacheManager kv_;
+  std::unique_ptr<kv_cache::KvCacheManager> kv_;  // null while lent back to the kv-cache actor
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> sequences_;
   WaitingQueue waiting_;
   // Sorted by (priority desc, arrival asc): the preemption victim is always back().

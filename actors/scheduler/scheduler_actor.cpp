@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <type_traits>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -15,18 +16,23 @@ using actors::runtime::SendStatus;
 
 SchedulerActor::SchedulerActor(SchedulerConfig config, std::shared_ptr<engine::StatsBoard> board,
                                size_t mailbox_capacity)
-    : Actor("scheduler", mailbox_capacity), policy_(std::move(config)), board_(std::move(board)) {
+    : Actor("scheduler", mailbox_capacity),
+      policy_(std::move(config), Scheduler::KvCacheHome::kBorrowed),
+      board_(std::move(board)) {
   publish_stats();
 }
 
 void SchedulerActor::connect(std::shared_ptr<IngressActorBase> ingress,
+                             std::shared_ptr<kv_cache::KvCacheActor> kv_cache,
                              std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker) {
   ingress_ = std::move(ingress);
+  kv_cache_ = std::move(kv_cache);
   gpu_worker_ = std::move(gpu_worker);
 }
 
 void SchedulerActor::disconnect() {
   ingress_.reset();
+  kv_cache_.reset();
   gpu_worker_.reset();
 }
 
@@ -45,16 +51,38 @@ void SchedulerActor::apply(SchedulerMessage message) {
           if (result != AddResult::kAccepted) refused_.push_back({id, result});
         } else if constexpr (std::is_same_v<T, CancelSequence>) {
           if (auto finished = policy_.cancel(m.request_id)) ended_.push_back(*finished);
-        } else if constexpr (std::is_same_v<T, FinishSequence>) {
-          if (auto finished = policy_.finish(m.request_id, m.reason)) ended_.push_back(*finished);
         } else {
-          static_assert(std::is_same_v<T, FlushPrefixCache>);
-          const int64_t flushed = policy_.flush_prefix_cache();
-          publish_stats();  // before answering: the caller may read stats() right away
-          m.reply->set_value(flushed);
+          static_assert(std::is_same_v<T, FinishSequence>);
+          if (auto finished = policy_.finish(m.request_id, m.reason)) ended_.push_back(*finished);
         }
       },
       message);
+}
+
+boost::asio::awaitable<bool> SchedulerActor::borrow_kv_cache() {
+  auto lease = CompletionSlot<kv_cache::KvLease>::create();
+  kv_cache::KvCacheMessage request{kv_cache::LendKvCache{lease}};
+  if (kv_cache_->try_send(std::move(request)) != SendStatus::kAccepted) co_return false;
+  // The kv-cache actor answers at once (it shares this thread and never waits). A cancellation
+  // (shutdown past its deadline) aborts only this wait; the manager is still needed to cancel
+  // what is left, so wait once more — the cancellation signal fires only once.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto waiting = lease->wait();
+    std::optional<kv_cache::KvLease> answer = co_await std::move(waiting);
+    if (!answer) continue;
+    if (*answer == nullptr) co_return false;
+    policy_.attach_kv_cache(std::move(*answer));
+    co_return true;
+  }
+  co_return false;
+}
+
+void SchedulerActor::return_kv_cache() {
+  kv_cache::KvCacheMessage returned{kv_cache::ReturnKvCache{policy_.detach_kv_cache()}};
+  // kClosed only after the kv-cache actor stopped, i.e. at the very end of a shutdown.
+  if (kv_cache_->try_send(std::move(returned)) != SendStatus::kAccepted) {
+    spdlog::debug("scheduler: kv-cache actor gone; KV manager dropped");
+  }
 }
 
 boost::asio::awaitable<void> SchedulerActor::send_to_ingress(ingress::IngressMessage message) {
@@ -87,31 +115,42 @@ void SchedulerActor::cancel_everything() {
 }
 
 boost::asio::awaitable<void> SchedulerActor::run() {
+  std::optional<SchedulerMessage> woken_by;  // received while idle, without the KV manager
   for (;;) {
+    const Clock::time_point tick_started = Clock::now();
+    auto borrowing = borrow_kv_cache();
+    if (!co_await std::move(borrowing)) {
+      // Only a wiring bug gets here (the kv-cache actor stops after this one). Without KV
+      // nothing can run or be released; requests end through ingress's drain deadline.
+      spdlog::critical("scheduler: the kv-cache actor did not lend the KV manager; stopping");
+      co_return;
+    }
+    if (woken_by) apply(std::move(*std::exchange(woken_by, std::nullopt)));
     while (std::optional<SchedulerMessage> message = mailbox().try_receive()) {
       apply(std::move(*message));
     }
     if (cancel_requested()) {
       cancel_everything();
+      publish_stats();
+      return_kv_cache();
       auto flushing = flush_ended();
       co_await std::move(flushing);
-      publish_stats();
       co_return;
     }
     auto flushing = flush_ended();
     co_await std::move(flushing);
-    const Clock::time_point tick_started = Clock::now();
     StepPlan plan = policy_.schedule();
     if (!plan.empty()) {
       auto stepping = run_step(std::move(plan), tick_started);
       co_await std::move(stepping);
+      return_kv_cache();
       continue;
     }
     publish_stats();
+    return_kv_cache();
     if (mailbox().drained() && !policy_.has_unfinished_requests()) co_return;
     // Idle: sleep until a message arrives (or the mailbox closes, or we are cancelled).
-    std::optional<SchedulerMessage> message = co_await mailbox().receive();
-    if (message) apply(std::move(*message));
+    woken_by = co_await mailbox().receive();
   }
 }
 

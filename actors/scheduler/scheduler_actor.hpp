@@ -1,5 +1,7 @@
 // The scheduler actor: the step loop of DESIGN.md §2 around the pure Scheduler policy.
 //
+//   0. borrow the KV manager from the kv-cache actor (the tick's one exchange with it; it goes
+//      back at the end of the tick, see actors/kv_cache/kv_cache_actor.hpp);
 //   1. drain the mailbox without blocking (Admit, CancelSequence, FinishSequence);
 //   2. plan = policy.schedule();
 //   3. send the StepBatch to the gpu-worker and co_await the step's CompletionSlot, which the
@@ -7,10 +9,8 @@
 //      thread never blocks on the device;
 //   4. policy.on_step_complete(result);
 //   5. one StepEvents message to ingress for the whole step;
-//   6. nothing to run: suspend on the mailbox (no busy loop).
-//
-// The policy also owns the KV block pool and prefix cache (vLLM v1's layering: the scheduler
-// holds the KV manager and allocation is a function call, not a round trip).
+//   6. return the KV manager; nothing to run: suspend on the mailbox (no busy loop). A message
+//      that wakes the loop is applied in the next tick, once the manager is borrowed again.
 //
 // Shutdown: stop() closes the mailbox; the loop keeps stepping until every admitted sequence has
 // finished (drain), then returns. A cancellation (shutdown deadline) cancels what is left.
@@ -26,6 +26,7 @@
 #include "actors/engine/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
 #include "actors/ingress/ingress_messages.hpp"
+#include "actors/kv_cache/kv_cache_actor.hpp"
 #include "actors/runtime/actor.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/scheduler/scheduler_messages.hpp"
@@ -40,6 +41,7 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
                  size_t mailbox_capacity);
 
   void connect(std::shared_ptr<IngressActorBase> ingress,
+               std::shared_ptr<kv_cache::KvCacheActor> kv_cache,
                std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker);
   // Breaks the reference cycle with ingress once both actors have stopped.
   void disconnect();
@@ -51,6 +53,9 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
 
  private:
   void apply(SchedulerMessage message);
+  // false when the kv-cache actor could not lend the manager (it is gone: a wiring bug).
+  boost::asio::awaitable<bool> borrow_kv_cache();
+  void return_kv_cache();
   boost::asio::awaitable<void> run_step(StepPlan plan, std::chrono::steady_clock::time_point tick_started);
   boost::asio::awaitable<void> send_to_ingress(ingress::IngressMessage message);
   boost::asio::awaitable<void> flush_ended();
@@ -60,6 +65,7 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   Scheduler policy_;
   std::shared_ptr<engine::StatsBoard> board_;
   std::shared_ptr<IngressActorBase> ingress_;
+  std::shared_ptr<kv_cache::KvCacheActor> kv_cache_;
   std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker_;
   // Ended outside a step (cancel, stop string, refusal); reported to ingress before the next
   // step.

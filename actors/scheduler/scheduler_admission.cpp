@@ -58,7 +58,7 @@ void Scheduler::schedule_running(Draft& draft, bool decode_pass) {
 // lowest-priority, latest-arrived running sequences until it fits. false when `seq` itself
 // had to go (nothing behind it was left to preempt).
 bool Scheduler::grow_or_preempt(Draft& draft, Sequence& seq, int32_t num_tokens) {
-  while (!kv_.allocate_slots(seq.kv, seq.num_computed_tokens + num_tokens)) {
+  while (!kv().allocate_slots(seq.kv, seq.num_computed_tokens + num_tokens)) {
     Sequence* victim = running_.back();
     preempt(draft, *victim);
     if (victim == &seq) return false;
@@ -84,7 +84,7 @@ void Scheduler::schedule_waiting(Draft& draft) {
     }
     const bool has_slot = running_.size() < static_cast<size_t>(config_.max_num_seqs);
     if (has_slot) {
-      const kv_cache::PrefixMatch match = kv_.find_cached_prefix(head->token_ids);
+      const kv_cache::PrefixMatch match = kv().find_cached_prefix(head->token_ids);
       if (deferred.size() < kMaxPrefixDeferralsPerStep && next_block_in_progress(*head, match)) {
         waiting_.pop_front();
         deferred.push_back(head);
@@ -110,8 +110,8 @@ void Scheduler::schedule_waiting(Draft& draft) {
 // same step. Only prompt blocks count (a running decode adds one token per step; waiting on it
 // could take block_size steps).
 bool Scheduler::next_block_in_progress(const Sequence& seq, const kv_cache::PrefixMatch& match) const {
-  if (!kv_.prefix_caching_enabled()) return false;
-  const int32_t block_end = match.num_tokens + kv_.block_size();
+  if (!kv().prefix_caching_enabled()) return false;
+  const int32_t block_end = match.num_tokens + kv().block_size();
   // A cache hit never covers the last token (it must be computed to sample from).
   if (block_end > seq.num_tokens() - 1) return false;
   const auto prefix_end = seq.token_ids.begin() + block_end;
@@ -126,10 +126,10 @@ bool Scheduler::next_block_in_progress(const Sequence& seq, const kv_cache::Pref
 bool Scheduler::try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMatch& match) {
   const int32_t num_tokens =
       std::min(seq.num_tokens() - match.num_tokens, prefill_chunk(seq, draft.token_budget));
-  if (!kv_.allocate_slots(seq.kv, match, match.num_tokens + num_tokens)) return false;
+  if (!kv().allocate_slots(seq.kv, match, match.num_tokens + num_tokens)) return false;
   const uint64_t planned_step = num_steps_ + 1;
   waiting_.pop_front();
-  kv_.record_prefix_query(seq.num_tokens(), match.num_tokens);
+  kv().record_prefix_query(seq.num_tokens(), match.num_tokens);
   seq.num_computed_tokens = match.num_tokens;
   if (seq.first_scheduled_step == 0) {
     seq.first_scheduled_step = planned_step;
@@ -154,7 +154,7 @@ void Scheduler::preempt(Draft& draft, Sequence& victim) {
     draft.entries.erase(it);
   }
   erase_running(&victim);
-  kv_.free_sequence(victim.kv);
+  kv().free_sequence(victim.kv);
   victim.num_computed_tokens = 0;
   victim.state = SequenceState::kWaiting;
   victim.last_scheduled_step = 0;

@@ -1,10 +1,9 @@
-// Messages the scheduler actor receives (from ingress and the Engine facade).
+// Messages the scheduler actor receives (from ingress). The admin's prefix-cache flush goes to
+// the kv-cache actor (actors/kv_cache/kv_cache_messages.hpp).
 //
 // Thread-safety: plain values, moved through the scheduler mailbox.
 #pragma once
 
-#include <future>
-#include <memory>
 #include <variant>
 
 #include "actors/scheduler/sequence.hpp"
@@ -25,11 +24,6 @@ struct FinishSequence {
   FinishReason reason = FinishReason::kStopString;
 };
 
-// Admin: drop every unreferenced cached prefix block; the count goes back through `reply`.
-struct FlushPrefixCache {
-  std::shared_ptr<std::promise<int64_t>> reply;
-};
-
-using SchedulerMessage = std::variant<Admit, CancelSequence, FinishSequence, FlushPrefixCache>;
+using SchedulerMessage = std::variant<Admit, CancelSequence, FinishSequence>;
 
 }  // namespace troupe::scheduler

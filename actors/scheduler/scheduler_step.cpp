@@ -149,7 +149,7 @@ void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,
                                   const gpu::SampledToken* sampled, uint64_t step_id) {
   // The span's KV now exists: publish every block it filled, before the sequence may finish
   // (so the blocks outlive it as evictable cache).
-  kv_.cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
+  kv().cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
   if (sampled == nullptr) return;
   seq.token_ids.push_back(sampled->token_id);
   ++num_generated_tokens_;

@@ -43,7 +43,7 @@ std::vector<PrefillHandoff> Scheduler::take_completed_prefill() {
 bool Scheduler::release_transferred(RequestId request_id) {
   const auto it = transferring_.find(request_id);
   if (it == transferring_.end()) return false;
-  kv_.free_sequence(it->second);
+  kv().free_sequence(it->second);
   transferring_.erase(it);
   return true;
 }
@@ -78,17 +78,17 @@ TransferAdmission Scheduler::admit_transferred(const PrefillHandoff& handoff) {
   if (admission.result != AddResult::kAccepted) return admission;
 
   auto seq = std::make_unique<Sequence>();
-  kv_cache::PrefixMatch match = kv_.find_cached_prefix(handoff.token_ids);
+  kv_cache::PrefixMatch match = kv().find_cached_prefix(handoff.token_ids);
   const int32_t max_hit_blocks = handoff.num_computed_tokens / config_.block_size;
   if (static_cast<int32_t>(match.blocks.size()) > max_hit_blocks) {
     match.blocks.resize(static_cast<size_t>(max_hit_blocks));
     match.num_tokens = max_hit_blocks * config_.block_size;
   }
-  if (!kv_.allocate_slots(seq->kv, match, handoff.num_computed_tokens)) {
+  if (!kv().allocate_slots(seq->kv, match, handoff.num_computed_tokens)) {
     admission.result = AddResult::kRetryLater;
     return admission;
   }
-  kv_.record_prefix_query(handoff.num_computed_tokens, match.num_tokens);
+  kv().record_prefix_query(handoff.num_computed_tokens, match.num_tokens);
   for (size_t i = match.blocks.size(); i < seq->kv.blocks.size(); ++i) {
     admission.copies.push_back({handoff.source_blocks[i], seq->kv.blocks[i]});
   }

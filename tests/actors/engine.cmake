@@ -11,3 +11,8 @@ troupe_add_test(NAME engine_batch_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_batch_test.cpp
   LIBS troupe_actors
   LABELS "actors;engine;slow")
+# The kv-cache actor alone: loans, flushes during a loan, stats.
+troupe_add_test(NAME kv_cache_actor_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_cache_actor_test.cpp
+  LIBS troupe_actors
+  LABELS "unit;actors")

@@ -240,6 +240,37 @@ TEST(SchedulerTest, ProtocolMisuseIsABug) {
   EXPECT_THROW(h.scheduler.on_step_complete(missing), std::logic_error);
 }
 
+TEST(SchedulerTest, ABorrowedKvManagerMustBeAttachedToTouchKv) {
+  const SchedulerConfig config = small_config();
+  Scheduler scheduler(config, Scheduler::KvCacheHome::kBorrowed);
+  EXPECT_FALSE(scheduler.has_kv_cache());
+  NewRequest request;
+  request.request_id = 1;
+  request.prompt_token_ids = token_range(20, 100);
+  request.stop.max_tokens = 4;
+  EXPECT_EQ(scheduler.add_request(request), AddResult::kAccepted);  // needs no KV
+  EXPECT_THROW((void)scheduler.schedule(), std::logic_error);
+  EXPECT_EQ(scheduler.stats().num_waiting, 1);
+  EXPECT_EQ(scheduler.stats().kv.num_blocks, 0);  // the KV figures are the kv-cache actor's
+
+  auto other = config;
+  other.num_blocks = config.num_blocks + 1;
+  EXPECT_THROW(scheduler.attach_kv_cache(std::make_unique<kv_cache::KvCacheManager>(
+                   Scheduler::kv_cache_config(other))),
+               std::logic_error);
+  scheduler.attach_kv_cache(
+      std::make_unique<kv_cache::KvCacheManager>(Scheduler::kv_cache_config(config)));
+  const StepPlan plan = scheduler.schedule();
+  EXPECT_EQ(ids_in(plan), (std::vector<RequestId>{1}));
+  // Sequences keep their block ids across a loan; the blocks stay theirs in the manager.
+  std::unique_ptr<kv_cache::KvCacheManager> lent = scheduler.detach_kv_cache();
+  EXPECT_EQ(lent->stats().num_referenced, 2);
+  EXPECT_THROW((void)scheduler.cancel(1), std::logic_error);
+  scheduler.attach_kv_cache(std::move(lent));
+  EXPECT_TRUE(scheduler.cancel(1).has_value());
+  EXPECT_EQ(scheduler.kv_cache().stats().num_referenced, 0);
+}
+
 TEST(SchedulerTest, ReusesAFullyCachedPrompt) {
   SchedulerHarness h(small_config());
   const auto prompt = token_range(64, 300);

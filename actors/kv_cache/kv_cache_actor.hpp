@@ -1,0 +1,53 @@
+// The kv-cache actor: home of the KV manager (BlockPool + PrefixCache, DESIGN.md §1).
+//
+// Why a loan and not a request per allocation: the scheduling policy interleaves allocation
+// with preemption decisions (a sequence that cannot grow preempts the lowest-priority one and
+// tries again), so a round trip per allocate/free/match would cost dozens of hops per tick and
+// tear the policy apart. Instead the scheduler actor borrows the whole manager once per tick —
+// one batched exchange: LendKvCache at the start, ReturnKvCache at the end — and calls it
+// synchronously in between, as vLLM's scheduler calls its KVCacheManager. Ownership moves with
+// the unique_ptr, so exactly one actor can touch KV state at any moment, and between ticks this
+// actor serves what is not the scheduler's business: the admin's flush and the KV statistics.
+//
+//   scheduler actor                 kv-cache actor
+//     tick start ── LendKvCache ──►  home_ ──► lease
+//     schedule(), step, on_step_complete() with the lease
+//     tick end ─── ReturnKvCache ──► home_ (publish stats, serve waiting flushes)
+//
+// Thread-safety: start()/try_send()/shutdown() as for every Actor; the rest runs on the actor's
+// executor (the engine thread, shared with the scheduler actor by default).
+#pragma once
+
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "actors/engine/stats_board.hpp"
+#include "actors/kv_cache/kv_cache_messages.hpp"
+#include "actors/runtime/actor.hpp"
+
+namespace troupe::kv_cache {
+
+class KvCacheActor final : public actors::runtime::Actor<KvCacheMessage> {
+ public:
+  KvCacheActor(const KvCacheConfig& config, std::shared_ptr<engine::StatsBoard> board,
+               size_t mailbox_capacity);
+
+ protected:
+  boost::asio::awaitable<void> handle(KvCacheMessage message) override;
+  // Shutting down: a borrower gets an empty lease, a flush gets 0, a returned manager is kept.
+  void abandon(KvCacheMessage message) override;
+
+ private:
+  void lend(LendKvCache& request);
+  void take_back(ReturnKvCache& returned);
+  void flush(FlushPrefixCache& request);
+  void publish_stats();
+
+  KvLease home_;  // null while lent
+  std::vector<std::shared_ptr<std::promise<int64_t>>> waiting_flushes_;  // arrived while lent
+  uint64_t num_loans_ = 0;
+  std::shared_ptr<engine::StatsBoard> board_;
+};
+
+}  // namespace troupe::kv_cache
