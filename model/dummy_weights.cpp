@@ -100,6 +100,11 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
   specs.push_back({"token_embd.weight", c.n_embd, c.n_vocab, true});
   specs.push_back({"output_norm.weight", c.n_embd, 1, false});
   if (!c.tied_output) specs.push_back({"output.weight", c.n_embd, c.n_vocab, true});
+  std::vector<float> rope_factors;  // what llama.cpp's converter writes for this config
+  if (c.rope_llama3) {
+    rope_factors = llama3_rope_freq_factors(c.n_rot, c.rope_freq_base, *c.rope_llama3);
+    specs.push_back({"rope_freqs.weight", c.n_rot / 2, 1, false});
+  }
   for (int32_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     specs.push_back({p + "attn_norm.weight", c.n_embd, 1, false});
@@ -147,6 +152,8 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
     std::byte* out = base + offsets[i];
     if (s.matrix) {
       fill_matrix(out, type, s.inputs, s.outputs, rng);
+    } else if (s.name == "rope_freqs.weight") {
+      std::memcpy(out, rope_factors.data(), rope_factors.size() * sizeof(float));
     } else {
       const bool bias = s.name.find(".bias") != std::string::npos;
       for (int64_t k = 0; k < s.inputs; ++k) {
@@ -178,9 +185,11 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
   }
   std::optional<WeightView> output;
   if (!c.tied_output) output = views.at("output.weight");
-  return LlamaWeights::from_views(config, views.at("token_embd.weight"),
-                                  views.at("output_norm.weight"), std::move(output),
-                                  std::move(layers), std::shared_ptr<const void>(storage, base));
+  std::optional<WeightView> rope_freqs;
+  if (c.rope_llama3) rope_freqs = views.at("rope_freqs.weight");
+  return LlamaWeights::from_views(
+      config, views.at("token_embd.weight"), views.at("output_norm.weight"), std::move(output),
+      std::move(layers), std::shared_ptr<const void>(storage, base), std::move(rope_freqs));
 }
 
 LlamaWeights make_dummy_weights(const DummyWeightsSpec& spec) {

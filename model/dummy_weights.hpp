@@ -20,7 +20,9 @@ struct DummyWeightsSpec {
 };
 
 // Throws std::invalid_argument for an unknown shape or unsupported type. Norms are F32 near 1;
-// matrices have entries of standard deviation ~0.02 (so activations stay in range).
+// matrices have entries of standard deviation ~0.02 (so activations stay in range). A config
+// with rope_llama3 (the llama-3.2 shapes) also gets rope_freqs.weight, computed as llama.cpp's
+// converter does, so the RoPE-factor path runs at those shapes.
 LlamaWeights make_dummy_weights(const DummyWeightsSpec& spec);
 
 // Same, with an explicit config (for small test shapes).

@@ -95,8 +95,19 @@ std::optional<LlamaConfig> LlamaConfig::named_shape(std::string_view name) {
   if (name == "smollm2-135m") return make(49152, 576, 30, 9, 3, 1536, 100000.0f, 8192, true);
   if (name == "smollm2-360m") return make(49152, 960, 32, 15, 5, 2560, 100000.0f, 8192, true);
   if (name == "tinyllama-1.1b") return make(32000, 2048, 22, 32, 4, 5632, 10000.0f, 2048, false);
-  if (name == "llama-3.2-1b") return make(128256, 2048, 16, 32, 8, 8192, 500000.0f, 131072, true);
-  if (name == "llama-3.2-3b") return make(128256, 3072, 28, 24, 8, 8192, 500000.0f, 131072, true);
+  // Llama 3.2's config.json: rope_scaling {rope_type llama3, factor 32, low_freq_factor 1,
+  // high_freq_factor 4, original_max_position_embeddings 8192}.
+  const Llama3RopeScaling llama32_rope{32.0f, 1.0f, 4.0f, 8192};
+  if (name == "llama-3.2-1b") {
+    LlamaConfig c = make(128256, 2048, 16, 32, 8, 8192, 500000.0f, 131072, true);
+    c.rope_llama3 = llama32_rope;
+    return c;
+  }
+  if (name == "llama-3.2-3b") {
+    LlamaConfig c = make(128256, 3072, 28, 24, 8, 8192, 500000.0f, 131072, true);
+    c.rope_llama3 = llama32_rope;
+    return c;
+  }
   if (name == "llama-3-8b") return make(128256, 4096, 32, 32, 8, 14336, 500000.0f, 8192, false);
   return std::nullopt;
 }
@@ -128,6 +139,40 @@ void LlamaConfig::validate() const {
   }
   if (!(rope_freq_base > 0.0f)) throw std::invalid_argument("model config: rope.freq_base must be positive");
   if (!(rms_eps > 0.0f)) throw std::invalid_argument("model config: rms epsilon must be positive");
+  if (rope_llama3) {
+    const Llama3RopeScaling& s = *rope_llama3;
+    if (!(s.factor > 0.0f) || !(s.high_freq_factor > s.low_freq_factor) ||
+        !(s.low_freq_factor > 0.0f) || s.original_context_length <= 0) {
+      throw std::invalid_argument(
+          "model config: llama3 RoPE scaling needs factor > 0, "
+          "high_freq_factor > low_freq_factor > 0 and a positive original context length");
+    }
+  }
+}
+
+std::vector<float> llama3_rope_freq_factors(int32_t n_rot, float freq_base,
+                                            const Llama3RopeScaling& s) {
+  constexpr double kPi = 3.14159265358979323846;
+  const double old_ctx = s.original_context_length;
+  const double low_freq_wavelen = old_ctx / s.low_freq_factor;
+  const double high_freq_wavelen = old_ctx / s.high_freq_factor;
+  std::vector<float> factors(static_cast<size_t>(n_rot / 2));
+  for (int32_t i = 0; i < n_rot / 2; ++i) {
+    const double freq = 1.0 / std::pow(static_cast<double>(freq_base), 2.0 * i / n_rot);
+    const double wavelen = 2.0 * kPi / freq;
+    double f;
+    if (wavelen < high_freq_wavelen) {
+      f = 1.0;
+    } else if (wavelen > low_freq_wavelen) {
+      f = s.factor;
+    } else {
+      const double smooth =
+          (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / s.factor + smooth);
+    }
+    factors[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
+  return factors;
 }
 
 }  // namespace troupe::model

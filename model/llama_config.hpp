@@ -18,6 +18,16 @@ namespace troupe::model {
 // the converter permuted); NEOX rotates (i, i + n_rot/2) (qwen2).
 enum class RopeMode { kNorm, kNeox };
 
+// Meta's "llama3" RoPE scaling (Llama 3.1 / 3.2 config.json rope_scaling). GGUF files do not
+// carry these numbers: llama.cpp's converter turns them into the rope_freqs.weight tensor (see
+// llama3_rope_freq_factors). Only the named dummy shapes set them, to make the same tensor.
+struct Llama3RopeScaling {
+  float factor = 8.0f;  // 8 for Llama 3.1, 32 for Llama 3.2
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int32_t original_context_length = 8192;  // original_max_position_embeddings
+};
+
 struct LlamaConfig {
   std::string architecture = "llama";
   int32_t n_vocab = 0;
@@ -32,6 +42,8 @@ struct LlamaConfig {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
   RopeMode rope_mode = RopeMode::kNorm;
+  // Dummy weights only: generate rope_freqs.weight from this (a GGUF carries the tensor itself).
+  std::optional<Llama3RopeScaling> rope_llama3;
   float rms_eps = 1e-5f;
   bool tied_output = false;    // no output.weight: logits use token_embd
   bool qkv_bias = false;       // qwen2: attn_q/k/v carry a bias vector
@@ -53,5 +65,16 @@ struct LlamaConfig {
   // throws std::invalid_argument naming the field.
   void validate() const;
 };
+
+// The n_rot / 2 RoPE frequency divisors llama.cpp's converter (convert_hf_to_gguf.py,
+// LlamaModel.generate_extra_tensors) writes as rope_freqs.weight for "llama3" scaling: with
+// freq_i = base^(-2i / n_rot) and wavelen_i = 2 pi / freq_i,
+//   wavelen_i < original_ctx / high_freq_factor  -> 1            (high frequencies kept)
+//   wavelen_i > original_ctx / low_freq_factor   -> factor       (low frequencies slowed down)
+//   otherwise, with smooth = (original_ctx / wavelen_i - low) / (high - low),
+//                                                -> 1 / ((1 - smooth) / factor + smooth).
+// Computed in double (the converter uses float32 torch tensors: the last bit may differ).
+std::vector<float> llama3_rope_freq_factors(int32_t n_rot, float freq_base,
+                                            const Llama3RopeScaling& s);
 
 }  // namespace troupe::model

@@ -1,6 +1,7 @@
 // Tensor look-up and validation for llama-family weights (GGUF_NOTES.md §3 names and shapes).
 #include "model/llama_weights.hpp"
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -47,6 +48,25 @@ void check(const WeightView& v, int64_t inputs, int64_t outputs, bool matrix) {
   }
 }
 
+// rope_freqs.weight: exactly n_rot / 2 F32 divisors, each positive and finite (a zero or NaN
+// factor would silently turn every rotation angle of that pair into NaN).
+void check_rope_freqs(const WeightView& v, int32_t n_rot) {
+  const int64_t half = n_rot / 2;
+  if (v.num_inputs != half || v.num_outputs != 1) {
+    throw GgufError("tensor " + v.name + ": expected shape " + shape_str(half, 1, false) +
+                    " (n_rot / 2 RoPE frequency factors), file has " +
+                    shape_str(v.num_inputs, v.num_outputs, v.num_outputs != 1));
+  }
+  check(v, half, 1, false);  // type F32 and enough bytes
+  for (int64_t i = 0; i < half; ++i) {
+    const float f = v.as_f32()[i];
+    if (!(f > 0.0f) || !std::isfinite(f)) {
+      throw GgufError("tensor " + v.name + ": factor [" + std::to_string(i) +
+                      "] = " + std::to_string(f) + " is not a positive finite number");
+    }
+  }
+}
+
 }  // namespace
 
 LlamaWeights LlamaWeights::from_gguf(const GgufFile& file) {
@@ -64,6 +84,7 @@ LlamaWeights LlamaWeights::from_gguf(const GgufFile& file) {
   w.token_embd_ = get("token_embd.weight");
   w.output_norm_ = get("output_norm.weight");
   w.output_ = maybe("output.weight");
+  w.rope_freqs_ = maybe("rope_freqs.weight");  // optional: Llama 3.1+ only
   for (int32_t i = 0; i < w.config_.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LlamaLayerWeights l;
@@ -96,7 +117,8 @@ LlamaWeights LlamaWeights::from_gguf(std::shared_ptr<const GgufFile> file) {
 LlamaWeights LlamaWeights::from_views(LlamaConfig config, WeightView token_embd,
                                       WeightView output_norm, std::optional<WeightView> output,
                                       std::vector<LlamaLayerWeights> layers,
-                                      std::shared_ptr<const void> storage) {
+                                      std::shared_ptr<const void> storage,
+                                      std::optional<WeightView> rope_freqs) {
   LlamaWeights w;
   w.config_ = std::move(config);
   w.config_.tied_output = !output.has_value();
@@ -104,6 +126,7 @@ LlamaWeights LlamaWeights::from_views(LlamaConfig config, WeightView token_embd,
   w.output_norm_ = std::move(output_norm);
   w.output_ = std::move(output);
   w.layers_ = std::move(layers);
+  w.rope_freqs_ = std::move(rope_freqs);
   w.storage_ = std::move(storage);
   w.validate();
   return w;
@@ -123,6 +146,7 @@ void LlamaWeights::validate() const {
   check(token_embd_, c.n_embd, c.n_vocab, true);
   check(output_norm_, c.n_embd, 1, false);
   if (output_) check(*output_, c.n_embd, c.n_vocab, true);
+  if (rope_freqs_) check_rope_freqs(*rope_freqs_, c.n_rot);
   for (const LlamaLayerWeights& l : layers_) {
     check(l.attn_norm, c.n_embd, 1, false);
     check(l.wq, c.n_embd, c.q_dim(), true);
@@ -140,6 +164,11 @@ void LlamaWeights::validate() const {
     check(l.w_up, c.n_embd, c.n_ff, true);
     check(l.w_down, c.n_ff, c.n_embd, true);
   }
+}
+
+std::span<const float> LlamaWeights::rope_freq_factors() const {
+  if (!rope_freqs_) return {};
+  return {rope_freqs_->as_f32(), static_cast<size_t>(rope_freqs_->num_inputs)};
 }
 
 std::string LlamaWeights::main_type_name() const {

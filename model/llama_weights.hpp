@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,8 @@ class LlamaWeights {
   static LlamaWeights from_views(LlamaConfig config, WeightView token_embd, WeightView output_norm,
                                  std::optional<WeightView> output,
                                  std::vector<LlamaLayerWeights> layers,
-                                 std::shared_ptr<const void> storage);
+                                 std::shared_ptr<const void> storage,
+                                 std::optional<WeightView> rope_freqs = std::nullopt);
 
   const LlamaConfig& config() const { return config_; }
   const WeightView& token_embd() const { return token_embd_; }
@@ -63,17 +65,24 @@ class LlamaWeights {
   // The output projection: output.weight, or token_embd when tied.
   const WeightView& output() const { return output_ ? *output_ : token_embd_; }
   const std::vector<LlamaLayerWeights>& layers() const { return layers_; }
+  // rope_freqs.weight (Llama 3.1+, llama.cpp's LLM_TENSOR_ROPE_FREQS): F32 [n_rot / 2], one
+  // divisor per rotated pair: theta_i = pos * freq_scale * base^(-2i / n_rot) / factor_i.
+  const std::optional<WeightView>& rope_freqs() const { return rope_freqs_; }
+  // The same values as floats; empty when the model has no rope_freqs (plain RoPE).
+  std::span<const float> rope_freq_factors() const;
   // Name of the type most 2-D weights use ("Q4_1"), for logs.
   std::string main_type_name() const;
 
   // Checks every view against the config (types with known block traits, 2-D shapes, F32
-  // norms). Throws GgufError naming the tensor.
+  // norms, rope_freqs F32 [n_rot / 2] of positive finite values). Throws GgufError naming the
+  // tensor.
   void validate() const;
 
  private:
   LlamaConfig config_;
   WeightView token_embd_, output_norm_;
   std::optional<WeightView> output_;
+  std::optional<WeightView> rope_freqs_;
   std::vector<LlamaLayerWeights> layers_;
   std::shared_ptr<const void> storage_;
 };

@@ -248,7 +248,8 @@ const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& 
 
   // Embeddings and RoPE tables.
   const model::WeightView& emb = weights_.token_embd();
-  const RopeParams rope{c.n_rot, c.rope_freq_base, c.rope_freq_scale};
+  RopeParams rope{c.n_rot, c.rope_freq_base, c.rope_freq_scale};
+  if (const auto f = weights_.rope_freq_factors(); !f.empty()) rope.freq_factors = f.data();
   for (int64_t i = 0; i < T; ++i) {
     dequantize_row(emb.type, emb.row(b.token_ids[i]), E, x_.data() + i * E);
     rope_table(b.positions[i], rope, rope_cos_.data() + i * half_rot, rope_sin_.data() + i * half_rot);

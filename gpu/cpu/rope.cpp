@@ -13,7 +13,10 @@ void rope_table(int32_t pos, const RopeParams& p, float* cos_out, float* sin_out
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   float theta_base = static_cast<float>(pos);
   for (int32_t i = 0; i < p.n_rot / 2; ++i) {
-    const float theta = p.freq_scale * theta_base;
+    // Divide before scaling, as ggml does (rope_yarn(theta / ff, freq_scale)); without factors
+    // this is the plain path's exact float sequence.
+    const float theta =
+        p.freq_scale * (p.freq_factors != nullptr ? theta_base / p.freq_factors[i] : theta_base);
     cos_out[i] = std::cos(theta);
     sin_out[i] = std::sin(theta);
     theta_base *= theta_scale;
@@ -117,8 +120,9 @@ void rope_reference(float* x, int32_t num_heads, int32_t head_dim, int32_t pos,
   for (int32_t h = 0; h < num_heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * head_dim;
     for (int32_t i = 0; i < p.n_rot / 2; ++i) {
+      const double factor = p.freq_factors != nullptr ? p.freq_factors[i] : 1.0;
       const double theta = static_cast<double>(pos) * p.freq_scale *
-                           std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
+                           std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot) / factor;
       const double x0 = v[2 * i], x1 = v[2 * i + 1];
       v[2 * i] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
       v[2 * i + 1] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));

@@ -88,6 +88,7 @@ struct CudaBackend::Impl {
   WeightType embd_type = WeightType::kF32;
   int64_t embd_row_bytes = 0;
   float* output_norm = nullptr;
+  float* rope_freqs = nullptr;  // [n_rot / 2] RoPE frequency divisors, or nullptr (none)
   void* output = nullptr;  // [n_vocab][n_embd]
 
   // Scratch, sized for max_num_batched_tokens tokens and max_num_seqs sampling rows.
@@ -237,6 +238,7 @@ void CudaBackend::Impl::initialize(const model::LlamaWeights& w) {
     embd_raw = allocate(embd.num_bytes);
     CUDA_CHECK(cudaMemcpy(embd_raw, embd.data, embd.num_bytes, cudaMemcpyHostToDevice));
     output_norm = upload_f32(w.output_norm());
+    if (w.rope_freqs()) rope_freqs = upload_f32(*w.rope_freqs());
     output = allocate(static_cast<size_t>(c.n_vocab) * E * 2);
     if (w.output().data == embd.data) {  // tied: convert the copy already on the device
       dequantize_matrix(embd_raw, embd_type, c.n_vocab, E, output, act, stream);
@@ -546,6 +548,7 @@ std::vector<SamplingRow> CudaBackend::Impl::enqueue_forward(const StepBatch& b, 
     rope.n_rot = c.n_rot;
     rope.freq_base = c.rope_freq_base;
     rope.freq_scale = c.rope_freq_scale;
+    rope.freq_factors = rope_freqs;
     rope.neox = c.rope_mode == model::RopeMode::kNeox;
     rope.round_q_to_f16 = true;  // queries meet fp16 keys as fp16, as on the CPU
     rope_inplace(rope, stream);

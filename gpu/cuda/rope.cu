@@ -24,7 +24,9 @@ __global__ void rope_kernel(RopeArgs a, float theta_scale) {
   for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
     float theta_base = pos;
     for (int32_t k = 0; k < i; ++k) theta_base *= theta_scale;  // the CPU's float sequence
-    const float theta = a.freq_scale * theta_base;
+    // Divide before scaling, as the CPU's rope_table and ggml do; no factors: the plain path.
+    const float theta =
+        a.freq_scale * (a.freq_factors != nullptr ? theta_base / a.freq_factors[i] : theta_base);
     cos_t[i] = cosf(theta);
     sin_t[i] = sinf(theta);
   }

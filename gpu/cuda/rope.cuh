@@ -1,8 +1,9 @@
 // Rotary position embedding in place on the Q and K columns of the fused QKV rows (F32).
 // NORM mode (llama GGUFs) rotates adjacent pairs (2i, 2i+1); NEOX (qwen2) pairs (i, i + n_rot/2).
-// theta_i = freq_scale * pos * theta_scale^i with theta_scale = freq_base^(-2/n_rot), advanced by
-// repeated float multiplication as llama.cpp (and the CPU reference) does. Optionally rounds Q to
-// fp16 values afterwards, as the CPU reference does before attention against fp16 keys.
+// theta_i = freq_scale * (pos * theta_scale^i / factor_i) with theta_scale = freq_base^(-2/n_rot),
+// advanced by repeated float multiplication as llama.cpp (and the CPU reference) does; factor_i
+// from rope_freqs.weight (Llama 3.1+), 1 without it (ggml rope_ext's freq_factors). Optionally
+// rounds Q to fp16 values afterwards, as the CPU reference does before attention against fp16 keys.
 //
 // Thread-safety: enqueues on `stream`.
 #pragma once
@@ -24,6 +25,7 @@ struct RopeArgs {
   int32_t n_rot = 0;                 // even, <= head_dim, <= 512
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;  // device [n_rot / 2] divisors, or nullptr for none
   bool neox = false;
   bool round_q_to_f16 = true;
 };

@@ -7,3 +7,6 @@ troupe_add_test(NAME cpu_attention_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_at
   LIBS troupe_gpu LABELS "unit;gpu")
 troupe_add_test(NAME cpu_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_sampler_test.cpp
   LIBS troupe_gpu LABELS "unit;gpu")
+# RoPE frequency factors (rope_freqs.weight): kernel against the formula, CPU backend end to end.
+troupe_add_test(NAME cpu_rope_factors_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_rope_factors_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")

@@ -3,8 +3,9 @@
 //
 // Tolerances: dequantize/embedding within 1 ulp of the target type (the GPU contracts d*q + m
 // into an fma, the CPU does not); RMSNorm, SiLU*up, attention with F32 outputs: relative L2
-// error < 1e-5 (attention 1e-4: expf and a different reduction order); RoPE: 1e-4 absolute
-// against the CPU's float table (1e-3 on queries, rounded to fp16); GEMM: < 2e-3 (F16) and < 1e-2 (BF16) against float64.
+// error < 1e-5 (attention 1e-4: expf and a different reduction order); RoPE (with and without
+// rope_freqs factors): 1e-4 absolute against the CPU's float table (1e-3 on queries, rounded to
+// fp16); GEMM: < 2e-3 (F16) and < 1e-2 (BF16) against float64.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #include "gpu/cuda/rope.cuh"
 #include "gpu/cuda/sampling.cuh"
 #include "gpu/cuda/silu_mul.cuh"
+#include "model/llama_config.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
 
@@ -148,7 +150,12 @@ TEST(CudaOps, RopeMatchesCpuTableAndRoundsQueries) {
     float base;
   };
   for (const Shape s : {Shape{9, 3, 64, 64, 100000.0f}, Shape{32, 8, 128, 128, 500000.0f}, Shape{4, 2, 64, 32, 10000.0f}}) {
-    for (bool neox : {false, true}) {
+    // rope_freqs.weight (Llama 3.1+): none, and Meta's llama3 factors for Llama 3.2.
+    const std::vector<float> factors =
+        model::llama3_rope_freq_factors(s.n_rot, s.base, {32.0f, 1.0f, 4.0f, 8192});
+    DeviceArray<float> d_factors(factors);
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool neox = variant % 2 == 1, with_factors = variant >= 2;
       const int32_t T = 7;
       const int64_t Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, W = Q + 2 * KV;
       const std::vector<int32_t> positions = {0, 1, 2, 17, 255, 1000, 4095};
@@ -165,11 +172,12 @@ TEST(CudaOps, RopeMatchesCpuTableAndRoundsQueries) {
       a.head_dim = s.head_dim;
       a.n_rot = s.n_rot;
       a.freq_base = s.base;
+      a.freq_factors = with_factors ? d_factors.get() : nullptr;
       a.neox = neox;
       a.round_q_to_f16 = true;
       rope_inplace(a, nullptr);
       const std::vector<float> got = d_qkv.download();
-      const cpu::RopeParams p{s.n_rot, s.base, 1.0f};
+      const cpu::RopeParams p{s.n_rot, s.base, 1.0f, with_factors ? factors.data() : nullptr};
       std::vector<float> cs(s.n_rot / 2), sn(s.n_rot / 2);
       for (int32_t t = 0; t < T; ++t) {
         float* row = &qkv[t * W];
@@ -183,7 +191,8 @@ TEST(CudaOps, RopeMatchesCpuTableAndRoundsQueries) {
           const float g = got[t * W + j];
           // Queries were rounded to fp16 (relative 2^-11) after rotating; keys stay F32.
           const double tol = (j < Q ? 1e-3 : 1e-4) * (1 + std::fabs(row[j]));
-          ASSERT_NEAR(g, row[j], tol) << "token " << t << " column " << j;
+          ASSERT_NEAR(g, row[j], tol) << "token " << t << " column " << j << " neox " << neox
+                                      << " factors " << with_factors;
           if (j < Q) {
             ASSERT_EQ(g, cpu::fp16_to_fp32(cpu::fp32_to_fp16(g))) << "query not fp16-valued";
           }
