@@ -27,6 +27,12 @@ struct SequenceSlice {
   int32_t block_table_row = 0;  // row of StepBatch::block_tables
   bool sample = false;          // sample one token from the span's last position
   int32_t sampling_index = -1;  // into StepBatch::sampling when sample is true
+  // Positions below this hold the prompt, the rest generated tokens. The CPU backend keys its
+  // attention reduction order on it, the way llama.cpp computes them (a prompt in one batched
+  // pass, generated tokens one at a time), so a token's result depends neither on how its
+  // prompt was chunked (a 1-token remainder after a prefix-cache hit, say) nor on whether its
+  // sequence was preempted and recomputed. -1 (hand-built batches): decided by span size.
+  int32_t num_prompt_tokens = -1;
 };
 
 // Sampling inputs of one sampling sequence.

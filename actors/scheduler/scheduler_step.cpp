@@ -72,6 +72,7 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
   slice.context_len = end;
   slice.block_table_row = row;
   slice.sample = end == seq.num_tokens();
+  slice.num_prompt_tokens = seq.num_prompt_tokens;
 
   batch.token_ids.insert(batch.token_ids.end(), seq.token_ids.begin() + begin,
                          seq.token_ids.begin() + end);

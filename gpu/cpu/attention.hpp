@@ -46,9 +46,10 @@ void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k
 // scratch: at least group * num_keys floats. fp16_probabilities: normalize the softmax and round
 // it to fp16 before weighting V, as ggml's non-flash attention does (its KQ·V product takes the
 // probabilities in V's fp16 type); the model forward uses it to track llama.cpp's logits.
-// Reduction orders follow llama.cpp on x86 (AVX2 build): a token computed in a chunk of >= 2
-// tokens gets llamafile sgemm's order (8 lanes, hsum); single_token (a one-token chunk, i.e.
-// decode) gets ggml_vec_dot_f16's (4 x 8 lanes), since llamafile declines n < 2.
+// Reduction orders follow llama.cpp on x86 (AVX2 build): a prompt token (llama.cpp computes a
+// prompt in one batch) gets llamafile sgemm's order (8 lanes, hsum); single_token (a generated
+// token, which llama.cpp decodes alone) gets ggml_vec_dot_f16's (4 x 8 lanes), since llamafile
+// declines n < 2. The caller decides per token (forward.cpp: uses_decode_order).
 void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                      int32_t kv_head, const float* q, int32_t group, float scale, float* out,
                      float* scratch, IsaLevel isa, bool fp16_probabilities = false,

@@ -3,10 +3,10 @@
 // hold independent accumulators or independent outputs). cpu_attention_test checks every path
 // against the scalar one bit for bit.
 //
-//   chunk order  (a token of a >= 2-token chunk; llamafile tinyBLAS):
+//   chunk order  (a prompt token; llamafile tinyBLAS):
 //     score  = hsum8(lane j: fma over dims j, j+8, ...) * scale
 //     out[d] = hsum8(lane j: fma over keys t = j mod 8 of p[t] * v[t][d])
-//   decode order (a one-token chunk; ggml_vec_dot_f16, 4 accumulators x 8 lanes):
+//   decode order (a generated token; ggml_vec_dot_f16, 4 accumulators x 8 lanes):
 //     score  = reduce32(slot i: fma over dims i, i+32, ...) * scale
 //     out[d] = reduce32(slot i: fma over keys t = i mod 32 of v[t][d] * p[t])
 //   hsum8(a)    = ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))

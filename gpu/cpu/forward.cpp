@@ -28,6 +28,16 @@ void tap(const char* name, int32_t layer, const float* data, int64_t rows, int64
   if (g_tap != nullptr) g_tap(name, layer, data, rows, cols, ld);
 }
 
+// The attention reduction order of the token at `position` (see attention.hpp). llama.cpp runs
+// a prompt as one batch (sgemm order; a 1-token prompt is a decode) and each generated token
+// alone (decode order). Keying the order on what the token is, not on the span it came in,
+// keeps a sequence's logits bit-identical however its prompt is chunked and after a
+// recompute; batches that do not say where the prompt ends fall back to the span size.
+bool uses_decode_order(const SequenceSlice& s, int32_t position) {
+  if (s.num_prompt_tokens < 0) return s.num_tokens == 1;
+  return s.num_prompt_tokens == 1 || position >= s.num_prompt_tokens;
+}
+
 }  // namespace
 
 void set_forward_tap(ForwardTap t) { g_tap = t; }
@@ -206,7 +216,7 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
       attention_group(kv, table, num_keys, h, qkv_.data() + i * W + static_cast<int64_t>(h) * group * hd,
                       group, scale, attn_.data() + static_cast<int64_t>(i) * c.q_dim() + static_cast<int64_t>(h) * group * hd,
                       scratch.data(), config_.isa, /*fp16_probabilities=*/true,
-                      /*single_token=*/s.num_tokens == 1);
+                      /*single_token=*/uses_decode_order(s, b.positions[i]));
     }
   };
   const int64_t items = static_cast<int64_t>(T) * c.n_head_kv;

@@ -333,6 +333,7 @@ TEST(SchedulerTest, ConcurrentRequestsWithASharedPromptComputeItOnce) {
   EXPECT_EQ(h.scheduler.find(2)->num_cached_prompt_tokens, 64);
   EXPECT_EQ(h.scheduler.find(4)->num_cached_prompt_tokens, 64);
   EXPECT_EQ(slice_of(*plan, 2)->num_tokens, 1);
+  EXPECT_EQ(slice_of(*plan, 2)->num_prompt_tokens, 65);  // its one token is prompt, not decode
   EXPECT_EQ(h.scheduler.stats().num_prefix_deferrals, 4u + 3u);  // 2 in steps 1-4, 4 in 2-4
   h.run_until_idle();
   for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id));

@@ -25,15 +25,21 @@ class StepHarness {
 
   struct Seq {
     std::vector<int32_t> tokens;  // all tokens known (prompt + generated)
+    int32_t num_prompt = 0;       // leading tokens that are the prompt
     int32_t computed = 0;         // tokens whose KV is in the blocks
     std::vector<int32_t> blocks;
     model::SamplingParams params;
     int32_t num_generated = 0;
   };
 
-  void add(uint64_t id, std::vector<int32_t> prompt, model::SamplingParams params = greedy()) {
+  // `tokens` may already hold generated tokens (a sequence recomputed after preemption):
+  // num_prompt says where its prompt ends (-1: all of it is prompt).
+  void add(uint64_t id, std::vector<int32_t> tokens, model::SamplingParams params = greedy(),
+           int32_t num_prompt = -1) {
     Seq s;
-    s.tokens = std::move(prompt);
+    s.num_prompt = num_prompt < 0 ? static_cast<int32_t>(tokens.size()) : num_prompt;
+    s.num_generated = static_cast<int32_t>(tokens.size()) - s.num_prompt;
+    s.tokens = std::move(tokens);
     s.params = params;
     seqs_[id] = std::move(s);
   }
@@ -68,6 +74,7 @@ class StepHarness {
       slice.num_tokens = n;
       slice.context_len = s.computed + n;
       slice.block_table_row = static_cast<int32_t>(b.seqs.size());
+      slice.num_prompt_tokens = s.num_prompt;
       for (int32_t i = 0; i < n; ++i) {
         b.token_ids.push_back(s.tokens.at(s.computed + i));
         b.positions.push_back(s.computed + i);
