@@ -71,5 +71,54 @@ TEST(EngineUnderLoad, CriticalRequestOvertakesLowPriorityWork) {
   EXPECT_TRUE(wait_idle(*engine));
 }
 
+// Requests that arrive together with a long common prefix: the later ones wait while the first
+// computes each shared block, then reuse it (in-flight prefix sharing), so most prompt tokens
+// come from the cache, some after a 1-token remainder. Their tokens must equal what each
+// request gives alone on an engine without any prefix cache.
+TEST(EngineUnderLoad, SharedPrefixArrivingTogetherMatchesRunsWithoutTheCache) {
+  TROUPE_REQUIRE_MODEL();
+  const std::string document =
+      "Saltmere is a small harbour town on a windy northern coast. Its fishermen leave before "
+      "dawn, its bakers open at five, and its single lighthouse has been kept by the same family "
+      "for four generations. In winter the ferry stops, the cafés close early and the town "
+      "library becomes the place where everyone meets. In summer visitors arrive for the regatta, "
+      "the fish market and the long evenings on the pier, and the population doubles. ";
+  std::vector<std::string> prompts;
+  for (const char* question : {"Who keeps the lighthouse?", "When does the ferry stop?",
+                               "What happens in summer?", "Where do people meet in winter?",
+                               "When do the bakers open?", "Why does the population double?"}) {
+    prompts.push_back(document + document + "Question: " + question);
+  }
+  constexpr int32_t kMaxTokens = 10;
+
+  std::vector<std::vector<int32_t>> together;
+  {
+    auto engine = Engine::start(test_config());
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (const std::string& prompt : prompts) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      engine->submit(greedy_chat(prompt, kMaxTokens), sinks.back());
+    }
+    for (auto& sink : sinks) {
+      ASSERT_TRUE(sink->wait());
+      ASSERT_FALSE(sink->error()) << sink->error()->message;
+      together.push_back(sink->token_ids());
+    }
+    const EngineStats stats = engine->stats();
+    EXPECT_GT(stats.num_prefix_deferrals, 0u);
+    EXPECT_GE(stats.prefix_cache_hits, prompts.size() - 1);
+    EXPECT_TRUE(wait_idle(*engine));
+  }
+  EngineConfig no_cache = test_config();
+  no_cache.scheduler.enable_prefix_caching = false;
+  auto engine = Engine::start(no_cache);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto sink = std::make_shared<RecordingSink>();
+    engine->submit(greedy_chat(prompts[i], kMaxTokens), sink);
+    ASSERT_TRUE(sink->wait());
+    EXPECT_EQ(sink->token_ids(), together[i]) << prompts[i];
+  }
+}
+
 }  // namespace
 }  // namespace troupe::engine
