@@ -66,10 +66,14 @@ HttpResponse handle_tokenize(const OpenAiContext& context, const HttpRequest& re
   JsonBody body;
   if (auto error = parse_object(request, body)) return error_response(*error);
   const dom::object object(body.root);
+  // "prompt" as vLLM names it, "content" as llama.cpp's server does.
   std::string_view prompt;
-  if (object["prompt"].get(prompt) != simdjson::SUCCESS) {
-    return error_response(400, "'prompt' (a string) is required.", "invalid_request_error",
-                          "prompt", "invalid_type");
+  const bool by_content =
+      object["prompt"].error() != simdjson::SUCCESS && object["content"].error() == simdjson::SUCCESS;
+  const char* const field = by_content ? "content" : "prompt";
+  if (object[field].get(prompt) != simdjson::SUCCESS) {
+    return error_response(400, "'prompt' (or 'content'), a string, is required.",
+                          "invalid_request_error", field, "invalid_type");
   }
   bool add_special = true;
   if (auto e = object["add_special_tokens"]; e.error() == simdjson::SUCCESS) {

@@ -134,6 +134,11 @@ TEST_F(OpenAiRoutesTest, TokenizeDetokenizeAndMetrics) {
   EXPECT_EQ(post("/detokenize", R"({"tokens":[1000000]})").status, 400);
   EXPECT_EQ(post("/detokenize", R"({"tokens":"x"})").status, 400);
   EXPECT_EQ(post("/tokenize", R"({"prompt":3})").status, 400);
+  EXPECT_EQ(post("/tokenize", R"({"content":3})").status, 400);
+  EXPECT_EQ(post("/tokenize", R"({})").status, 400);
+  const HttpResponse by_content = post("/tokenize", R"({"content":"ab c"})");  // llama.cpp's name
+  EXPECT_EQ(by_content.status, 200);
+  EXPECT_EQ(by_content.body, post("/tokenize", R"({"prompt":"ab c"})").body);
   HttpRequest get;
   get.method = "GET";
   get.target = "/metrics";
