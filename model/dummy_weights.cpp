@@ -2,6 +2,8 @@
 // (random scales and codes) rather than quantized from floats: as fast as filling memory.
 #include "model/dummy_weights.hpp"
 
+#include "model/kquant.hpp"
+
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -80,20 +82,71 @@ void fill_matrix(std::byte* out, TensorType type, int64_t inputs, int64_t output
       }
       return;
     }
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K: {
+      // K-quant scales come from the data, so quantize real random rows (one row at a time).
+      std::vector<float> row(inputs);
+      const uint64_t bytes = row_bytes(type, inputs);
+      for (int64_t o = 0; o < outputs; ++o) {
+        for (float& f : row) f = rng.symmetric(kUniformHalfWidth);
+        std::byte* dst = out + o * bytes;
+        if (type == TensorType::kQ4_K) kquant::quantize_row_q4_k(row.data(), inputs, dst);
+        if (type == TensorType::kQ5_K) kquant::quantize_row_q5_k(row.data(), inputs, dst);
+        if (type == TensorType::kQ6_K) kquant::quantize_row_q6_k(row.data(), inputs, dst);
+      }
+      return;
+    }
     default:
       throw std::invalid_argument("dummy weights: type " + std::string(tensor_type_name(type)) +
-                                  " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
+                                  " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, "
+                                  "Q5_K, Q6_K)");
+  }
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third between.
+bool use_more_bits(int32_t layer, int32_t num_layers) {
+  return layer < num_layers / 8 || layer >= 7 * num_layers / 8 ||
+         (layer - num_layers / 8) % 3 == 2;
+}
+
+// The type of matrix `name` (layer -1: not per layer) under `mix`, before any fallback.
+TensorType mix_type(const std::string& name, int32_t layer, const LlamaConfig& c, TensorType type,
+                    DummyMix mix) {
+  switch (mix) {
+    case DummyMix::kUniform: return type;
+    case DummyMix::kQ4_K_M: {
+      const bool output = name == "output.weight" || (c.tied_output && name == "token_embd.weight");
+      const bool more = name.find("attn_v") != std::string::npos || name.find("ffn_down") != std::string::npos;
+      if (output || (more && use_more_bits(layer, c.n_layer))) return TensorType::kQ6_K;
+      return TensorType::kQ4_K;
+    }
+  }
+  return type;
+}
+
+// K-quants need rows of whole super-blocks; llama.cpp falls back per tensor (to Q5_0, Q5_1,
+// Q8_0); these are the nearest types troupe runs.
+TensorType with_fallback(TensorType t, int64_t inputs) {
+  if (inputs % 256 == 0) return t;
+  switch (t) {
+    case TensorType::kQ4_K: return TensorType::kQ4_1;
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K: return TensorType::kQ8_0;
+    default: return t;
   }
 }
 
 }  // namespace
 
-LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint64_t seed) {
+LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint64_t seed,
+                                DummyMix mix) {
   config.validate();
   struct Spec {
     std::string name;
     int64_t inputs, outputs;
     bool matrix;
+    int32_t layer = -1;
   };
   std::vector<Spec> specs;
   const LlamaConfig& c = config;
@@ -108,25 +161,28 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
   for (int32_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     specs.push_back({p + "attn_norm.weight", c.n_embd, 1, false});
-    specs.push_back({p + "attn_q.weight", c.n_embd, c.q_dim(), true});
-    specs.push_back({p + "attn_k.weight", c.n_embd, c.kv_dim(), true});
-    specs.push_back({p + "attn_v.weight", c.n_embd, c.kv_dim(), true});
-    specs.push_back({p + "attn_output.weight", c.q_dim(), c.n_embd, true});
+    specs.push_back({p + "attn_q.weight", c.n_embd, c.q_dim(), true, i});
+    specs.push_back({p + "attn_k.weight", c.n_embd, c.kv_dim(), true, i});
+    specs.push_back({p + "attn_v.weight", c.n_embd, c.kv_dim(), true, i});
+    specs.push_back({p + "attn_output.weight", c.q_dim(), c.n_embd, true, i});
     if (c.qkv_bias) {
       specs.push_back({p + "attn_q.bias", c.q_dim(), 1, false});
       specs.push_back({p + "attn_k.bias", c.kv_dim(), 1, false});
       specs.push_back({p + "attn_v.bias", c.kv_dim(), 1, false});
     }
     specs.push_back({p + "ffn_norm.weight", c.n_embd, 1, false});
-    specs.push_back({p + "ffn_gate.weight", c.n_embd, c.n_ff, true});
-    specs.push_back({p + "ffn_up.weight", c.n_embd, c.n_ff, true});
-    specs.push_back({p + "ffn_down.weight", c.n_ff, c.n_embd, true});
+    specs.push_back({p + "ffn_gate.weight", c.n_embd, c.n_ff, true, i});
+    specs.push_back({p + "ffn_up.weight", c.n_embd, c.n_ff, true, i});
+    specs.push_back({p + "ffn_down.weight", c.n_ff, c.n_embd, true, i});
   }
   // One allocation, each tensor 64-byte aligned.
   std::vector<uint64_t> offsets;
   uint64_t total = 0;
+  std::vector<TensorType> types;
   for (const Spec& s : specs) {
-    const TensorType t = s.matrix ? type : TensorType::kF32;
+    const TensorType t =
+        s.matrix ? with_fallback(mix_type(s.name, s.layer, c, type, mix), s.inputs) : TensorType::kF32;
+    types.push_back(t);
     if (s.matrix && s.inputs % traits_of(t).block_elements != 0) {
       throw std::invalid_argument("dummy weights: " + s.name + " row length " +
                                   std::to_string(s.inputs) + " is not a multiple of the " +
@@ -144,14 +200,14 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
     const Spec& s = specs[i];
     WeightView v;
     v.name = s.name;
-    v.type = s.matrix ? type : TensorType::kF32;
+    v.type = types[i];
     v.num_inputs = s.inputs;
     v.num_outputs = s.outputs;
     v.data = base + offsets[i];
     v.num_bytes = row_bytes(v.type, s.inputs) * s.outputs;
     std::byte* out = base + offsets[i];
     if (s.matrix) {
-      fill_matrix(out, type, s.inputs, s.outputs, rng);
+      fill_matrix(out, v.type, s.inputs, s.outputs, rng);
     } else if (s.name == "rope_freqs.weight") {
       std::memcpy(out, rope_factors.data(), rope_factors.size() * sizeof(float));
     } else {
@@ -199,7 +255,7 @@ LlamaWeights make_dummy_weights(const DummyWeightsSpec& spec) {
     for (const std::string& n : LlamaConfig::named_shapes()) known += (known.empty() ? "" : ", ") + n;
     throw std::invalid_argument("dummy weights: unknown shape '" + spec.shape + "' (known: " + known + ")");
   }
-  return make_dummy_weights(*config, spec.type, spec.seed);
+  return make_dummy_weights(*config, spec.type, spec.seed, spec.mix);
 }
 
 }  // namespace troupe::model

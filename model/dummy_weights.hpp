@@ -13,10 +13,19 @@
 
 namespace troupe::model {
 
+// How matrix types are chosen: all `type`, or llama.cpp's Q4_K_M recipe (Q6_K for the output
+// matrix (token_embd when tied) and for attn_v / ffn_down of the layers llama.cpp's use_more_bits
+// picks, Q4_K elsewhere; `type` is ignored).
+enum class DummyMix { kUniform, kQ4_K_M };
+
 struct DummyWeightsSpec {
   std::string shape = "smollm2-135m";  // LlamaConfig::named_shape
-  TensorType type = TensorType::kQ4_0;  // F32, F16, BF16, Q8_0, Q4_0 or Q4_1 (2-D weights)
+  // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K (2-D weights). K-quant rows must be
+  // multiples of 256: a matrix whose rows are not (SmolLM2's 576) falls back, as llama.cpp's
+  // quantizer does, to the nearest type troupe runs: Q4_K -> Q4_1, Q5_K and Q6_K -> Q8_0.
+  TensorType type = TensorType::kQ4_0;
   uint64_t seed = 0;
+  DummyMix mix = DummyMix::kUniform;
 };
 
 // Throws std::invalid_argument for an unknown shape or unsupported type. Norms are F32 near 1;
@@ -26,6 +35,7 @@ struct DummyWeightsSpec {
 LlamaWeights make_dummy_weights(const DummyWeightsSpec& spec);
 
 // Same, with an explicit config (for small test shapes).
-LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint64_t seed);
+LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint64_t seed,
+                                DummyMix mix = DummyMix::kUniform);
 
 }  // namespace troupe::model

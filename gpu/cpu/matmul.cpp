@@ -12,7 +12,9 @@
 #include "gpu/cpu/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
+#include "gpu/cpu/matmul_kquant.hpp"
 #include "gpu/cpu/thread_pool.hpp"
+#include "model/kquant.hpp"
 
 namespace troupe::gpu::cpu {
 
@@ -99,7 +101,10 @@ bool is_supported_weight_type(TensorType type) {
     case TensorType::kBF16:
     case TensorType::kQ4_0:
     case TensorType::kQ4_1:
-    case TensorType::kQ8_0: return true;
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K: return true;
     default: return false;
   }
 }
@@ -119,14 +124,19 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
     case TensorType::kQ4_0: m.format_ = PackedFormat::kQ4_0; break;
     case TensorType::kQ4_1: m.format_ = PackedFormat::kQ4_1; break;
     case TensorType::kQ8_0: m.format_ = PackedFormat::kQ8_0; break;
+    case TensorType::kQ4_K: m.format_ = PackedFormat::kQ4_K; break;
+    case TensorType::kQ5_K: m.format_ = PackedFormat::kQ5_K; break;
+    case TensorType::kQ6_K: m.format_ = PackedFormat::kQ6_K; break;
     default:
       throw std::invalid_argument("matmul: weight type " + type_name(type) +
                                   " is not supported by the CPU backend yet");
   }
   const bool quant = m.quantized();
-  if (quant && num_inputs % kQuantBlock != 0) {
+  const int64_t type_block = model::traits_of(type).block_elements;
+  if (quant && (num_inputs % kQuantBlock != 0 || num_inputs % type_block != 0)) {
     throw std::invalid_argument("matmul: " + type_name(type) + " row length " +
-                                std::to_string(num_inputs) + " is not a multiple of 32");
+                                std::to_string(num_inputs) + " is not a multiple of " +
+                                std::to_string(std::max<int64_t>(type_block, kQuantBlock)));
   }
   const int64_t nb = num_inputs / kQuantBlock;
   const int unit = detail::packed_block_bytes(m.format_);
@@ -185,6 +195,11 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
           }
           break;
         }
+        case PackedFormat::kQ4_K:
+        case PackedFormat::kQ5_K:
+        case PackedFormat::kQ6_K:
+          detail::pack_kquant_lane(m.format_, row, num_inputs, tile, lane);
+          break;
         case PackedFormat::kF32:
           for (int64_t k = 0; k < num_inputs; ++k) std::memcpy(tile + k * 64 + 4 * lane, row + 4 * k, 4);
           break;
@@ -202,6 +217,10 @@ namespace detail {
 
 // The portable path: the packed layout walked lane by lane with the numerics of matmul.hpp.
 void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+  if (is_kquant_format(job.format)) {
+    matmul_ktiles_scalar(job, tile_begin, tile_end);
+    return;
+  }
   const int64_t nb = job.num_inputs / kQuantBlock;
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
@@ -249,6 +268,9 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
             if (job.format == PackedFormat::kQ4_1) acc += msum;
             break;
           }
+          case PackedFormat::kQ4_K:
+          case PackedFormat::kQ5_K:
+          case PackedFormat::kQ6_K: break;  // matmul_ktiles_scalar above
           case PackedFormat::kF32:
           case PackedFormat::kF16:
           case PackedFormat::kBF16: {
@@ -370,6 +392,9 @@ void dequantize_row(TensorType type, const void* row, int64_t n, float* out) {
         for (int i = 0; i < 32; ++i) out[32 * b + i] = d * static_cast<int8_t>(blk[2 + i]);
       }
       return;
+    case TensorType::kQ4_K: model::kquant::dequantize_row_q4_k(row, n, out); return;
+    case TensorType::kQ5_K: model::kquant::dequantize_row_q5_k(row, n, out); return;
+    case TensorType::kQ6_K: model::kquant::dequantize_row_q6_k(row, n, out); return;
     default:
       throw std::invalid_argument("dequantize_row: type " + type_name(type) + " not supported");
   }
@@ -425,6 +450,12 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
           if (type == TensorType::kQ4_1) acc += msum;
           break;
         }
+        case TensorType::kQ4_K:
+        case TensorType::kQ5_K:
+        case TensorType::kQ6_K:
+          acc = detail::kquant_reference_dot(type, row, num_inputs, in.q->qs.data() + r * num_inputs,
+                                             in.q->scale.data() + r * nb, in.q->sum.data() + r * nb);
+          break;
         default: {
           std::vector<float> wrow(num_inputs);
           dequantize_row(type, row, num_inputs, wrow.data());

@@ -16,6 +16,8 @@
 //       Q4_1 only: msum = fma(m[b], fp16(dx[b] * float(sum_q[b])), msum)
 //     y = ((lane0+lane4) + (lane2+lane6)) + ((lane1+lane5) + (lane3+lane7))   (hsum_float_8)
 //     Q4_1 only: y += msum
+//   K-quant W (Q4_K/Q5_K/Q6_K): the same shape with per-sub-block float scales; see
+//   matmul_kquant.hpp (not bit-equal to llama.cpp, which quantizes activations to Q8_K).
 //   float W (F32/F16/BF16): acc = 0; for k in order: acc = fma(float(w[k]), x[k], acc)
 // Integer dot products are exact and the float lanes are fixed by the order above, so the AVX-512,
 // AVX2 and scalar paths return bit-identical results (the tests check this). Threads split
@@ -68,10 +70,11 @@ void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_col
 void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
                         QuantizedRows& out, IsaLevel isa = IsaLevel::kScalar);
 
-// Storage formats of packed weights. K-quants (Q4_K/Q5_K/Q6_K) get their own formats here:
-// their 256-element super-blocks split into 32-element sub-blocks with 6/8-bit sub-scales, so
-// they fit the same per-32-block integer kernel with one more scale multiply.
-enum class PackedFormat { kQ4_0, kQ4_1, kQ8_0, kF32, kF16, kBF16 };
+// Storage formats of packed weights. K-quants (Q4_K/Q5_K/Q6_K) get their own formats: their
+// 256-element super-blocks split into 32-element sub-blocks with float sub-scales, so they read
+// the same per-32 quantized activations with the same integer kernel shape (matmul_kquant.hpp
+// has their layout and numerics).
+enum class PackedFormat { kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kF32, kF16, kBF16 };
 
 // True when `type` can be packed (and so multiplied).
 bool is_supported_weight_type(model::TensorType type);
@@ -90,7 +93,8 @@ class PackedMatrix {
   model::TensorType source_type() const { return source_type_; }
   bool quantized() const {
     return format_ == PackedFormat::kQ4_0 || format_ == PackedFormat::kQ4_1 ||
-           format_ == PackedFormat::kQ8_0;
+           format_ == PackedFormat::kQ8_0 || format_ == PackedFormat::kQ4_K ||
+           format_ == PackedFormat::kQ5_K || format_ == PackedFormat::kQ6_K;
   }
   int64_t num_outputs() const { return num_outputs_; }
   int64_t num_inputs() const { return num_inputs_; }

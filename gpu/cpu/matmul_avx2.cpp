@@ -6,6 +6,7 @@
 
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
+#include "gpu/cpu/matmul_kquant.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
@@ -294,6 +295,9 @@ void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end)
     case PackedFormat::kQ4_0: run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ4_1: run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ8_0: run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ4_K:
+    case PackedFormat::kQ5_K:
+    case PackedFormat::kQ6_K: matmul_ktiles_avx2(job, tile_begin, tile_end); return;
     case PackedFormat::kF32: run<PackedFormat::kF32>(job, tile_begin, tile_end); return;
     case PackedFormat::kF16: run<PackedFormat::kF16>(job, tile_begin, tile_end); return;
     case PackedFormat::kBF16: run<PackedFormat::kBF16>(job, tile_begin, tile_end); return;

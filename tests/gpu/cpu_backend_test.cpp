@@ -35,11 +35,23 @@ model::LlamaConfig tiny_config() {
   return c;
 }
 
+// K-quants need rows of 256: the same tiny model, twice as wide, so every matrix is of `type`.
+model::LlamaConfig tiny_config_for(TensorType type) {
+  model::LlamaConfig c = tiny_config();
+  if (type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K) {
+    c.n_embd = 256;
+    c.head_dim = 64;
+    c.n_rot = 64;
+    c.n_ff = 512;
+  }
+  return c;
+}
+
 std::unique_ptr<CpuBackend> tiny_backend(TensorType type, int32_t num_blocks = 128) {
   CpuBackendConfig cfg;
   cfg.num_blocks = num_blocks;
   cfg.num_threads = 2;
-  return std::make_unique<CpuBackend>(model::make_dummy_weights(tiny_config(), type, 5), cfg);
+  return std::make_unique<CpuBackend>(model::make_dummy_weights(tiny_config_for(type), type, 5), cfg);
 }
 
 std::vector<int32_t> random_tokens(int n, uint32_t seed, int vocab = 512) {
@@ -164,7 +176,8 @@ TEST_P(BatchInvariance, RecomputeAfterPreemptionIsBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Types, BatchInvariance,
                          ::testing::Values(TensorType::kQ4_1, TensorType::kQ4_0, TensorType::kQ8_0,
-                                           TensorType::kF16, TensorType::kBF16, TensorType::kF32),
+                                           TensorType::kF16, TensorType::kBF16, TensorType::kF32,
+                                           TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K),
                          [](const auto& info) { return std::string(model::tensor_type_name(info.param)); });
 
 TEST(CpuBackend, ScatteredBlocksEqualContiguous) {

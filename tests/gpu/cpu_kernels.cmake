@@ -10,3 +10,6 @@ troupe_add_test(NAME cpu_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_samp
 # RoPE frequency factors (rope_freqs.weight): kernel against the formula, CPU backend end to end.
 troupe_add_test(NAME cpu_rope_factors_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_rope_factors_test.cpp
   LIBS troupe_gpu LABELS "unit;gpu")
+# K-quant weights (Q4_K/Q5_K/Q6_K): kernels against the reference, batch invariance, dummy model.
+troupe_add_test(NAME cpu_matmul_kquant_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_matmul_kquant_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")

@@ -71,6 +71,24 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
         }
         break;
       }
+      case TensorType::kQ4_K:
+      case TensorType::kQ5_K:
+      case TensorType::kQ6_K: {
+        // Every byte pattern of scales, mins and codes is valid: random bytes cover the 6-bit
+        // scale packing's high bits; only the fp16 super-block scales are set to sane values.
+        const int bytes = static_cast<int>(model::traits_of(type).block_bytes);
+        for (int64_t b = 0; b < num_inputs / 256; ++b) {
+          uint8_t* blk = r + b * bytes;
+          for (int i = 0; i < bytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
+          if (type == TensorType::kQ6_K) {
+            put_half(blk + 208, scale(rng) / 16.0f);
+          } else {
+            put_half(blk, scale(rng) / 8.0f);
+            put_half(blk + 2, scale(rng) / 8.0f);
+          }
+        }
+        break;
+      }
       default: break;
     }
   }

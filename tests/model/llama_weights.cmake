@@ -4,3 +4,8 @@ troupe_add_test(NAME llama_weights_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/llama_weights_test.cpp
   LIBS troupe_model
   LABELS "unit;model")
+# K-quant codecs (model/kquant.hpp): hand-built blocks, scale packing, quantizer round trip.
+troupe_add_test(NAME kquant_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kquant_test.cpp
+  LIBS troupe_model
+  LABELS "unit;model")
