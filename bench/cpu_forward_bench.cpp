@@ -1,9 +1,11 @@
 // CPU backend throughput: prompt processing (512 tokens) and decode at batch 1/4/16/64 on the
-// default model, and decode at batch 1 on dummy Llama-3.2-1B Q4_0. Prints tokens/s and the
+// default model, decode at batch 1 on dummy Llama-3.2-1B Q4_0, and the K-quant lines: dummy
+// SmolLM2-135M in the Q4_K_M-like mix at batch 1 and 16 (its 576-wide rows fall back to Q4_1 /
+// Q8_0 as llama.cpp falls back for them), dummy Llama-3.2-1B all Q4_K at batch 1. Prints tokens/s and the
 // hypervisor's `steal` share of CPU time during each run (repeat runs that had steal).
 //
 //   cpu_forward_bench [--model PATH] [--threads N] [--decode-steps N] [--skip-dummy]
-//                     [--skip-prompt] [--batches 1,4,16,64]
+//                     [--skip-prompt] [--skip-kquant] [--batches 1,4,16,64]
 // Each line also gives the process CPU time per token: on a shared, loaded host it moves less
 // than wall time (compare builds back to back either way).
 #include <chrono>
@@ -122,12 +124,33 @@ void bench_decode(CpuBackend& backend, int batch, int steps, const char* model) 
 
 }  // namespace
 
+// K-quant weights on the CPU backend (see the file comment).
+void bench_kquant(CpuBackendConfig cfg) {
+  using troupe::model::DummyMix;
+  using troupe::model::TensorType;
+  cfg.num_blocks = 1024;
+  {
+    troupe::model::DummyWeightsSpec spec{"smollm2-135m", TensorType::kQ4_K, 1};
+    spec.mix = DummyMix::kQ4_K_M;
+    CpuBackend backend(troupe::model::make_dummy_weights(spec), cfg);
+    std::printf("dummy smollm2-135m Q4_K_M-like (packed weights %.1f MiB)\n",
+                backend.packed_weight_bytes() / 1048576.0);
+    for (int batch : {1, 16}) bench_decode(backend, batch, 16, "dummy smollm2-135m Q4_K_M-like");
+  }
+  {
+    cfg.num_blocks = 256;
+    CpuBackend backend(troupe::model::make_dummy_weights({"llama-3.2-1b", TensorType::kQ4_K, 1}), cfg);
+    std::printf("dummy llama-3.2-1b Q4_K (packed weights %.1f MiB)\n", backend.packed_weight_bytes() / 1048576.0);
+    bench_decode(backend, 1, 16, "dummy llama-3.2-1b Q4_K");
+  }
+}
+
 int main(int argc, char** argv) {
   std::filesystem::path model =
       std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
   if (const char* env = std::getenv("TROUPE_TEST_MODEL")) model = env;
   int threads = 0, steps = 32;
-  bool dummy = true, prompt = true;
+  bool dummy = true, prompt = true, kquant = true;
   std::vector<int> batches = {1, 4, 16, 64};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -136,6 +159,7 @@ int main(int argc, char** argv) {
     else if (a == "--decode-steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (a == "--skip-dummy") dummy = false;
     else if (a == "--skip-prompt") prompt = false;
+    else if (a == "--skip-kquant") kquant = false;
     else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       for (const char* p = argv[++i]; *p != '\0';) {
@@ -168,5 +192,6 @@ int main(int argc, char** argv) {
                 backend.packed_weight_bytes() / 1048576.0);
     bench_decode(backend, 1, 16, "dummy llama-3.2-1b Q4_0");
   }
+  if (kquant) bench_kquant(cfg);
   return 0;
 }
