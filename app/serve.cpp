@@ -149,8 +149,11 @@ int run_serve(const ServeOptions& options) {
   signals_io.run();
 
   // Drain: new requests get 503, in-flight ones finish (up to drain_timeout), then the
-  // listener stops and the engine shuts down.
+  // listener stops and the engine shuts down. WebSocket sessions close with 1001 as soon as
+  // their own generations have ended (idle ones at once), while the engine still drains; new
+  // upgrades get 503.
   state->phase.store(net::ServerPhase::kDraining, std::memory_order_release);
+  server.begin_shutdown();
   if (!engine->drain(config.drain_timeout)) {
     spdlog::warn("drain timed out after {} ms; cancelled what was left", config.drain_timeout.count());
   }

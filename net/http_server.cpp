@@ -41,12 +41,16 @@ constexpr auto kAsTuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-// One open connection. Owned by its session coroutine; the server keeps a weak view so stop()
-// can close idle connections.
+// One open connection. Owned by its session coroutine; the server also tracks it so stop() can
+// close idle connections and begin_shutdown() can reach its WebSocket session.
 struct Connection {
-  explicit Connection(tcp::socket socket) : stream(std::move(socket)) {}
-  beast::tcp_stream stream;
-  bool busy = false;  // a request is being handled; touched only on the connection's strand
+  explicit Connection(tcp::socket socket)
+      : executor(socket.get_executor()), stream(std::move(socket)) {}
+  const asio::any_io_executor executor;  // the connection's strand; may be read from any thread
+  beast::tcp_stream stream;  // moved into the WebSocket session on upgrade
+  // The rest is touched only on the connection's strand.
+  bool busy = false;  // a request is being handled (or the connection is a WebSocket session)
+  std::shared_ptr<WsCloseRequest> websocket;  // set when the connection became a WebSocket
 };
 
 
@@ -134,6 +138,7 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> shutting_down{false};  // begin_shutdown() was called: no new WebSockets
   std::atomic<int> num_connections{0};
   std::mutex connections_mutex;
   std::set<std::shared_ptr<Connection>> connections;
@@ -155,6 +160,8 @@ struct HttpServer::Impl {
   }
 
   asio::awaitable<void> run_session(std::shared_ptr<Connection> connection);
+  // The WebSocket route an upgrade request asks for; null for anything else.
+  const WebSocketFactory* websocket_route(const http::request<http::string_body>& request) const;
   // Writes what `out` produces until it is complete. False: the connection must close.
   asio::awaitable<bool> serve_exchange(std::shared_ptr<Connection> connection,
                                        std::shared_ptr<ResponseStream> out, unsigned version,
@@ -188,21 +195,26 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
       out->respond(parse_error_response(read_ec, config.max_body_bytes));
     } else {
       http::request<http::string_body> request = parser.release();
-      if (beast::websocket::is_upgrade(request)) {
-        const std::string_view target(request.target().data(), request.target().size());
-        auto route = websocket_routes.find(target.substr(0, target.find('?')));
-        if (route != websocket_routes.end()) {
-          // The connection becomes a WebSocket session for the rest of its life.
-          WsSessionConfig ws_config{config.ws_idle_timeout, config.ws_max_message_bytes};
-          auto session = run_websocket_session(std::move(connection->stream), std::move(request),
-                                               route->second, ws_config);
-          co_await std::move(session);
-          break;
-        }
-      }
       version = request.version();
-      keep_alive = request.keep_alive() && !stopping.load(std::memory_order_acquire);
-      router->dispatch(to_plain_request(std::move(request)), out);
+      const WebSocketFactory* websocket = websocket_route(request);
+      if (websocket && shutting_down.load(std::memory_order_acquire)) {
+        // NOTE: checked on the strand with no suspension before `connection->websocket` is set,
+        // so begin_shutdown() either finds the session below or this refusal happens.
+        out->respond(error_response(503, "the server is shutting down", "service_unavailable_error",
+                                    {}, "draining"));
+      } else if (websocket) {
+        // The connection becomes a WebSocket session for the rest of its life.
+        connection->websocket = std::make_shared<WsCloseRequest>();
+        WsSessionConfig ws_config{config.ws_idle_timeout, config.ws_max_message_bytes,
+                                  config.ws_close_timeout};
+        auto session = run_websocket_session(std::move(connection->stream), std::move(request),
+                                             *websocket, ws_config, connection->websocket);
+        co_await std::move(session);
+        break;
+      } else {
+        keep_alive = request.keep_alive() && !stopping.load(std::memory_order_acquire);
+        router->dispatch(to_plain_request(std::move(request)), out);
+      }
     }
     const bool reusable = co_await serve_exchange(connection, out, version, keep_alive);
     connection->busy = false;
@@ -213,6 +225,14 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
   stream.socket().close(ignored);
   untrack(connection);
   num_connections.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+const WebSocketFactory* HttpServer::Impl::websocket_route(
+    const http::request<http::string_body>& request) const {
+  if (!beast::websocket::is_upgrade(request)) return nullptr;
+  const std::string_view target(request.target().data(), request.target().size());
+  auto route = websocket_routes.find(target.substr(0, target.find('?')));
+  return route == websocket_routes.end() ? nullptr : &route->second;
 }
 
 asio::awaitable<bool> HttpServer::Impl::write_bytes(beast::tcp_stream& stream, std::string bytes) {
@@ -349,9 +369,22 @@ void HttpServer::add_websocket_route(std::string path, WebSocketFactory factory)
   impl_->websocket_routes.emplace(std::move(path), std::move(factory));
 }
 
+void HttpServer::begin_shutdown() {
+  Impl& s = *impl_;
+  if (!s.started || s.shutting_down.exchange(true, std::memory_order_acq_rel)) return;
+  // Connections tracked after this snapshot see `shutting_down` before any upgrade.
+  std::lock_guard lock(s.connections_mutex);
+  for (const auto& connection : s.connections) {
+    asio::post(connection->executor, [connection] {
+      if (connection->websocket) connection->websocket->request();
+    });
+  }
+}
+
 void HttpServer::stop() {
   Impl& s = *impl_;
   if (!s.started || s.stopped) return;
+  begin_shutdown();
   s.stopped = true;
   s.stopping.store(true, std::memory_order_release);
   asio::post(s.io, [&s] {
@@ -359,10 +392,11 @@ void HttpServer::stop() {
     s.acceptor.close(ignored);
   });
   // Idle connections close now; busy ones finish their response first (keep-alive is off).
+  // WebSocket connections are busy: they close themselves (begin_shutdown).
   {
     std::lock_guard lock(s.connections_mutex);
     for (const auto& connection : s.connections) {
-      asio::post(connection->stream.get_executor(), [connection] {
+      asio::post(connection->executor, [connection] {
         if (!connection->busy) connection->stream.cancel();
       });
     }

@@ -3,8 +3,8 @@
 // sockets, timeouts, limits and shutdown. Beast stays inside http_server.cpp (pimpl), so files
 // that include this header compile in seconds.
 //
-// Thread-safety: construct, start() and stop() from one controlling thread (main). The router is
-// shared read-only with the io threads.
+// Thread-safety: construct, start(), begin_shutdown() and stop() from one controlling thread
+// (main). The router is shared read-only with the io threads.
 #pragma once
 
 #include <chrono>
@@ -29,6 +29,7 @@ struct HttpServerConfig {
   std::chrono::milliseconds shutdown_grace{5'000};       // in-flight requests may finish
   std::chrono::milliseconds ws_idle_timeout{300'000};   // WebSocket: no traffic (pings included)
   uint64_t ws_max_message_bytes = 1u << 20;              // WebSocket: larger messages close 1009
+  std::chrono::milliseconds ws_close_timeout{1'000};     // WebSocket: our close frame unanswered
 };
 
 class HttpServer {
@@ -48,8 +49,16 @@ class HttpServer {
   // The bound port; valid after start().
   uint16_t port() const;
 
+  // Starts the shutdown without waiting: WebSocket upgrades are refused with 503 from now on,
+  // and every open WebSocket session closes with 1001 (going away) once its in-flight work has
+  // sent its final frames (idle sessions at once), each on its own strand. Plain HTTP is served
+  // as before until stop(). Call it when draining begins; stop() calls it if nobody did.
+  // Idempotent.
+  void begin_shutdown();
+
   // Stops accepting, closes idle connections, lets in-flight requests finish within
-  // shutdown_grace, then joins the io threads. Idempotent.
+  // shutdown_grace (WebSocket sessions close as begin_shutdown() says), then joins the io
+  // threads: what has not ended by then is dropped. Idempotent.
   void stop();
 
  private:

@@ -4,6 +4,10 @@
 // Thread-safety: every member runs on the connection's strand. `Post` runs a function on that
 // strand (for callbacks that arrive from other threads); `Wake` tells the session's writer that
 // take_output() has frames.
+//
+// Shutdown: the session calls on_shutdown() once when the server starts to shut down, keeps
+// sending what take_output() returns, and closes the socket with 1001 (going away) as soon as
+// idle() holds and no output is pending, so in-flight work ends with its final frames first.
 #pragma once
 
 #include <deque>
@@ -24,6 +28,10 @@ class WebSocketEndpoint {
   virtual void on_binary() = 0;
   virtual void on_closed() = 0;
   virtual std::deque<std::string> take_output() = 0;
+  // The server is shutting down: admit no new work (answer it with an error frame instead).
+  virtual void on_shutdown() = 0;
+  // True when no work of this connection is in flight, so closing cuts nothing short.
+  virtual bool idle() const = 0;
 };
 
 using WebSocketFactory =

@@ -131,6 +131,10 @@ void WsChatConnection::on_text(std::string_view frame) {
 }
 
 void WsChatConnection::start_chat(std::string_view frame, const std::string& client_id) {
+  if (shutting_down_) {
+    send_error(client_id, "draining", "the server is shutting down");
+    return;
+  }
   if (live_.contains(client_id)) {
     send_error(client_id, "duplicate_id", "a generation with this id is still running");
     return;
@@ -166,6 +170,8 @@ void WsChatConnection::cancel_chat(const std::string& client_id) {
   }
   engine_.cancel(it->second);  // the generation ends with a "done" frame, finish_reason cancelled
 }
+
+void WsChatConnection::on_shutdown() { shutting_down_ = true; }
 
 void WsChatConnection::on_closed() {
   closed_.store(true, std::memory_order_release);

@@ -10,11 +10,13 @@
 //                    {"type":"error","id":"c1","code":"...","message":"..."}
 // Several generations run at once, multiplexed by id; a duplicate live id is an error for that
 // message only. A connection whose unsent output passes `max_pending_bytes` (a reader too slow
-// to keep up) has its own generations cancelled; other clients never wait for it.
+// to keep up) has its own generations cancelled; other clients never wait for it. Once the
+// server shuts down (on_shutdown), new chats get an error frame with code "draining"; running
+// ones continue to their done/error frame, after which the session closes the socket (1001).
 //
-// Thread-safety: on_text()/on_closed()/take_output() run on the connection's strand. Engine
-// sinks call in from the ingress thread and only post() back to that strand (the `post`
-// function given at construction).
+// Thread-safety: on_text()/on_closed()/on_shutdown()/idle()/take_output() run on the
+// connection's strand. Engine sinks call in from the ingress thread and only post() back to
+// that strand (the `post` function given at construction).
 #pragma once
 
 #include <atomic>
@@ -53,6 +55,10 @@ class WsChatConnection final : public WebSocketEndpoint,
 
   // Frames to send, oldest first (the session's single writer drains them).
   std::deque<std::string> take_output() override;
+  // The server is shutting down: refuse new chats; running ones finish.
+  void on_shutdown() override;
+  // No generation of this connection is running (every one got its done or error frame).
+  bool idle() const override { return live_.empty(); }
   bool closed() const { return closed_.load(std::memory_order_acquire); }
   size_t num_live_generations() const { return live_.size(); }
 
@@ -72,6 +78,7 @@ class WsChatConnection final : public WebSocketEndpoint,
   Post post_;
   Wake wake_;
   std::atomic<bool> closed_{false};
+  bool shutting_down_ = false;
   std::unordered_map<std::string, engine::RequestId> live_;  // client id -> engine id
   std::deque<std::string> output_;
   uint64_t pending_bytes_ = 0;

@@ -1,5 +1,6 @@
 // WebSocket sessions: Beast's websocket stream handles framing, masking, UTF-8 validation of
 // text frames (close 1007), the message size limit (close 1009), pings and the idle timeout.
+// On server shutdown the writer closes with 1001 once the endpoint's in-flight work has ended.
 #include "net/ws_session.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -26,29 +27,67 @@ using WsStream = websocket::stream<beast::tcp_stream>;
 // Rings the writer when the endpoint has output (capacity 1: one pending ring is enough).
 using Doorbell = asio::experimental::concurrent_channel<void(beast::error_code)>;
 
-// The single writer: frames leave in the order the endpoint produced them.
+// Sends our close frame (1001, going away) and waits at most `close_timeout` for the client's
+// answer; Beast closes the socket when it does not come, so a silent client cannot hold the
+// session (or the server's shutdown) open.
+asio::awaitable<void> close_going_away(WsStream& ws, std::chrono::milliseconds close_timeout) {
+  websocket::stream_base::timeout timeouts;
+  ws.get_option(timeouts);
+  timeouts.handshake_timeout = close_timeout;  // Beast times the closing handshake with this
+  ws.set_option(timeouts);
+  const websocket::close_reason reason(websocket::close_code::going_away, "server shutting down");
+  auto [close_ec] = co_await ws.async_close(reason, kAsTuple);
+  if (close_ec) spdlog::debug("ws: close on shutdown: {}", close_ec.message());
+}
+
+// The single writer: frames leave in the order the endpoint produced them. After a close was
+// requested it keeps sending until the endpoint is idle with nothing left to send, then closes.
 asio::awaitable<void> write_frames(std::shared_ptr<WsStream> ws, std::shared_ptr<Doorbell> doorbell,
-                                   std::shared_ptr<WebSocketEndpoint> endpoint) {
+                                   std::shared_ptr<WebSocketEndpoint> endpoint,
+                                   std::shared_ptr<WsCloseRequest> close_request,
+                                   std::chrono::milliseconds close_timeout) {
   for (;;) {
     auto [ring_ec] = co_await doorbell->async_receive(kAsTuple);
     if (ring_ec) co_return;  // the reader ended the session
-    std::deque<std::string> frames = endpoint->take_output();
-    for (std::string& frame : frames) {
-      ws->text(true);
-      auto [write_ec, written] = co_await ws->async_write(asio::buffer(frame), kAsTuple);
-      if (write_ec) {
-        doorbell->close();
-        co_return;
+    // Output produced while a frame was on its way is sent before the close is considered.
+    for (std::deque<std::string> frames = endpoint->take_output(); !frames.empty();
+         frames = endpoint->take_output()) {
+      for (std::string& frame : frames) {
+        ws->text(true);
+        auto [write_ec, written] = co_await ws->async_write(asio::buffer(frame), kAsTuple);
+        if (write_ec) {
+          doorbell->close();
+          co_return;
+        }
       }
+    }
+    // NOTE: no suspension between the last (empty) take_output() and idle(): the endpoint
+    // cannot have produced a final frame in between.
+    if (close_request->requested() && endpoint->idle()) {
+      auto closing = close_going_away(*ws, close_timeout);  // named: see TOOLCHAIN.md, pitfall 1
+      co_await std::move(closing);
+      co_return;
     }
   }
 }
 
 }  // namespace
 
+void WsCloseRequest::request() {
+  if (requested_) return;
+  requested_ = true;
+  if (on_request_) on_request_();
+}
+
+void WsCloseRequest::attach(std::function<void()> on_request) {
+  on_request_ = std::move(on_request);
+  if (requested_) on_request_();
+}
+
 asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
                                             beast::http::request<beast::http::string_body> request,
-                                            const WebSocketFactory& factory, WsSessionConfig config) {
+                                            const WebSocketFactory& factory, WsSessionConfig config,
+                                            std::shared_ptr<WsCloseRequest> close_request) {
   stream.expires_never();  // the websocket stream's own timeouts apply from here on
   auto ws = std::make_shared<WsStream>(std::move(stream));
   websocket::stream_base::timeout timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
@@ -69,7 +108,13 @@ asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
       [weak_bell] {
         if (auto bell = weak_bell.lock()) bell->try_send(beast::error_code{});
       });
-  asio::co_spawn(executor, write_frames(ws, doorbell, endpoint), asio::detached);
+  asio::co_spawn(executor,
+                 write_frames(ws, doorbell, endpoint, close_request, config.close_timeout),
+                 asio::detached);
+  close_request->attach([weak_endpoint = std::weak_ptr<WebSocketEndpoint>(endpoint), weak_bell] {
+    if (auto live = weak_endpoint.lock()) live->on_shutdown();
+    if (auto bell = weak_bell.lock()) bell->try_send(beast::error_code{});  // the writer decides
+  });
 
   beast::flat_buffer buffer;
   for (;;) {

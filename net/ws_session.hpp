@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include <boost/asio/awaitable.hpp>
@@ -20,10 +21,33 @@ namespace troupe::net {
 struct WsSessionConfig {
   std::chrono::milliseconds idle_timeout{300'000};  // no frame and no pong for this long: close
   uint64_t max_message_bytes = 1u << 20;             // larger messages: close 1009
+  std::chrono::milliseconds close_timeout{1'000};    // our close frame unanswered this long: drop
 };
 
+// How the server asks one session to close with 1001 (going away) when it shuts down. The
+// session then tells its endpoint (on_shutdown, right away, so no frame read after the request
+// starts new work), sends every frame of the work still in flight and closes once the endpoint
+// is idle (at once when it already is).
+//
+// Thread-safety: created, requested and attached only on the connection's strand.
+class WsCloseRequest {
+ public:
+  // Asks for the close; idempotent. Before the session attached, the request waits for it.
+  void request();
+  bool requested() const { return requested_; }
+  // The session's reaction to the request; runs once, at once when it was already requested.
+  void attach(std::function<void()> on_request);
+
+ private:
+  bool requested_ = false;
+  std::function<void()> on_request_;
+};
+
+// Runs one WebSocket connection to its end: handshake, frames both ways, close. Returns when
+// the socket is closed (by either side, a timeout, or the close `close_request` asks for).
 boost::asio::awaitable<void> run_websocket_session(
     boost::beast::tcp_stream stream, boost::beast::http::request<boost::beast::http::string_body> request,
-    const WebSocketFactory& factory, WsSessionConfig config);
+    const WebSocketFactory& factory, WsSessionConfig config,
+    std::shared_ptr<WsCloseRequest> close_request);
 
 }  // namespace troupe::net

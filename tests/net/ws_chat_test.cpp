@@ -377,6 +377,27 @@ TEST_F(WsChatTest, TooManyLiveGenerationsIsAnError) {
   connection->on_closed();
 }
 
+TEST_F(WsChatTest, ShutdownRefusesNewChatsAndIdleWaitsForRunningOnes) {
+  engine_.script.endless = true;
+  auto connection = connect();
+  EXPECT_TRUE(connection->idle());
+  connection->on_text(chat("a"));
+  EXPECT_FALSE(connection->idle());
+
+  connection->on_shutdown();
+  connection->on_text(chat("b"));
+  drain(*connection);
+  const Frame* refused = find(frames_, "error", "b");
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->code, "draining");
+  EXPECT_EQ(engine_.submitted().size(), 1u);
+  EXPECT_FALSE(connection->idle());  // "a" still runs, and keeps streaming
+
+  connection->on_text(cancel("a"));
+  ASSERT_TRUE(pump_until(*connection, [](const auto& f) { return count(f, "done", "a") > 0; }));
+  EXPECT_TRUE(connection->idle());
+}
+
 TEST_F(WsChatTest, ASlowReaderHasItsOwnGenerationsCancelled) {
   engine_.script.endless = true;
   WsChatConfig config;
