@@ -3,6 +3,7 @@
 #include "model/dummy_weights.hpp"
 
 #include "model/kquant.hpp"
+#include "model/quant_q5.hpp"
 
 #include <cstring>
 #include <map>
@@ -40,6 +41,26 @@ void put_bf16(std::byte* p, float f) {
 
 constexpr float kStd = 0.02f;
 constexpr float kUniformHalfWidth = kStd * 1.7320508f;  // uniform(-a, a) has std a / sqrt(3)
+
+// Q5_0 / Q5_1 blocks of random codes (qh and qs random bytes: every pattern is valid). Code
+// std: 5-bit uniform ~9.2; Q5_1's min centres the codes as Q5_0's -16 does.
+void fill_q5(std::byte* out, TensorType type, int64_t n, Rng& rng) {
+  const bool has_min = type == TensorType::kQ5_1;
+  const int bytes = has_min ? q5::kQ5_1Bytes : q5::kQ5_0Bytes;
+  const int first_code = has_min ? q5::kQ5_1Qh : q5::kQ5_0Qh;
+  const float d_mean = kStd / 9.2f;
+  for (int64_t b = 0; b < n / q5::kBlock; ++b) {
+    std::byte* blk = out + b * bytes;
+    const float d = d_mean * (0.75f + 0.5f * rng.uniform());
+    put_half(blk, d);
+    if (has_min) put_half(blk + q5::kQ5_1M, -15.5f * d);
+    uint64_t r = 0;
+    for (int i = first_code; i < bytes; ++i, r >>= 8) {
+      if ((i - first_code) % 8 == 0) r = rng.next();
+      blk[i] = std::byte{static_cast<uint8_t>(r)};
+    }
+  }
+}
 
 void fill_matrix(std::byte* out, TensorType type, int64_t inputs, int64_t outputs, Rng& rng) {
   const int64_t n = inputs * outputs;
@@ -82,6 +103,8 @@ void fill_matrix(std::byte* out, TensorType type, int64_t inputs, int64_t output
       }
       return;
     }
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1: fill_q5(out, type, n, rng); return;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K: {
@@ -99,8 +122,8 @@ void fill_matrix(std::byte* out, TensorType type, int64_t inputs, int64_t output
     }
     default:
       throw std::invalid_argument("dummy weights: type " + std::string(tensor_type_name(type)) +
-                                  " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, "
-                                  "Q5_K, Q6_K)");
+                                  " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                                  "Q5_1, Q4_K, Q5_K, Q6_K)");
   }
 }
 
@@ -125,16 +148,19 @@ TensorType mix_type(const std::string& name, int32_t layer, const LlamaConfig& c
   return type;
 }
 
-// K-quants need rows of whole super-blocks; llama.cpp falls back per tensor (to Q5_0, Q5_1,
-// Q8_0); these are the nearest types troupe runs.
+// K-quants need rows of whole super-blocks; llama.cpp's llama_tensor_get_type falls back per
+// tensor (convert_incompatible_tensor): Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16
+// when the row is not even a multiple of 32.
 TensorType with_fallback(TensorType t, int64_t inputs) {
   if (inputs % 256 == 0) return t;
+  TensorType fallback = t;
   switch (t) {
-    case TensorType::kQ4_K: return TensorType::kQ4_1;
-    case TensorType::kQ5_K:
-    case TensorType::kQ6_K: return TensorType::kQ8_0;
+    case TensorType::kQ4_K: fallback = TensorType::kQ5_0; break;
+    case TensorType::kQ5_K: fallback = TensorType::kQ5_1; break;
+    case TensorType::kQ6_K: fallback = TensorType::kQ8_0; break;
     default: return t;
   }
+  return inputs % 32 == 0 ? fallback : TensorType::kF16;
 }
 
 }  // namespace

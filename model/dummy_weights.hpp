@@ -20,9 +20,9 @@ enum class DummyMix { kUniform, kQ4_K_M };
 
 struct DummyWeightsSpec {
   std::string shape = "smollm2-135m";  // LlamaConfig::named_shape
-  // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K (2-D weights). K-quant rows must be
-  // multiples of 256: a matrix whose rows are not (SmolLM2's 576) falls back, as llama.cpp's
-  // quantizer does, to the nearest type troupe runs: Q4_K -> Q4_1, Q5_K and Q6_K -> Q8_0.
+  // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K (2-D weights). K-quant
+  // rows must be multiples of 256: a matrix whose rows are not (SmolLM2's 576) falls back as
+  // llama.cpp's quantizer does: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (F16 if not % 32).
   TensorType type = TensorType::kQ4_0;
   uint64_t seed = 0;
   DummyMix mix = DummyMix::kUniform;

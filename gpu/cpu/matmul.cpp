@@ -15,6 +15,7 @@
 #include "gpu/cpu/matmul_kquant.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 #include "model/kquant.hpp"
+#include "model/quant_q5.hpp"
 
 namespace troupe::gpu::cpu {
 
@@ -101,6 +102,8 @@ bool is_supported_weight_type(TensorType type) {
     case TensorType::kBF16:
     case TensorType::kQ4_0:
     case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
     case TensorType::kQ8_0:
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
@@ -123,7 +126,9 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
     case TensorType::kBF16: m.format_ = PackedFormat::kBF16; break;
     case TensorType::kQ4_0: m.format_ = PackedFormat::kQ4_0; break;
     case TensorType::kQ4_1: m.format_ = PackedFormat::kQ4_1; break;
-    case TensorType::kQ8_0: m.format_ = PackedFormat::kQ8_0; break;
+    case TensorType::kQ8_0:
+    case TensorType::kQ5_0: m.format_ = PackedFormat::kQ8_0; break;  // see matmul_kernels.hpp
+    case TensorType::kQ5_1: m.format_ = PackedFormat::kQ5_1; break;
     case TensorType::kQ4_K: m.format_ = PackedFormat::kQ4_K; break;
     case TensorType::kQ5_K: m.format_ = PackedFormat::kQ5_K; break;
     case TensorType::kQ6_K: m.format_ = PackedFormat::kQ6_K; break;
@@ -182,6 +187,10 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
           break;
         }
         case PackedFormat::kQ8_0: {
+          if (type == TensorType::kQ5_0) {
+            detail::pack_q5_lane(type, row, num_inputs, tile, lane);
+            break;
+          }
           for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* s = row + b * 34;
             uint8_t* d = tile + b * detail::kQ8_0BlockBytes;
@@ -195,6 +204,7 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
           }
           break;
         }
+        case PackedFormat::kQ5_1: detail::pack_q5_lane(type, row, num_inputs, tile, lane); break;
         case PackedFormat::kQ4_K:
         case PackedFormat::kQ5_K:
         case PackedFormat::kQ6_K:
@@ -232,8 +242,10 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
         switch (job.format) {
           case PackedFormat::kQ4_0:
           case PackedFormat::kQ4_1:
-          case PackedFormat::kQ8_0: {
+          case PackedFormat::kQ8_0:
+          case PackedFormat::kQ5_1: {
             const int bb = packed_block_bytes(job.format);
+            const bool has_min = job.format == PackedFormat::kQ4_1 || job.format == PackedFormat::kQ5_1;
             const int8_t* xq = job.xq + r * job.num_inputs;
             float lanes[8] = {};
             float msum = 0.0f;
@@ -248,6 +260,8 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
                   int32_t w;
                   if (job.format == PackedFormat::kQ8_0) {
                     w = static_cast<int32_t>(blk[32 + 64 * k + 4 * lane + j]) - 128;
+                  } else if (job.format == PackedFormat::kQ5_1) {
+                    w = blk[64 + 64 * k + 4 * lane + j];
                   } else {
                     // input 8p + j (low nibble) or 8p + 4 + j (high nibble) of chunk p
                     const uint8_t v = blk[(job.format == PackedFormat::kQ4_1 ? 64 : 32) + 64 * (in / 8) + 4 * lane + (in % 4)];
@@ -258,14 +272,14 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
                 }
                 lanes[k] = std::fma(scale, static_cast<float>(isum), lanes[k]);
               }
-              if (job.format == PackedFormat::kQ4_1) {
+              if (has_min) {
                 msum = std::fma(fp16_to_fp32(load_u16(blk + 32 + 2 * lane)), job.xsx[r * nb + b], msum);
               }
             }
             const float v0 = lanes[0] + lanes[4], v1 = lanes[1] + lanes[5];
             const float v2 = lanes[2] + lanes[6], v3 = lanes[3] + lanes[7];
             acc = (v0 + v2) + (v1 + v3);
-            if (job.format == PackedFormat::kQ4_1) acc += msum;
+            if (has_min) acc += msum;
             break;
           }
           case PackedFormat::kQ4_K:
@@ -392,6 +406,8 @@ void dequantize_row(TensorType type, const void* row, int64_t n, float* out) {
         for (int i = 0; i < 32; ++i) out[32 * b + i] = d * static_cast<int8_t>(blk[2 + i]);
       }
       return;
+    case TensorType::kQ5_0: model::q5::dequantize_row_q5_0(row, n, out); return;
+    case TensorType::kQ5_1: model::q5::dequantize_row_q5_1(row, n, out); return;
     case TensorType::kQ4_K: model::kquant::dequantize_row_q4_k(row, n, out); return;
     case TensorType::kQ5_K: model::kquant::dequantize_row_q5_k(row, n, out); return;
     case TensorType::kQ6_K: model::kquant::dequantize_row_q6_k(row, n, out); return;
@@ -412,42 +428,28 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
       switch (type) {
         case TensorType::kQ4_0:
         case TensorType::kQ4_1:
+        case TensorType::kQ5_0:
+        case TensorType::kQ5_1:
         case TensorType::kQ8_0: {
           // ggml's order (matmul.hpp): 4-input groups in 8 float lanes, hsum_float_8, then
-          // Q4_1's m * s chain.
+          // the m * s chain of the types with a min.
+          const bool has_min = type == TensorType::kQ4_1 || type == TensorType::kQ5_1;
           const int8_t* xq = in.q->qs.data() + r * num_inputs;
           float lanes[8] = {};
           float msum = 0.0f;
           for (int64_t b = 0; b < nb; ++b) {
             const int8_t* xb = xq + b * 32;
-            float dw = 0, mw = 0;
-            int32_t wq[32];
-            if (type == TensorType::kQ8_0) {
-              const uint8_t* blk = row + b * 34;
-              dw = fp16_to_fp32(load_u16(blk));
-              for (int i = 0; i < 32; ++i) wq[i] = static_cast<int8_t>(blk[2 + i]);
-            } else {
-              const bool has_min = type == TensorType::kQ4_1;
-              const uint8_t* blk = row + b * (has_min ? 20 : 18);
-              dw = fp16_to_fp32(load_u16(blk));
-              if (has_min) mw = fp16_to_fp32(load_u16(blk + 2));
-              const uint8_t* qs = blk + (has_min ? 4 : 2);
-              const int offset = has_min ? 0 : 8;
-              for (int i = 0; i < 16; ++i) {
-                wq[i] = (qs[i] & 0x0F) - offset;
-                wq[i + 16] = (qs[i] >> 4) - offset;
-              }
-            }
-            const float scale = dw * in.q->scale[r * nb + b];
+            const detail::LegacyBlock blk = detail::decode_legacy_block(type, row, b);
+            const float scale = blk.d * in.q->scale[r * nb + b];
             for (int k = 0; k < 8; ++k) {
               int32_t isum = 0;
-              for (int j = 4 * k; j < 4 * k + 4; ++j) isum += wq[j] * xb[j];
+              for (int j = 4 * k; j < 4 * k + 4; ++j) isum += blk.q[j] * xb[j];
               lanes[k] = std::fma(scale, static_cast<float>(isum), lanes[k]);
             }
-            if (type == TensorType::kQ4_1) msum = std::fma(mw, in.q->scaled_sum[r * nb + b], msum);
+            if (has_min) msum = std::fma(blk.m, in.q->scaled_sum[r * nb + b], msum);
           }
           acc = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-          if (type == TensorType::kQ4_1) acc += msum;
+          if (has_min) acc += msum;
           break;
         }
         case TensorType::kQ4_K:

@@ -7,15 +7,16 @@
 // Numerics (what must hold): for every (row r, output o) the value is computed by the same
 // sequence of floating-point operations, whatever the batch size, the row's position in the
 // batch, the tiling or the thread count:
-//   quantized W (Q4_0/Q4_1/Q8_0), activations quantized per 32-block to int8 (scale dx, sum sx),
-//   in ggml's AVX2 order (ggml_vec_dot_q4_1_q8_1 / _q8_0_q8_0 / _q4_0_q8_0, llamafile's
-//   tinyBLAS_Q0_AVX for Q8_0), so logits are bit-equal to llama.cpp's x86 build:
+//   quantized W (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0), activations quantized per 32-block to int8 (scale dx, sum sx),
+//   in ggml's AVX2 order (ggml_vec_dot_q4_1_q8_1 / _q8_0_q8_0 / _q4_0_q8_0 / _q5_0_q8_0 /
+//   _q5_1_q8_1, llamafile's tinyBLAS_Q0_AVX for Q8_0), so logits are bit-equal to llama.cpp's
+//   x86 build:
 //     lane[0..7] = 0, msum = 0; for block b in order:
 //       for group k = 0..7: isum_k = exact int32 dot of inputs 4k..4k+3 (weights minus offset)
 //                           lane[k] = fma(dw[b] * dx[b], float(isum_k), lane[k])
-//       Q4_1 only: msum = fma(m[b], fp16(dx[b] * float(sum_q[b])), msum)
+//       Q4_1/Q5_1 only: msum = fma(m[b], fp16(dx[b] * float(sum_q[b])), msum)
 //     y = ((lane0+lane4) + (lane2+lane6)) + ((lane1+lane5) + (lane3+lane7))   (hsum_float_8)
-//     Q4_1 only: y += msum
+//     Q4_1/Q5_1 only: y += msum
 //   K-quant W (Q4_K/Q5_K/Q6_K): the same shape with per-sub-block float scales; see
 //   matmul_kquant.hpp (not bit-equal to llama.cpp, which quantizes activations to Q8_K).
 //   float W (F32/F16/BF16): acc = 0; for k in order: acc = fma(float(w[k]), x[k], acc)
@@ -74,7 +75,8 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
 // 256-element super-blocks split into 32-element sub-blocks with float sub-scales, so they read
 // the same per-32 quantized activations with the same integer kernel shape (matmul_kquant.hpp
 // has their layout and numerics).
-enum class PackedFormat { kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kF32, kF16, kBF16 };
+// Q5_0 packs as kQ8_0 (matmul_kernels.hpp says why); Q5_1 has its own.
+enum class PackedFormat { kQ4_0, kQ4_1, kQ8_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kF32, kF16, kBF16 };
 
 // True when `type` can be packed (and so multiplied).
 bool is_supported_weight_type(model::TensorType type);
@@ -93,7 +95,8 @@ class PackedMatrix {
   model::TensorType source_type() const { return source_type_; }
   bool quantized() const {
     return format_ == PackedFormat::kQ4_0 || format_ == PackedFormat::kQ4_1 ||
-           format_ == PackedFormat::kQ8_0 || format_ == PackedFormat::kQ4_K ||
+           format_ == PackedFormat::kQ8_0 || format_ == PackedFormat::kQ5_1 ||
+           format_ == PackedFormat::kQ4_K ||
            format_ == PackedFormat::kQ5_K || format_ == PackedFormat::kQ6_K;
   }
   int64_t num_outputs() const { return num_outputs_; }

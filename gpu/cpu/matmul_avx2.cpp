@@ -36,10 +36,9 @@ TROUPE_TARGET_AVX2 inline void store_half(float* y, __m256 v, int64_t valid) {
 template <PackedFormat F>
 TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int h, int64_t r,
                                    int64_t o0) {
-  constexpr int kBlockBytes = F == PackedFormat::kQ4_0   ? kQ4_0BlockBytes
-                              : F == PackedFormat::kQ4_1 ? kQ4_1BlockBytes
-                                                         : kQ8_0BlockBytes;
-  constexpr int kQuantOffset = F == PackedFormat::kQ4_1 ? 64 : 32;
+  constexpr int kBlockBytes = packed_block_bytes(F);
+  constexpr bool kHasMin = F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1;
+  constexpr int kQuantOffset = kHasMin ? 64 : 32;
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -62,6 +61,13 @@ TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int 
         const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
         acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[g]);
       }
+    } else if constexpr (F == PackedFormat::kQ5_1) {
+      // Unsigned codes <= 31: maddubs cannot saturate (2 * 31 * 127 < 32767).
+      for (int g = 0; g < 8; ++g) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g));
+        const __m256i p16 = _mm256_maddubs_epi16(w, broadcast_dword(xq + 4 * g));
+        acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[g]);
+      }
     } else {
       for (int p = 0; p < 4; ++p) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
@@ -78,7 +84,7 @@ TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int 
         acc[2 * p + 1] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(ihi), acc[2 * p + 1]);
       }
     }
-    if constexpr (F == PackedFormat::kQ4_1) {
+    if constexpr (kHasMin) {
       const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
       macc = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[r * nb + b]), macc);
     }
@@ -86,7 +92,7 @@ TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int 
   const __m256 v0 = _mm256_add_ps(acc[0], acc[4]), v1 = _mm256_add_ps(acc[1], acc[5]);
   const __m256 v2 = _mm256_add_ps(acc[2], acc[6]), v3 = _mm256_add_ps(acc[3], acc[7]);
   __m256 y = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
-  if constexpr (F == PackedFormat::kQ4_1) y = _mm256_add_ps(y, macc);
+  if constexpr (kHasMin) y = _mm256_add_ps(y, macc);
   store_half(job.y + r * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
 }
 
@@ -98,10 +104,9 @@ template <PackedFormat F, int R, int H>
 TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t* tile, int h,
                                                int64_t r0, __m256 (&lanes)[R][8],
                                                __m256 (&macc)[R]) {
-  constexpr int kBlockBytes = F == PackedFormat::kQ4_0   ? kQ4_0BlockBytes
-                              : F == PackedFormat::kQ4_1 ? kQ4_1BlockBytes
-                                                         : kQ8_0BlockBytes;
-  constexpr int kQuantOffset = F == PackedFormat::kQ4_1 ? 64 : 32;
+  constexpr int kBlockBytes = packed_block_bytes(F);
+  constexpr bool kHasMin = F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1;
+  constexpr int kQuantOffset = kHasMin ? 64 : 32;
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -129,6 +134,16 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
           acc[i][gg] = _mm256_fmadd_ps(scale[i], _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[i][gg]);
         }
       }
+    } else if constexpr (F == PackedFormat::kQ5_1) {
+      for (int gg = 0; gg < 4; ++gg) {
+        const int g = 4 * H + gg;
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g));
+        for (int i = 0; i < R; ++i) {
+          const __m256i x = broadcast_dword(job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g);
+          const __m256i p16 = _mm256_maddubs_epi16(w, x);
+          acc[i][gg] = _mm256_fmadd_ps(scale[i], _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[i][gg]);
+        }
+      }
     } else {
       for (int pp = 0; pp < 2; ++pp) {
         const int p = 2 * H + pp;
@@ -148,7 +163,7 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
         }
       }
     }
-    if constexpr (F == PackedFormat::kQ4_1 && H == 1) {
+    if constexpr (kHasMin && H == 1) {
       const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
       for (int i = 0; i < R; ++i) {
         macc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
@@ -173,7 +188,7 @@ TROUPE_TARGET_AVX2 void quant_half_rows(const TileJob& job, const uint8_t* tile,
     const __m256 v0 = _mm256_add_ps(a[0], a[4]), v1 = _mm256_add_ps(a[1], a[5]);
     const __m256 v2 = _mm256_add_ps(a[2], a[6]), v3 = _mm256_add_ps(a[3], a[7]);
     __m256 y = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
-    if constexpr (F == PackedFormat::kQ4_1) y = _mm256_add_ps(y, macc[i]);
+    if constexpr (F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1) y = _mm256_add_ps(y, macc[i]);
     store_half(job.y + (r0 + i) * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
   }
 }
@@ -210,7 +225,8 @@ TROUPE_TARGET_AVX2 void float_half(const TileJob& job, const uint8_t* tile, int 
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void one_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
                                  int64_t o0) {
-  if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0) {
+  if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0 ||
+                F == PackedFormat::kQ5_1) {
     int i = 0;
     for (; i + 2 <= R; i += 2) quant_half_rows<F, 2>(job, tile, h, r0 + i, o0);
     if (i < R) quant_half<F>(job, tile, h, r0 + i, o0);
@@ -295,6 +311,7 @@ void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end)
     case PackedFormat::kQ4_0: run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ4_1: run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ8_0: run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ5_1: run<PackedFormat::kQ5_1>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ4_K:
     case PackedFormat::kQ5_K:
     case PackedFormat::kQ6_K: matmul_ktiles_avx2(job, tile_begin, tile_end); return;

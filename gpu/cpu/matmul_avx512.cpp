@@ -49,10 +49,9 @@ TROUPE_TARGET_AVX512 inline __m512 group_dot(__m512i w, const int8_t* xb, const 
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, int64_t r0,
                                      int64_t o0) {
-  constexpr int kBlockBytes = F == PackedFormat::kQ4_0   ? kQ4_0BlockBytes
-                              : F == PackedFormat::kQ4_1 ? kQ4_1BlockBytes
-                                                         : kQ8_0BlockBytes;
-  constexpr int kQuantOffset = F == PackedFormat::kQ4_1 ? 64 : 32;
+  constexpr int kBlockBytes = packed_block_bytes(F);
+  constexpr bool kHasMin = F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1;
+  constexpr int kQuantOffset = kHasMin ? 64 : 32;
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -68,13 +67,15 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     __m512 scale[R];
     for (int i = 0; i < R; ++i) scale[i] = _mm512_mul_ps(dw, _mm512_set1_ps(job.dx[(r0 + i) * nb + b]));
-    if constexpr (F == PackedFormat::kQ8_0) {
+    if constexpr (F == PackedFormat::kQ8_0 || F == PackedFormat::kQ5_1) {
+      // Byte codes: Q8_0 stored +128 (bias), Q5_1 unsigned as they are.
+      constexpr int32_t kOffset = F == PackedFormat::kQ8_0 ? 128 : 0;
       for (int g = 0; g < 8; ++g) {
         const __m512i w = _mm512_loadu_si512(qs + 64 * g);
         for (int i = 0; i < R; ++i) {
           const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g;
           const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + g;
-          acc[i][g] = _mm512_fmadd_ps(scale[i], group_dot<128>(w, xb, bias), acc[i][g]);
+          acc[i][g] = _mm512_fmadd_ps(scale[i], group_dot<kOffset>(w, xb, bias), acc[i][g]);
         }
       }
     } else {
@@ -91,7 +92,7 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
         }
       }
     }
-    if constexpr (F == PackedFormat::kQ4_1) {
+    if constexpr (kHasMin) {
       const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
       for (int i = 0; i < R; ++i) {
         macc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
@@ -103,7 +104,7 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
     const __m512 v0 = _mm512_add_ps(acc[i][0], acc[i][4]), v1 = _mm512_add_ps(acc[i][1], acc[i][5]);
     const __m512 v2 = _mm512_add_ps(acc[i][2], acc[i][6]), v3 = _mm512_add_ps(acc[i][3], acc[i][7]);
     __m512 y = _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3));
-    if constexpr (F == PackedFormat::kQ4_1) y = _mm512_add_ps(y, macc[i]);
+    if constexpr (kHasMin) y = _mm512_add_ps(y, macc[i]);
     store_tile(job.y + (r0 + i) * job.ldy + o0, y, valid);
   }
 }
@@ -137,8 +138,8 @@ TROUPE_TARGET_AVX512 void float_tile(const TileJob& job, const uint8_t* tile, in
 }
 
 template <PackedFormat F>
-inline constexpr bool kQuantized =
-    F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0;
+inline constexpr bool kQuantized = F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 ||
+                                   F == PackedFormat::kQ8_0 || F == PackedFormat::kQ5_1;
 
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void one_tile(const TileJob& job, const uint8_t* tile, int64_t r0, int64_t o0) {
@@ -180,6 +181,7 @@ void matmul_tiles_avx512(const TileJob& job, int64_t tile_begin, int64_t tile_en
     case PackedFormat::kQ4_0: run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ4_1: run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ8_0: run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ5_1: run<PackedFormat::kQ5_1>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ4_K:
     case PackedFormat::kQ5_K:
     case PackedFormat::kQ6_K: matmul_ktiles_avx512(job, tile_begin, tile_end); return;

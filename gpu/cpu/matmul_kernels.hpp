@@ -6,10 +6,16 @@
 //   Q4_0 block (288 B):  d[16] fp16 | quants[256]
 //   Q4_1 block (320 B):  d[16] fp16 | m[16] fp16 | quants[256]
 //   Q8_0 block (544 B):  d[16] fp16 | quants[512]
+//   Q5_1 block (576 B):  d[16] fp16 | m[16] fp16 | quants[512]
 //
 //   Q4 quants: 4 chunks p of 64 B; byte [64p + 4l + j] = w[l][8p + j] | w[l][8p + 4 + j] << 4
 //              (low nibbles: inputs 8p..8p+3, high nibbles: inputs 8p+4..8p+7; unsigned 0..15)
 //   Q8 quants: 8 chunks g of 64 B; byte [64g + 4l + j] = uint8(w[l][4g + j] + 128)
+//              (Q5_1: the same chunks holding the unsigned 5-bit codes 0..31, no offset)
+//
+// Q5_0 weights are packed as Q8_0 (byte = code - 16 + 128): a Q5_0 x Q8_0 dot in ggml's order is
+// the Q8_0 x Q8_0 one on the same integers, so it needs no kernels of its own. Q5_1 codes are
+// unsigned and its min term is Q4_1's, so it gets the byte layout with Q4_1's header.
 //
 // So a 64-byte chunk is one zmm whose 32-bit lane l holds 4 consecutive inputs of output l: one
 // vpdpbusd against a broadcast dword of 4 activations adds 4 products to each of 16 outputs.
@@ -26,12 +32,14 @@ namespace troupe::gpu::cpu::detail {
 inline constexpr int kQ4_0BlockBytes = 32 + 256;
 inline constexpr int kQ4_1BlockBytes = 64 + 256;
 inline constexpr int kQ8_0BlockBytes = 32 + 512;
+inline constexpr int kQ5_1BlockBytes = 64 + 512;
 
-inline int packed_block_bytes(PackedFormat f) {
+inline constexpr int packed_block_bytes(PackedFormat f) {
   switch (f) {
     case PackedFormat::kQ4_0: return kQ4_0BlockBytes;
     case PackedFormat::kQ4_1: return kQ4_1BlockBytes;
     case PackedFormat::kQ8_0: return kQ8_0BlockBytes;
+    case PackedFormat::kQ5_1: return kQ5_1BlockBytes;
     case PackedFormat::kQ4_K: return 128 + 256;  // matmul_kquant.hpp
     case PackedFormat::kQ5_K:
     case PackedFormat::kQ6_K: return 128 + 512;
@@ -76,6 +84,20 @@ struct QuantizeJob {
   int32_t* group_bias;
 };
 void quantize_rows_avx2(const QuantizeJob& job, int64_t row_begin, int64_t row_end);
+
+// Writes one Q5_0 (into the Q8_0 layout) or Q5_1 output row of `num_inputs` values into lane
+// `lane` of a tile (matmul_q5.cpp).
+void pack_q5_lane(model::TensorType type, const uint8_t* row, int64_t num_inputs, uint8_t* tile,
+                  int lane);
+
+// One 32-value block `b` of a ggml row of a legacy type (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) as signed
+// integer weights (offsets applied), scale and min (0 without one): matmul_reference's decoder.
+struct LegacyBlock {
+  int32_t q[32];
+  float d;
+  float m;
+};
+LegacyBlock decode_legacy_block(model::TensorType type, const uint8_t* row, int64_t b);
 
 void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_end);
 void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end);

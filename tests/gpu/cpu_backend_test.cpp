@@ -177,7 +177,8 @@ TEST_P(BatchInvariance, RecomputeAfterPreemptionIsBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(Types, BatchInvariance,
                          ::testing::Values(TensorType::kQ4_1, TensorType::kQ4_0, TensorType::kQ8_0,
                                            TensorType::kF16, TensorType::kBF16, TensorType::kF32,
-                                           TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K),
+                                           TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+                                           TensorType::kQ5_0, TensorType::kQ5_1),
                          [](const auto& info) { return std::string(model::tensor_type_name(info.param)); });
 
 TEST(CpuBackend, ScatteredBlocksEqualContiguous) {

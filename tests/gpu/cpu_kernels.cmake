@@ -13,3 +13,6 @@ troupe_add_test(NAME cpu_rope_factors_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu
 # K-quant weights (Q4_K/Q5_K/Q6_K): kernels against the reference, batch invariance, dummy model.
 troupe_add_test(NAME cpu_matmul_kquant_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_matmul_kquant_test.cpp
   LIBS troupe_gpu LABELS "unit;gpu")
+# Q5_0 / Q5_1 weights: kernels against the reference, batch invariance, Q4_K_M-like fallbacks.
+troupe_add_test(NAME cpu_matmul_q5_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_matmul_q5_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")

@@ -104,7 +104,7 @@ INSTANTIATE_TEST_SUITE_P(Types, KQuantMatmulTest,
                                   "_shape" + std::to_string(std::get<1>(info.param));
                          });
 
-// A SmolLM2-135M-shaped dummy (576-wide rows fall back to Q4_1/Q8_0; ffn_down and the Q4_K_M
+// A SmolLM2-135M-shaped dummy (576-wide rows fall back to Q5_0/Q8_0; ffn_down and the Q4_K_M
 // mix's 1536-wide rows are K-quants) runs a prefill and a decode step with finite logits.
 void run_two_steps(const model::LlamaWeights& weights) {
   CpuBackendConfig cfg;
@@ -129,7 +129,7 @@ TEST(KQuantModel, SmolLm2ShapedQ4_KRunsForwardSteps) {
   spec.type = TensorType::kQ4_K;
   const auto weights = model::make_dummy_weights(spec);
   EXPECT_EQ(weights.layers()[0].w_down.type, TensorType::kQ4_K);
-  EXPECT_EQ(weights.layers()[0].wq.type, TensorType::kQ4_1);  // 576-wide rows: fallback
+  EXPECT_EQ(weights.layers()[0].wq.type, TensorType::kQ5_0);  // 576-wide rows: fallback
   run_two_steps(weights);
 }
 

@@ -111,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
 
 TEST(MatmulPack, RejectsUnsupportedTypeAndBadRowLength) {
   std::vector<uint8_t> w(1024);
-  EXPECT_THROW(PackedMatrix::pack(TensorType::kQ5_0, w.data(), 1, 256), std::invalid_argument);
+  EXPECT_THROW(PackedMatrix::pack(TensorType::kQ2_K, w.data(), 1, 256), std::invalid_argument);
   EXPECT_THROW(PackedMatrix::pack(TensorType::kQ4_K, w.data(), 1, 576), std::invalid_argument);
   EXPECT_THROW(PackedMatrix::pack(TensorType::kQ4_0, w.data(), 1, 48), std::invalid_argument);
 }

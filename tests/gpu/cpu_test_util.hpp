@@ -89,6 +89,20 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
         }
         break;
       }
+      case TensorType::kQ5_0:
+      case TensorType::kQ5_1: {
+        // Random qh and qs bytes (every 5-bit code); Q5_1's min near -16 steps centres them.
+        const bool has_min = type == TensorType::kQ5_1;
+        const int bytes = has_min ? 24 : 22;
+        for (int64_t b = 0; b < num_inputs / 32; ++b) {
+          uint8_t* blk = r + b * bytes;
+          for (int i = 0; i < bytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
+          const float d = scale(rng) / 2.0f;
+          put_half(blk, d);
+          if (has_min) put_half(blk + 2, -16.0f * scale(rng) / 2.0f);
+        }
+        break;
+      }
       default: break;
     }
   }

@@ -9,3 +9,8 @@ troupe_add_test(NAME kquant_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kquant_test.cpp
   LIBS troupe_model
   LABELS "unit;model")
+# Q5_0 / Q5_1 codecs (model/quant_q5.hpp): hand-built blocks (qh bit order), quantizer round trip.
+troupe_add_test(NAME quant_q5_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/quant_q5_test.cpp
+  LIBS troupe_model
+  LABELS "unit;model")
