@@ -44,7 +44,7 @@ WeightType weight_type_of(const model::WeightView& v) {
   if (!is_cuda_weight_type(id)) {
     throw std::invalid_argument("tensor " + v.name + ": type " +
                                 std::string(model::tensor_type_name(v.type)) +
-                                " is not supported by the CUDA backend yet");
+                                " is not supported by the CUDA backend yet; use --backend cpu");
   }
   return static_cast<WeightType>(id);
 }

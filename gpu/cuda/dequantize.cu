@@ -27,6 +27,11 @@ int64_t gguf_row_bytes(WeightType type, int64_t num_cols) {
     case WeightType::kQ4_0: return num_cols / 32 * 18;
     case WeightType::kQ4_1: return num_cols / 32 * 20;
     case WeightType::kQ8_0: return num_cols / 32 * 34;
+    case WeightType::kQ5_0: return num_cols / 32 * 22;
+    case WeightType::kQ5_1: return num_cols / 32 * 24;
+    case WeightType::kQ4_K: return num_cols / 256 * 144;
+    case WeightType::kQ5_K: return num_cols / 256 * 176;
+    case WeightType::kQ6_K: return num_cols / 256 * 210;
   }
   return 0;
 }

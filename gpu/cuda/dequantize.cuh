@@ -1,5 +1,6 @@
-// Weight dequantization at load: a GGUF matrix (F32, F16, BF16, Q8_0, Q4_0 or Q4_1 rows) already
-// in device memory becomes a dense row-major F16 or BF16 matrix for cuBLAS. Runs once per weight
+// Weight dequantization at load: a GGUF matrix (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K or Q6_K rows) already in device memory becomes a dense row-major F16 or BF16 matrix
+// for cuBLAS (element decoding in device_util.cuh / dequant_quants.cuh). Runs once per weight
 // at start-up; keeping Q4/Q8 weights quantized with a dequantizing GEMV is the alternative the
 // device benchmark is meant to decide (4x fewer bytes per decode step at small batch).
 //

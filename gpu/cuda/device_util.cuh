@@ -7,18 +7,13 @@
 
 #include <cstdint>
 
+#include "gpu/cuda/dequant_quants.cuh"
 #include "gpu/cuda/kernel_types.cuh"
 
 namespace troupe::gpu::cuda::detail {
 
-// fp16 from two bytes with no alignment assumption: Q4_0 (18 B) and Q8_0 (34 B) blocks are only
-// 2-byte aligned inside a row, and the scale sits at the block start.
-__device__ __forceinline__ float load_half_bytes(const uint8_t* p) {
-  const unsigned short bits = static_cast<unsigned short>(p[0] | (p[1] << 8));
-  return __half2float(__ushort_as_half(bits));
-}
-
 // Element j of one GGUF row (GGUF_NOTES.md §3: Q4 nibbles are j / j+16, not interleaved).
+// Q5_0/Q5_1 and the K-quants live in dequant_quants.cuh.
 __device__ __forceinline__ float load_weight_element(const uint8_t* row, WeightType type, int64_t j) {
   switch (type) {
     case WeightType::kF32: return reinterpret_cast<const float*>(row)[j];
@@ -43,6 +38,11 @@ __device__ __forceinline__ float load_weight_element(const uint8_t* row, WeightT
       const uint8_t* blk = row + (j / 32) * 34;
       return load_half_bytes(blk) * static_cast<float>(static_cast<int8_t>(blk[2 + j % 32]));
     }
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K:
+    case WeightType::kQ6_K: return load_block_quant_element(row, type, j);
   }
   return 0.0f;
 }

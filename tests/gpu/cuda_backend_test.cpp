@@ -171,7 +171,11 @@ TEST_P(CudaLogits, MixedBatchesMatchCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaLogits,
                          ::testing::Values(TensorType::kQ4_1, TensorType::kQ4_0, TensorType::kQ8_0,
-                                           TensorType::kF16, TensorType::kBF16, TensorType::kF32),
+                                           TensorType::kF16, TensorType::kBF16, TensorType::kF32,
+                                           // 128-wide rows of tiny_config fall back (Q4_K ->
+                                           // Q5_0, ...); the 256-wide ffn_down stays a K-quant.
+                                           TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K,
+                                           TensorType::kQ5_K, TensorType::kQ6_K),
                          [](const auto& info) { return std::string(model::tensor_type_name(info.param)); });
 
 TEST(CudaBackend, ChunkingAndBatchingBarelyMoveLogits) {

@@ -1,8 +1,9 @@
 // Each CUDA op against the CPU implementation (or a float64 reference) on random inputs of
 // several shapes, outputs poisoned with NaN before each run. Skips without a CUDA device.
 //
-// Tolerances: dequantize/embedding within 1 ulp of the target type (the GPU contracts d*q + m
-// into an fma, the CPU does not); RMSNorm, SiLU*up, attention with F32 outputs: relative L2
+// Tolerances: dequantize/embedding within 1 ulp of the target type (the GPU contracts Q4_1's
+// d*q + m into an fma, the CPU does not; the Q5 and K-quant decoders use explicit rounding and
+// should match exactly); RMSNorm, SiLU*up, attention with F32 outputs: relative L2
 // error < 1e-5 (attention 1e-4: expf and a different reduction order); RoPE (with and without
 // rope_freqs factors): 1e-4 absolute against the CPU's float table (1e-3 on queries, rounded to
 // fp16); GEMM: < 2e-3 (F16) and < 1e-2 (BF16) against float64.
@@ -52,55 +53,76 @@ float act_to_float(uint16_t bits, ActType t) {
   return t == ActType::kF16 ? cpu::fp16_to_fp32(bits) : cpu::bf16_to_fp32(bits);
 }
 
-const TensorType kTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
-                             TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1};
+// Every weight type the CUDA backend reads; each is compared with its CPU twin
+// (cpu::dequantize_row: model/quant_q5.cpp and model/kquant.cpp for the block formats).
+const TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
+                             TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                             TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K,
+                             TensorType::kQ5_K, TensorType::kQ6_K};
 
-TEST(CudaOps, DequantizeMatchesCpuWithinOneUlp) {
+// Row widths a type can have: 32-element blocks take all, 256-element super-blocks the
+// multiples of 256.
+bool fits(TensorType type, int64_t cols) { return cols % model::traits_of(type).block_elements == 0; }
+
+class CudaDequantize : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(CudaDequantize, MatchesCpuWithinOneUlp) {
   TROUPE_REQUIRE_CUDA_DEVICE();
+  const TensorType type = GetParam();
   uint64_t seed = 1;
-  for (TensorType type : kTypes) {
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 32}, {17, 256}, {64, 576}}) {
-      const std::vector<uint8_t> raw = cpu::testing::random_weights(type, rows, cols, seed++);
-      std::vector<float> want(rows * cols);
-      const size_t row_bytes = model::row_bytes(type, cols);
-      for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row(type, raw.data() + r * row_bytes, cols, &want[r * cols]);
-      DeviceArray<uint8_t> d_raw(raw);
-      for (ActType act : {ActType::kF16, ActType::kBF16}) {
-        DeviceArray<uint16_t> out(rows * cols);
-        dequantize_matrix(d_raw.get(), static_cast<WeightType>(type), rows, cols, out.get(), act, nullptr);
-        const std::vector<uint16_t> got = out.download();
-        const double ulp = act == ActType::kF16 ? 1.0 / 1024 : 1.0 / 128;
-        for (int64_t i = 0; i < rows * cols; ++i) {
-          const float g = act_to_float(got[i], act);
-          ASSERT_FALSE(std::isnan(g)) << "unwritten element " << i;
-          ASSERT_LE(std::fabs(g - want[i]), ulp * std::fabs(want[i]) + 1e-7)
-              << model::tensor_type_name(type) << " " << rows << "x" << cols << " element " << i;
-        }
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 32}, {17, 256}, {64, 576}, {9, 1536}}) {
+    if (!fits(type, cols)) continue;
+    const std::vector<uint8_t> raw = cpu::testing::random_weights(type, rows, cols, seed++);
+    std::vector<float> want(rows * cols);
+    const size_t row_bytes = model::row_bytes(type, cols);
+    for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row(type, raw.data() + r * row_bytes, cols, &want[r * cols]);
+    DeviceArray<uint8_t> d_raw(raw);
+    for (ActType act : {ActType::kF16, ActType::kBF16}) {
+      DeviceArray<uint16_t> out(rows * cols);
+      dequantize_matrix(d_raw.get(), static_cast<WeightType>(type), rows, cols, out.get(), act, nullptr);
+      const std::vector<uint16_t> got = out.download();
+      const double ulp = act == ActType::kF16 ? 1.0 / 1024 : 1.0 / 128;
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const float g = act_to_float(got[i], act);
+        ASSERT_FALSE(std::isnan(g)) << "unwritten element " << i;
+        ASSERT_LE(std::fabs(g - want[i]), ulp * std::fabs(want[i]) + 1e-7)
+            << model::tensor_type_name(type) << " " << rows << "x" << cols << " element " << i;
       }
     }
   }
 }
 
-TEST(CudaOps, EmbeddingGatherMatchesCpuDequantize) {
+TEST_P(CudaDequantize, EmbeddingGatherMatchesCpuDequantize) {
   TROUPE_REQUIRE_CUDA_DEVICE();
+  const TensorType type = GetParam();
   const int64_t vocab = 300;
-  for (TensorType type : kTypes) {
-    for (int64_t n_embd : {64, 576}) {
-      const std::vector<uint8_t> raw = cpu::testing::random_weights(type, vocab, n_embd, 7);
-      const std::vector<int32_t> ids = {0, 299, 5, 5, 123, 42, 7};
-      DeviceArray<uint8_t> d_raw(raw);
-      DeviceArray<int32_t> d_ids(ids);
-      DeviceArray<float> out(ids.size() * n_embd);
-      const int64_t row_bytes = static_cast<int64_t>(model::row_bytes(type, n_embd));
-      embedding_gather(d_raw.get(), static_cast<WeightType>(type), row_bytes, static_cast<int32_t>(n_embd),
-                       d_ids.get(), static_cast<int32_t>(ids.size()), out.get(), nullptr);
-      const std::vector<float> got = out.download();
-      std::vector<float> want(ids.size() * n_embd);
-      for (size_t t = 0; t < ids.size(); ++t) cpu::dequantize_row(type, raw.data() + ids[t] * row_bytes, n_embd, &want[t * n_embd]);
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * std::fabs(want[i]) + 1e-7) << model::tensor_type_name(type) << " element " << i;
-      }
+  for (int64_t n_embd : {64, 256, 576, 768}) {
+    if (!fits(type, n_embd)) continue;
+    const std::vector<uint8_t> raw = cpu::testing::random_weights(type, vocab, n_embd, 7);
+    const std::vector<int32_t> ids = {0, 299, 5, 5, 123, 42, 7};
+    DeviceArray<uint8_t> d_raw(raw);
+    DeviceArray<int32_t> d_ids(ids);
+    DeviceArray<float> out(ids.size() * n_embd);
+    const int64_t row_bytes = static_cast<int64_t>(model::row_bytes(type, n_embd));
+    embedding_gather(d_raw.get(), static_cast<WeightType>(type), row_bytes, static_cast<int32_t>(n_embd),
+                     d_ids.get(), static_cast<int32_t>(ids.size()), out.get(), nullptr);
+    const std::vector<float> got = out.download();
+    std::vector<float> want(ids.size() * n_embd);
+    for (size_t t = 0; t < ids.size(); ++t) cpu::dequantize_row(type, raw.data() + ids[t] * row_bytes, n_embd, &want[t * n_embd]);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * std::fabs(want[i]) + 1e-7) << model::tensor_type_name(type) << " element " << i;
     }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaDequantize, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(model::tensor_type_name(info.param)); });
+
+// Every type the backend accepts has a device decoder; the rest are refused by name.
+TEST(CudaWeightTypes, AcceptsEveryDecodedTypeOnly) {
+  for (TensorType type : kTypes) EXPECT_TRUE(is_cuda_weight_type(static_cast<uint32_t>(type))) << model::tensor_type_name(type);
+  for (TensorType type : {TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ8_1, TensorType::kQ8_K}) {
+    EXPECT_FALSE(is_cuda_weight_type(static_cast<uint32_t>(type))) << model::tensor_type_name(type);
   }
 }
 
