@@ -1,7 +1,8 @@
 // CPU backend throughput: prompt processing (512 tokens) and decode at batch 1/4/16/64 on the
 // default model, decode at batch 1 on dummy Llama-3.2-1B Q4_0, and the K-quant lines: dummy
-// SmolLM2-135M in the Q4_K_M-like mix at batch 1 and 16 (its 576-wide rows fall back to Q4_1 /
-// Q8_0 as llama.cpp falls back for them), dummy Llama-3.2-1B all Q4_K at batch 1. Prints tokens/s and the
+// SmolLM2-135M in the Q4_K_M-like mix at batch 1 and 16 (its 576-wide rows fall back to Q5_0 /
+// Q8_0 as llama.cpp's quantizer does, so it has the real file's types), dummy Llama-3.2-1B all
+// Q4_K at batch 1. Prints tokens/s and the
 // hypervisor's `steal` share of CPU time during each run (repeat runs that had steal).
 //
 //   cpu_forward_bench [--model PATH] [--threads N] [--decode-steps N] [--skip-dummy]
