@@ -43,6 +43,14 @@ struct SamplingSlot {
   int32_t num_generated = 0;
   int32_t recent_offset = 0;  // its penalty window in StepBatch::recent_tokens
   int32_t recent_count = 0;
+  // The ids that end generation (the model's EOS unless ignore_eos, then the request's
+  // stop_token_ids). The backend masks them while num_generated < params.min_tokens; the
+  // scheduler fills them only then (empty otherwise), so the common slot carries nothing.
+  std::vector<int32_t> end_token_ids;
+
+  bool masks_end_tokens() const {
+    return num_generated < params.min_tokens && !end_token_ids.empty();
+  }
 };
 
 struct StepBatch {

@@ -2,6 +2,8 @@
 // send nulls for unset options), and names the field in its error's `param`.
 #include "net/openai_request.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -270,6 +272,64 @@ Error read_sampling(dom::object o, model::SamplingParams& s) {
   return std::nullopt;
 }
 
+// A logit_bias key: a decimal token id ("15339"), nothing else (no sign, spaces or exponent).
+std::optional<int32_t> parse_token_id_key(std::string_view key) {
+  int32_t id = 0;
+  const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+  if (ec != std::errc() || end != key.data() + key.size() || key.empty() || key[0] == '-') {
+    return std::nullopt;
+  }
+  return id;
+}
+
+// `logit_bias`: {"<token id>": bias, ...}. The vocabulary bound is checked at admission
+// (PromptBuilder knows the tokenizer); here every id only has to be a non-negative int32.
+Error read_logit_bias(dom::object o, const OpenAiApiConfig& config, model::SamplingParams& s) {
+  const auto e = field(o, "logit_bias");
+  if (!e) return std::nullopt;
+  if (!e->is_object()) return bad_type("logit_bias", "an object mapping token ids to numbers");
+  const dom::object entries(*e);
+  if (entries.size() > static_cast<size_t>(config.max_logit_bias_entries)) {
+    return invalid("logit_bias", fmt::format("'logit_bias' may hold at most {} entries.",
+                                             config.max_logit_bias_entries));
+  }
+  for (const dom::key_value_pair entry : entries) {
+    const auto id = parse_token_id_key(entry.key);
+    if (!id) {
+      return invalid("logit_bias", fmt::format("Invalid key in 'logit_bias': '{}' is not a token "
+                                               "id (a non-negative integer).", entry.key));
+    }
+    const auto bias = as_number(entry.value);
+    if (!bias) return bad_type("logit_bias", "an object mapping token ids to numbers");
+    if (!(*bias >= -model::kMaxLogitBias && *bias <= model::kMaxLogitBias)) {
+      return invalid("logit_bias", fmt::format("Invalid value in 'logit_bias' for token {}: {} is "
+                                               "outside the range [-100, 100].", *id, *bias));
+    }
+    s.logit_bias.push_back({*id, static_cast<float>(*bias)});
+  }
+  std::sort(s.logit_bias.begin(), s.logit_bias.end(),
+            [](const model::LogitBias& a, const model::LogitBias& b) { return a.token_id < b.token_id; });
+  if (auto problem = model::check_logit_bias(s.logit_bias, std::numeric_limits<int32_t>::max())) {
+    return invalid("logit_bias", fmt::format("Invalid 'logit_bias': {}.", *problem));
+  }
+  return std::nullopt;
+}
+
+// `min_tokens` (vLLM): at most max_tokens, so the request can finish.
+Error read_min_tokens(dom::object o, engine::GenerateRequest& g) {
+  std::optional<int64_t> min_tokens;
+  if (auto err = read_int(o, "min_tokens", 0, std::numeric_limits<int32_t>::max(), min_tokens)) {
+    return err;
+  }
+  if (!min_tokens) return std::nullopt;
+  if (*min_tokens > g.stop.max_tokens) {
+    return invalid("min_tokens", fmt::format("Invalid value for 'min_tokens': {} is greater than "
+                                             "max_tokens ({}).", *min_tokens, g.stop.max_tokens));
+  }
+  g.sampling.min_tokens = static_cast<int32_t>(*min_tokens);
+  return std::nullopt;
+}
+
 // Chat: `logprobs` (bool) + `top_logprobs`; completions: `logprobs` (the number of alternatives).
 Error read_logprobs(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
                     model::SamplingParams& s) {
@@ -349,6 +409,8 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   if (auto err = read_limits(o, kind, config, g)) return err;
   if (auto err = read_sampling(o, g.sampling)) return err;
   if (auto err = read_logprobs(o, kind, config, g.sampling)) return err;
+  if (auto err = read_logit_bias(o, config, g.sampling)) return err;
+  if (auto err = read_min_tokens(o, g)) return err;  // after read_limits: needs max_tokens
   if (auto err = read_stop(o, config, g.stop)) return err;
   if (auto err = read_stream(o, request)) return err;
   if (auto err = read_string(o, "user", request.user)) return err;

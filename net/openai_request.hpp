@@ -22,6 +22,10 @@ struct OpenAiApiConfig {
   int32_t default_max_tokens = 256;  // when the request gives none
   int32_t max_stop_strings = 4;
   int32_t max_top_logprobs = 20;
+  // logit_bias entries per request. Each entry costs work on every sampled token (and bytes in
+  // every step's device upload), so a request must not be able to send thousands; 300 covers
+  // banning or forcing any realistic word list in a few tokenizations each.
+  int32_t max_logit_bias_entries = 300;
   int32_t max_batch_items = 1000;    // /v1/batch: more is 413
   uint64_t max_stream_buffer_bytes = 8u << 20;  // per request, before a slow client is dropped
 };

@@ -1,7 +1,10 @@
 // Scheduler: turning a planned step into the flattened gpu::StepBatch, and consuming the
 // step's sampled tokens (append, stop checks, caching newly full blocks).
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -14,6 +17,32 @@ namespace {
 bool uses_penalties(const model::SamplingParams& params) {
   return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
          params.frequency_penalty != 0.0f;
+}
+
+// The ids min_tokens holds back, in the stop checker's terms: the model's end-of-generation ids
+// unless ignore_eos (which turns off only those), and the request's stop_token_ids.
+std::vector<int32_t> end_token_ids(const Sequence& seq, std::span<const int32_t> eos_token_ids) {
+  std::vector<int32_t> ids;
+  if (!seq.stop.ignore_eos) ids.assign(eos_token_ids.begin(), eos_token_ids.end());
+  ids.insert(ids.end(), seq.stop.stop_token_ids.begin(), seq.stop.stop_token_ids.end());
+  return ids;
+}
+
+// check_stop, except that an end-of-generation token before min_tokens does not finish the
+// sequence. The backend masks those ids until then, so this only matters if one reaches us
+// anyway (a backend bug, or every other logit at -inf): min_tokens still holds.
+std::optional<FinishReason> check_stop_after_min_tokens(const Sequence& seq,
+                                                        std::span<const int32_t> eos_token_ids,
+                                                        int32_t max_model_len) {
+  const auto reason = check_stop(seq, eos_token_ids, max_model_len);
+  const bool early = seq.num_generated_tokens() < seq.sampling.min_tokens;
+  if (!early || !reason || (*reason != FinishReason::kEos && *reason != FinishReason::kStopToken)) {
+    return reason;
+  }
+  // The token is ordinary output now; only the length limits may still end the sequence.
+  if (seq.num_generated_tokens() >= seq.stop.max_tokens) return FinishReason::kMaxTokens;
+  if (seq.num_tokens() >= max_model_len) return FinishReason::kMaxModelLen;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -86,6 +115,9 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
     gpu::SamplingSlot slot;
     slot.params = seq.sampling;
     slot.num_generated = seq.num_generated_tokens();
+    if (slot.num_generated < seq.sampling.min_tokens) {
+      slot.end_token_ids = end_token_ids(seq, config_.eos_token_ids);
+    }
     if (uses_penalties(seq.sampling) && seq.sampling.penalty_last_n != 0) {
       // penalty_last_n < 0 means the whole sequence (llama.cpp's -1).
       const int32_t window = seq.sampling.penalty_last_n < 0
@@ -157,7 +189,8 @@ void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,
   if (seq.first_token_step == 0) seq.first_token_step = step_id;
   update.tokens.push_back(GeneratedToken{seq.request_id, sampled->token_id, sampled->logprob,
                                          sampled->top_logprobs, seq.num_generated_tokens()});
-  if (const auto reason = check_stop(seq, config_.eos_token_ids, config_.max_model_len)) {
+  if (const auto reason =
+          check_stop_after_min_tokens(seq, config_.eos_token_ids, config_.max_model_len)) {
     update.finished.push_back(retire(seq, *reason));
     return;
   }

@@ -78,6 +78,21 @@ struct ByValueDesc {
   bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
 };
 
+// Bias, then the end-of-generation mask (vLLM applies both before penalties and before the
+// greedy/random split, so they move greedy argmax too). A bias on a masked id cannot revive it:
+// the mask writes -inf last. Ids outside the row are skipped: admission rejects them, and a
+// backend must not write out of bounds if one slips through.
+void apply_bias_and_mask(std::span<float> z, const SamplingSlot& slot) {
+  const int64_t n = static_cast<int64_t>(z.size());
+  for (const model::LogitBias& b : slot.params.logit_bias) {
+    if (b.token_id >= 0 && b.token_id < n) z[b.token_id] += b.bias;
+  }
+  if (!slot.masks_end_tokens()) return;
+  for (int32_t id : slot.end_token_ids) {
+    if (id >= 0 && id < n) z[id] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 }  // namespace
 
 double sampling_uniform(uint64_t seed, int32_t num_generated) {
@@ -89,116 +104,131 @@ double sampling_uniform(uint64_t seed, int32_t num_generated) {
 SampledToken Sampler::sample(std::span<const float> logits, const SamplingSlot& slot,
                              std::span<const int32_t> recent) {
   const model::SamplingParams& p = slot.params;
-  const int32_t n = static_cast<int32_t>(logits.size());
   SampledToken out;
-
-  if (p.greedy()) {
-    out.token_id = argmax(logits);
+  const bool adjusts = !p.logit_bias.empty() || slot.masks_end_tokens();
+  if (p.greedy() && !adjusts) {
+    out.token_id = argmax(logits);  // the common greedy case reads the row in place
   } else {
     work_.assign(logits.begin(), logits.end());
-    float* z = work_.data();
-    // Penalties over the window.
-    const bool penalize = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                          p.frequency_penalty != 0.0f;
-    if (penalize && p.penalty_last_n != 0 && !recent.empty()) {
-      size_t window = recent.size();
-      if (p.penalty_last_n > 0) window = std::min(window, static_cast<size_t>(p.penalty_last_n));
-      const auto w = recent.subspan(recent.size() - window);
-      counts_.assign(n, 0);
-      for (int32_t t : w) {
-        if (t >= 0 && t < n) counts_[t]++;
-      }
-      for (int32_t t : w) {
-        if (t < 0 || t >= n || counts_[t] == 0) continue;
-        const int32_t c = counts_[t];
-        counts_[t] = 0;  // apply once per distinct token
-        if (p.repetition_penalty != 1.0f) {
-          z[t] = z[t] <= 0.0f ? z[t] * p.repetition_penalty : z[t] / p.repetition_penalty;
-        }
-        z[t] -= static_cast<float>(c) * p.frequency_penalty + p.presence_penalty;
-      }
+    apply_bias_and_mask(work_, slot);
+    if (p.greedy()) {
+      out.token_id = argmax(work_);
+    } else {
+      apply_penalties(p, recent);
+      out.token_id = draw(slot);
     }
-    // Candidates, sorted by logit when a filter needs an order.
-    ids_.resize(n);
-    for (int32_t i = 0; i < n; ++i) ids_[i] = i;
-    int32_t count = n;
-    bool sorted = false;
-    if (p.top_k > 0 && p.top_k < n) {
-      std::partial_sort(ids_.begin(), ids_.begin() + p.top_k, ids_.end(), ByValueDesc{z});
-      count = p.top_k;
+  }
+  // From the raw row, before bias, mask and penalties: vLLM v1's default logprobs_mode
+  // (raw_logprobs) computes them before any logits processor.
+  if (p.logprobs || p.top_logprobs > 0) fill_logprobs(logits, p.top_logprobs, out);
+  return out;
+}
+
+void Sampler::apply_penalties(const model::SamplingParams& p, std::span<const int32_t> recent) {
+  const bool penalize = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                        p.frequency_penalty != 0.0f;
+  if (!penalize || p.penalty_last_n == 0 || recent.empty()) return;
+  float* z = work_.data();
+  const int32_t n = static_cast<int32_t>(work_.size());
+  size_t window = recent.size();
+  if (p.penalty_last_n > 0) window = std::min(window, static_cast<size_t>(p.penalty_last_n));
+  const auto w = recent.subspan(recent.size() - window);
+  counts_.assign(n, 0);
+  for (int32_t t : w) {
+    if (t >= 0 && t < n) counts_[t]++;
+  }
+  for (int32_t t : w) {
+    if (t < 0 || t >= n || counts_[t] == 0) continue;
+    const int32_t c = counts_[t];
+    counts_[t] = 0;  // apply once per distinct token
+    if (p.repetition_penalty != 1.0f) {
+      z[t] = z[t] <= 0.0f ? z[t] * p.repetition_penalty : z[t] / p.repetition_penalty;
+    }
+    z[t] -= static_cast<float>(c) * p.frequency_penalty + p.presence_penalty;
+  }
+}
+
+int32_t Sampler::draw(const SamplingSlot& slot) {
+  const model::SamplingParams& p = slot.params;
+  const float* z = work_.data();
+  const int32_t n = static_cast<int32_t>(work_.size());
+  // Candidates, sorted by logit when a filter needs an order.
+  ids_.resize(n);
+  for (int32_t i = 0; i < n; ++i) ids_[i] = i;
+  int32_t count = n;
+  bool sorted = false;
+  if (p.top_k > 0 && p.top_k < n) {
+    std::partial_sort(ids_.begin(), ids_.begin() + p.top_k, ids_.end(), ByValueDesc{z});
+    count = p.top_k;
+    sorted = true;
+  }
+  // Probabilities (before temperature, as llama.cpp's top-p/min-p see them).
+  float zmax = -std::numeric_limits<float>::infinity();
+  for (int32_t i = 0; i < count; ++i) zmax = std::max(zmax, z[ids_[i]]);
+  probs_.resize(n);
+  double total = 0.0;
+  for (int32_t i = 0; i < count; ++i) total += (probs_[ids_[i]] = std::exp(z[ids_[i]] - zmax));
+  if (p.top_p < 1.0f) {
+    if (!sorted) {
+      // Grow a sorted prefix until it holds top_p of the mass (usually a few hundred ids).
+      int32_t k = std::min(count, 256);
+      for (;;) {
+        std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.begin() + count, ByValueDesc{z});
+        double cum = 0.0;
+        for (int32_t i = 0; i < k; ++i) cum += probs_[ids_[i]];
+        if (cum >= p.top_p * total || k == count) break;
+        k = std::min(count, k * 4);
+      }
       sorted = true;
     }
-    // Probabilities (before temperature, as llama.cpp's top-p/min-p see them).
-    float zmax = -std::numeric_limits<float>::infinity();
-    for (int32_t i = 0; i < count; ++i) zmax = std::max(zmax, z[ids_[i]]);
-    probs_.resize(n);
-    double total = 0.0;
-    for (int32_t i = 0; i < count; ++i) total += (probs_[ids_[i]] = std::exp(z[ids_[i]] - zmax));
-    if (p.top_p < 1.0f) {
-      if (!sorted) {
-        // Grow a sorted prefix until it holds top_p of the mass (usually a few hundred ids).
-        int32_t k = std::min(count, 256);
-        for (;;) {
-          std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.begin() + count, ByValueDesc{z});
-          double cum = 0.0;
-          for (int32_t i = 0; i < k; ++i) cum += probs_[ids_[i]];
-          if (cum >= p.top_p * total || k == count) break;
-          k = std::min(count, k * 4);
-        }
-        sorted = true;
-      }
-      double cum = 0.0;
-      int32_t keep = 0;
-      while (keep < count) {
-        cum += probs_[ids_[keep++]];
-        if (cum >= p.top_p * total) break;
-      }
-      count = std::max(keep, 1);
-    }
-    if (p.min_p > 0.0f) {
-      // probs are relative to the max (exp(0) = 1), so the threshold is min_p itself.
-      int32_t kept = 0;
-      for (int32_t i = 0; i < count; ++i) {
-        if (probs_[ids_[i]] >= p.min_p) ids_[kept++] = ids_[i];
-      }
-      count = std::max(kept, 1);
-    }
-    // Temperature, then the draw over the survivors in their current order.
-    const double inv_t = 1.0 / p.temperature;
-    double sum = 0.0;
-    for (int32_t i = 0; i < count; ++i) {
-      sum += (probs_[ids_[i]] = static_cast<float>(std::exp((z[ids_[i]] - zmax) * inv_t)));
-    }
-    const double target = sampling_uniform(p.seed, slot.num_generated) * sum;
     double cum = 0.0;
-    out.token_id = ids_[count - 1];
+    int32_t keep = 0;
+    while (keep < count) {
+      cum += probs_[ids_[keep++]];
+      if (cum >= p.top_p * total) break;
+    }
+    count = std::max(keep, 1);
+  }
+  if (p.min_p > 0.0f) {
+    // probs are relative to the max (exp(0) = 1), so the threshold is min_p itself.
+    int32_t kept = 0;
     for (int32_t i = 0; i < count; ++i) {
-      cum += probs_[ids_[i]];
-      if (cum > target) {
-        out.token_id = ids_[i];
-        break;
-      }
+      if (probs_[ids_[i]] >= p.min_p) ids_[kept++] = ids_[i];
     }
+    count = std::max(kept, 1);
   }
+  // Temperature, then the draw over the survivors in their current order.
+  const double inv_t = 1.0 / p.temperature;
+  double sum = 0.0;
+  for (int32_t i = 0; i < count; ++i) {
+    sum += (probs_[ids_[i]] = static_cast<float>(std::exp((z[ids_[i]] - zmax) * inv_t)));
+  }
+  const double target = sampling_uniform(p.seed, slot.num_generated) * sum;
+  double cum = 0.0;
+  for (int32_t i = 0; i < count; ++i) {
+    cum += probs_[ids_[i]];
+    if (cum > target) return ids_[i];
+  }
+  return ids_[count - 1];
+}
 
-  if (p.logprobs || p.top_logprobs > 0) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (float v : logits) m = std::max(m, v);
-    double s = 0.0;
-    for (float v : logits) s += std::exp(static_cast<double>(v) - m);
-    const double lse = m + std::log(s);
-    out.logprob = static_cast<float>(logits[out.token_id] - lse);
-    const int32_t k = std::min(p.top_logprobs, n);
-    if (k > 0) {
-      ids_.resize(n);
-      for (int32_t i = 0; i < n; ++i) ids_[i] = i;
-      std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), ByValueDesc{logits.data()});
-      for (int32_t i = 0; i < k; ++i) {
-        out.top_logprobs.push_back({ids_[i], static_cast<float>(logits[ids_[i]] - lse)});
-      }
-    }
+void Sampler::fill_logprobs(std::span<const float> logits, int32_t top_logprobs,
+                            SampledToken& out) {
+  const int32_t n = static_cast<int32_t>(logits.size());
+  float m = -std::numeric_limits<float>::infinity();
+  for (float v : logits) m = std::max(m, v);
+  double s = 0.0;
+  for (float v : logits) s += std::exp(static_cast<double>(v) - m);
+  const double lse = m + std::log(s);
+  out.logprob = static_cast<float>(logits[out.token_id] - lse);
+  const int32_t k = std::min(top_logprobs, n);
+  if (k <= 0) return;
+  ids_.resize(n);
+  for (int32_t i = 0; i < n; ++i) ids_[i] = i;
+  std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), ByValueDesc{logits.data()});
+  for (int32_t i = 0; i < k; ++i) {
+    out.top_logprobs.push_back({ids_[i], static_cast<float>(logits[ids_[i]] - lse)});
   }
-  return out;
 }
 
 }  // namespace troupe::gpu::cpu

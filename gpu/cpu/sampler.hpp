@@ -1,11 +1,13 @@
-// Token sampling from one row of logits: greedy, or penalties -> top-k -> top-p -> min-p ->
+// Token sampling from one row of logits: logit_bias -> min_tokens mask of the end-of-generation
+// ids (both for greedy too, as in vLLM), then greedy, or penalties -> top-k -> top-p -> min-p ->
 // temperature -> seeded draw (llama.cpp's chain order, GGUF_NOTES.md §9), plus logprobs.
 //
 // Determinism: the random number for a draw depends only on (params.seed, num_generated), so a
 // sequence that is preempted and recomputed samples the same tokens, and a request's output does
 // not depend on what else is in the batch. Ties break toward the lower token id.
 // Logprobs (and top alternatives) are those of the raw model distribution, log_softmax(logits),
-// before penalties, filters and temperature (vLLM's default).
+// before logit_bias, the min_tokens mask, penalties, filters and temperature (vLLM v1's default
+// logprobs_mode, raw_logprobs): a banned token still shows its model probability.
 //
 // Thread-safety: pure functions; a Sampler holds scratch buffers, one per thread.
 #pragma once
@@ -29,6 +31,10 @@ class Sampler {
                       std::span<const int32_t> recent);
 
  private:
+  void apply_penalties(const model::SamplingParams& params, std::span<const int32_t> recent);
+  int32_t draw(const SamplingSlot& slot);  // over work_, after penalties
+  void fill_logprobs(std::span<const float> logits, int32_t top_logprobs, SampledToken& out);
+
   std::vector<float> work_;
   std::vector<int32_t> ids_;
   std::vector<float> probs_;

@@ -1,4 +1,5 @@
-// Sampler: greedy, seeded reproducibility, top-k/top-p/min-p filters, penalties, logprobs.
+// Sampler: greedy, seeded reproducibility, top-k/top-p/min-p filters, penalties, logprobs,
+// logit_bias and the min_tokens mask.
 #include "gpu/cpu/sampler.hpp"
 
 #include <gtest/gtest.h>
@@ -156,6 +157,88 @@ TEST(Sampler, LogprobsAreRawLogSoftmaxWithSortedAlternatives) {
   EXPECT_EQ(t.top_logprobs[0].token_id, 1);
   EXPECT_EQ(t.top_logprobs[1].token_id, 2);
   EXPECT_NEAR(t.top_logprobs[1].logprob, std::log(0.3), 1e-5);
+}
+
+// -100 bans the favourite (greedy and sampled), +100 forces an unlikely token.
+TEST(Sampler, LogitBiasBansAndForcesTokens) {
+  const auto l = logits_for({0.05, 0.8, 0.1, 0.05});
+  auto greedy = slot_with(0.0f);
+  greedy.params.logit_bias = {{1, -100.0f}};
+  Sampler s;
+  EXPECT_EQ(s.sample(l, greedy, {}).token_id, 2);
+  auto hot = slot_with(2.0f);  // the highest temperature the API allows
+  hot.params.logit_bias = {{1, -100.0f}};
+  EXPECT_EQ(drawn(l, hot).count(1), 0u);
+  hot.params.logit_bias = {{3, 100.0f}};
+  EXPECT_EQ(drawn(l, hot), (std::set<int32_t>{3}));
+  greedy.params.logit_bias = {{0, 100.0f}};
+  EXPECT_EQ(s.sample(l, greedy, {}).token_id, 0);
+}
+
+// A small bias moves greedy argmax exactly by its amount; ids outside the row are ignored.
+TEST(Sampler, GreedyAddsTheBiasBeforeArgmax) {
+  const std::vector<float> l = {1.0f, 2.0f, 1.5f};
+  auto slot = slot_with(0.0f);
+  slot.params.logit_bias = {{0, 0.9f}, {7, 100.0f}};
+  Sampler s;
+  EXPECT_EQ(s.sample(l, slot, {}).token_id, 1);  // 1.9 < 2
+  slot.params.logit_bias = {{0, 1.1f}, {7, 100.0f}};
+  EXPECT_EQ(s.sample(l, slot, {}).token_id, 0);  // 2.1 > 2
+}
+
+// Logprobs stay those of the raw row (vLLM v1's raw_logprobs), whatever the bias did.
+TEST(Sampler, LogprobsIgnoreTheBias) {
+  const auto l = logits_for({0.1, 0.6, 0.3});
+  auto slot = slot_with(0.0f);
+  slot.params.logprobs = true;
+  slot.params.top_logprobs = 1;
+  slot.params.logit_bias = {{1, -100.0f}};
+  Sampler s;
+  const SampledToken t = s.sample(l, slot, {});
+  EXPECT_EQ(t.token_id, 2);
+  EXPECT_NEAR(t.logprob, std::log(0.3), 1e-5);
+  ASSERT_EQ(t.top_logprobs.size(), 1u);
+  EXPECT_EQ(t.top_logprobs[0].token_id, 1);
+}
+
+// The end ids are masked while num_generated < min_tokens, then allowed again.
+TEST(Sampler, MinTokensMasksEndTokensUntilReached) {
+  const auto l = logits_for({0.1, 0.2, 0.6, 0.1});  // 2 plays EOS, 3 a stop_token_id
+  Sampler s;
+  for (const float temperature : {0.0f, 1.0f}) {
+    auto slot = slot_with(temperature);
+    slot.params.min_tokens = 3;
+    slot.end_token_ids = {2, 3};
+    for (int32_t generated = 0; generated < 3; ++generated) {
+      slot.num_generated = generated;
+      const int32_t token = s.sample(l, slot, {}).token_id;
+      EXPECT_NE(token, 2) << "generated " << generated;
+      EXPECT_NE(token, 3) << "generated " << generated;
+    }
+    auto many = slot;
+    many.num_generated = 0;
+    if (temperature > 0.0f) {
+      many.params.min_tokens = 1 << 20;  // drawn() counts num_generated up to 3000
+      EXPECT_EQ(drawn(l, many), (std::set<int32_t>{0, 1}));
+    }
+    slot.num_generated = 3;
+    if (temperature == 0.0f) EXPECT_EQ(s.sample(l, slot, {}).token_id, 2);
+    many.params.min_tokens = 0;
+    if (temperature > 0.0f) EXPECT_TRUE(drawn(l, many).count(2));
+  }
+}
+
+// The mask wins over a +100 bias on an end id.
+TEST(Sampler, MinTokensMaskBeatsAPositiveBias) {
+  const auto l = logits_for({0.5, 0.5});
+  auto slot = slot_with(0.0f);
+  slot.params.min_tokens = 1;
+  slot.params.logit_bias = {{1, 100.0f}};
+  slot.end_token_ids = {1};
+  Sampler s;
+  EXPECT_EQ(s.sample(l, slot, {}).token_id, 0);
+  slot.num_generated = 1;
+  EXPECT_EQ(s.sample(l, slot, {}).token_id, 1);
 }
 
 }  // namespace

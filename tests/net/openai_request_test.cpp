@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include <fmt/format.h>
+
 #include "net/json_input.hpp"
 
 namespace troupe::net {
@@ -175,6 +179,86 @@ TEST(OpenAiRequest, EngineErrorsMapToStatuses) {
   EXPECT_EQ(api_error_from({engine::ErrorCode::kQueueFull, "", ""}).status, 429);
   EXPECT_EQ(api_error_from({engine::ErrorCode::kDraining, "", ""}).status, 503);
   EXPECT_EQ(api_error_from({engine::ErrorCode::kInternal, "", ""}).status, 500);
+}
+
+TEST(OpenAiRequest, DecodesLogitBiasSortedAndMinTokens) {
+  const auto parsed = chat(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":30,
+    "logit_bias":{"15339":-100,"7":100,"42":0.5},"min_tokens":20})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(parsed)) << error_of(parsed).message;
+  const model::SamplingParams& s = std::get<CompletionRequest>(parsed).generate.sampling;
+  EXPECT_EQ(s.logit_bias, (std::vector<model::LogitBias>{{7, 100.0f}, {42, 0.5f}, {15339, -100.0f}}));
+  EXPECT_EQ(s.min_tokens, 20);
+  // Absent, null and {} alike: no bias, min_tokens 0.
+  for (const char* body : {R"({"prompt":"x"})", R"({"prompt":"x","logit_bias":null,"min_tokens":null})",
+                           R"({"prompt":"x","logit_bias":{}})"}) {
+    const auto p = completion(body);
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(p)) << body;
+    EXPECT_TRUE(std::get<CompletionRequest>(p).generate.sampling.logit_bias.empty());
+    EXPECT_EQ(std::get<CompletionRequest>(p).generate.sampling.min_tokens, 0);
+  }
+  // min_tokens == max_tokens is allowed (and == the default max_tokens when none is given).
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(
+      completion(R"({"prompt":"x","max_tokens":5,"min_tokens":5})")));
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(completion(
+      fmt::format(R"({{"prompt":"x","min_tokens":{}}})", kConfig.default_max_tokens))));
+}
+
+TEST(OpenAiRequest, LogitBiasAndMinTokensErrorsNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("logit_bias":[1,2])", "logit_bias"},             // not an object
+      {R"("logit_bias":"x")", "logit_bias"},
+      {R"("logit_bias":{"abc":1})", "logit_bias"},         // key not an integer
+      {R"("logit_bias":{"-5":1})", "logit_bias"},          // negative id
+      {R"("logit_bias":{"1.5":1})", "logit_bias"},
+      {R"("logit_bias":{" 5":1})", "logit_bias"},
+      {R"("logit_bias":{"":1})", "logit_bias"},
+      {R"("logit_bias":{"99999999999":1})", "logit_bias"}, // beyond int32
+      {R"("logit_bias":{"5":"1"})", "logit_bias"},         // value not a number
+      {R"("logit_bias":{"5":null})", "logit_bias"},
+      {R"("logit_bias":{"5":100.5})", "logit_bias"},       // out of range
+      {R"("logit_bias":{"5":-101})", "logit_bias"},
+      {R"("logit_bias":{"5":1,"05":2})", "logit_bias"},    // the same token twice
+      {R"("min_tokens":-1)", "min_tokens"},
+      {R"("min_tokens":1.5)", "min_tokens"},
+      {R"("min_tokens":"3")", "min_tokens"},
+      {R"("max_tokens":10,"min_tokens":11)", "min_tokens"},
+  };
+  for (const auto& [fields, param] : cases) {
+    for (const bool is_chat : {true, false}) {
+      const std::string body = is_chat
+          ? fmt::format(R"({{"messages":[{{"role":"user","content":"x"}}],{}}})", fields)
+          : fmt::format(R"({{"prompt":"x",{}}})", fields);
+      const ApiError e = error_of(is_chat ? chat(body) : completion(body));
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body << " -> " << e.message;
+      EXPECT_FALSE(e.message.empty()) << body;
+    }
+  }
+  // Chat's max_completion_tokens bounds min_tokens too.
+  EXPECT_EQ(error_of(chat(R"({"messages":[{"role":"user","content":"x"}],
+    "max_completion_tokens":4,"min_tokens":5})")).param, "min_tokens");
+}
+
+TEST(OpenAiRequest, LogitBiasEntryLimitIsAConfigValue) {
+  std::string entries;
+  for (int i = 0; i < 301; ++i) entries += fmt::format("{}\"{}\":1", i ? "," : "", i);
+  const std::string body = fmt::format(R"({{"prompt":"x","logit_bias":{{{}}}}})", entries);
+  const ApiError e = error_of(completion(body));
+  EXPECT_EQ(e.param, "logit_bias");
+  EXPECT_NE(e.message.find("300"), std::string::npos) << e.message;
+  OpenAiApiConfig roomy;
+  roomy.max_logit_bias_entries = 301;
+  const auto ok = parse_completion_request(ApiKind::kCompletion, body, "M", roomy);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(ok));
+  EXPECT_EQ(std::get<CompletionRequest>(ok).generate.sampling.logit_bias.size(), 301u);
+}
+
+TEST(SamplingParams, CheckLogitBiasAgainstAVocabulary) {
+  const std::vector<model::LogitBias> ok = {{0, -100.0f}, {9, 100.0f}};
+  EXPECT_FALSE(model::check_logit_bias(ok, 10));
+  EXPECT_TRUE(model::check_logit_bias(ok, 9));  // 9 is outside a 9-token vocabulary
+  const std::vector<model::LogitBias> nan = {{1, std::nanf("")}};
+  EXPECT_TRUE(model::check_logit_bias(nan, 10));
 }
 
 TEST(JsonInput, FindsInvalidUtf8AndSyntaxErrors) {
