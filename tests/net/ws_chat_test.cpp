@@ -310,6 +310,28 @@ TEST_F(WsChatTest, BadFramesGetErrorFramesAndTheConnectionStaysUsable) {
   EXPECT_EQ(find(frames_, "done", "ok")->finish_reason, "stop");
 }
 
+// The WS chat message shares the OpenAI parser: logit_bias and min_tokens reach the engine, and
+// the same validation answers with an error frame naming the field.
+TEST_F(WsChatTest, LogitBiasAndMinTokensAreParsedAndValidated) {
+  auto connection = connect();
+  connection->on_text(chat("bad1", R"(,"logit_bias":{"5":101})"));
+  connection->on_text(chat("bad2", R"(,"max_tokens":3,"min_tokens":4)"));
+  drain(*connection);
+  ASSERT_EQ(frames_.size(), 2u);
+  EXPECT_EQ(frames_[0].type, "error");
+  EXPECT_NE(frames_[0].message.find("'logit_bias'"), std::string::npos) << frames_[0].raw;
+  EXPECT_NE(frames_[1].message.find("'min_tokens'"), std::string::npos) << frames_[1].raw;
+  EXPECT_TRUE(engine_.submitted().empty());
+
+  frames_.clear();
+  connection->on_text(chat("ok", R"(,"max_tokens":9,"min_tokens":2,"logit_bias":{"3":-100})"));
+  ASSERT_TRUE(pump_until(*connection, done_for({"ok"})));
+  const auto submitted = engine_.submitted();
+  ASSERT_EQ(submitted.size(), 1u);
+  EXPECT_EQ(submitted[0].sampling.min_tokens, 2);
+  EXPECT_EQ(submitted[0].sampling.logit_bias, (std::vector<model::LogitBias>{{3, -100.0f}}));
+}
+
 TEST_F(WsChatTest, EngineErrorsBecomeErrorFramesAndFreeTheId) {
   engine_.script.error =
       engine::RequestError{engine::ErrorCode::kPromptTooLong, "prompt is too long", ""};
