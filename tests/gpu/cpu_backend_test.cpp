@@ -12,28 +12,14 @@
 
 #include "model/dummy_weights.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
+#include "tests/gpu/cpu_test_util.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
 
 using model::TensorType;
 using testing::StepHarness;
-
-model::LlamaConfig tiny_config() {
-  model::LlamaConfig c;
-  c.n_vocab = 512;
-  c.n_embd = 128;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_head_kv = 2;
-  c.head_dim = 32;
-  c.n_rot = 32;
-  c.n_ff = 256;
-  c.context_length = 1024;
-  c.rope_freq_base = 10000.0f;
-  c.tied_output = true;
-  return c;
-}
+using testing::tiny_config;
 
 // K-quants need rows of 256: the same tiny model, twice as wide, so every matrix is of `type`.
 model::LlamaConfig tiny_config_for(TensorType type) {

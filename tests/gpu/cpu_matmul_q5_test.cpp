@@ -4,107 +4,32 @@
 // SmolLM2-135M-shaped Q4_K_M-like dummy (Q5_0 fallbacks, as the real file has) running steps.
 #include <cmath>
 #include <cstring>
-#include <tuple>
 
 #include <gtest/gtest.h>
 
 #include "gpu/cpu/cpu_backend.hpp"
 #include "gpu/cpu/matmul.hpp"
-#include "gpu/cpu/thread_pool.hpp"
 #include "model/dummy_weights.hpp"
+#include "tests/gpu/cpu_matmul_test_util.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
-#include "tests/gpu/cpu_test_util.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
 
 using model::TensorType;
+using testing::MatmulShape;
+using testing::MatmulTest;
 
-struct Shape {
-  int64_t outputs, inputs, rows;
-};
-
-const Shape kShapes[] = {{1, 32, 1},    {37, 64, 3},  {17, 576, 9}, {5, 1536, 2},
-                         {100, 96, 17}, {33, 576, 4}, {16, 32, 64}, {19, 160, 7}};
+const MatmulShape kShapes[] = {{1, 32, 1},    {37, 64, 3},  {17, 576, 9}, {5, 1536, 2},
+                               {100, 96, 17}, {33, 576, 4}, {16, 32, 64}, {19, 160, 7}};
 const TensorType kTypes[] = {TensorType::kQ5_0, TensorType::kQ5_1};
-
-class Q5MatmulTest : public ::testing::TestWithParam<std::tuple<TensorType, int>> {};
 
 // Bound against the exact product: float32 rounding of the chains (2e-6 of sum |w x|) plus the
 // int8 activation rounding, at most 0.6 of a step per element, times |w| (as the K-quant test).
-TEST_P(Q5MatmulTest, AllPathsMatchReferenceBitExact) {
-  const TensorType type = std::get<0>(GetParam());
-  const Shape s = kShapes[std::get<1>(GetParam())];
-  const auto w = testing::random_weights(type, s.outputs, s.inputs, 42 + s.outputs);
-  const auto x = testing::random_floats(s.rows * s.inputs, 7 + s.rows);
-  QuantizedRows q;
-  quantize_rows(x.data(), s.inputs, s.rows, s.inputs, q);
-  const MatmulInput in{x.data(), s.inputs, s.rows, &q};
-  std::vector<float> ref(s.rows * s.outputs);
-  matmul_reference(type, w.data(), s.outputs, s.inputs, in, ref.data(), s.outputs);
-
-  std::vector<float> wrow(s.inputs);
-  for (int64_t o = 0; o < s.outputs; ++o) {
-    dequantize_row(type, w.data() + o * model::row_bytes(type, s.inputs), s.inputs, wrow.data());
-    for (int64_t r = 0; r < s.rows; ++r) {
-      double exact = 0, bound = 1e-7;
-      for (int64_t k = 0; k < s.inputs; ++k) {
-        const double wx = static_cast<double>(wrow[k]) * x[r * s.inputs + k];
-        exact += wx;
-        bound += 2e-6 * std::fabs(wx) + std::fabs(wrow[k]) * 0.6 * q.scale[(r * s.inputs + k) / 32];
-      }
-      ASSERT_NEAR(ref[r * s.outputs + o], exact, bound) << "row " << r << " output " << o;
-    }
-  }
-
-  const PackedMatrix packed = PackedMatrix::pack(type, w.data(), s.outputs, s.inputs);
-  ASSERT_TRUE(packed.quantized());
-  EXPECT_EQ(packed.source_type(), type);
-  ThreadPool pool(3);
-  for (IsaLevel isa : runnable_isas()) {
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      std::vector<float> y(s.rows * (s.outputs + 3), -1.0f);
-      matmul(packed, in, y.data(), s.outputs + 3, p, isa);
-      for (int64_t r = 0; r < s.rows; ++r) {
-        ASSERT_EQ(0, std::memcmp(&y[r * (s.outputs + 3)], &ref[r * s.outputs], 4 * s.outputs))
-            << "isa " << to_string(isa) << " row " << r << (p ? " threaded" : "");
-        for (int i = 0; i < 3; ++i) ASSERT_EQ(y[r * (s.outputs + 3) + s.outputs + i], -1.0f);
-      }
-    }
-  }
-}
-
-TEST_P(Q5MatmulTest, RowResultDoesNotDependOnBatch) {
-  const TensorType type = std::get<0>(GetParam());
-  const Shape s = kShapes[std::get<1>(GetParam())];
-  const auto w = testing::random_weights(type, s.outputs, s.inputs, 3);
-  const PackedMatrix packed = PackedMatrix::pack(type, w.data(), s.outputs, s.inputs);
-  const int64_t rows = 13;
-  const auto x = testing::random_floats(rows * s.inputs, 11);
-  QuantizedRows q;
-  quantize_rows(x.data(), s.inputs, rows, s.inputs, q);
-  for (IsaLevel isa : runnable_isas()) {
-    std::vector<float> all(rows * s.outputs);
-    matmul(packed, {x.data(), s.inputs, rows, &q}, all.data(), s.outputs, nullptr, isa);
-    for (int64_t r = 0; r < rows; ++r) {
-      QuantizedRows q1;
-      quantize_rows(x.data() + r * s.inputs, s.inputs, 1, s.inputs, q1);
-      std::vector<float> one(s.outputs);
-      matmul(packed, {x.data() + r * s.inputs, s.inputs, 1, &q1}, one.data(), s.outputs, nullptr,
-             isa);
-      ASSERT_EQ(0, std::memcmp(one.data(), &all[r * s.outputs], 4 * s.outputs)) << "row " << r;
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Types, Q5MatmulTest,
-                         ::testing::Combine(::testing::ValuesIn(kTypes),
-                                            ::testing::Range(0,
-                                                             static_cast<int>(std::size(kShapes)))),
-                         [](const auto& info) {
-                           return std::string(model::tensor_type_name(std::get<0>(info.param))) +
-                                  "_shape" + std::to_string(std::get<1>(info.param));
-                         });
+// The tests themselves: tests/gpu/cpu_matmul_test_util.hpp.
+INSTANTIATE_TEST_SUITE_P(Q5, MatmulTest,
+                         ::testing::ValuesIn(testing::matmul_cases(kTypes, kShapes, 0.6)),
+                         testing::matmul_case_name);
 
 // One output whose weights are a hand-built Q5_0 block (value i = i - 16: the fifth bit set for
 // i >= 16 only) against one-hot activations: y = d * (i - 16) exactly, on every path.

@@ -6,108 +6,36 @@
 
 #include <cmath>
 #include <cstring>
-#include <tuple>
 
-#include "gpu/cpu/thread_pool.hpp"
-#include "tests/gpu/cpu_test_util.hpp"
+#include "tests/gpu/cpu_matmul_test_util.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
 
 using model::TensorType;
+using testing::MatmulCase;
+using testing::MatmulShape;
+using testing::MatmulTest;
 
-struct Shape {
-  int64_t outputs, inputs, rows;
-};
+const MatmulShape kShapes[] = {{16, 32, 1},    {37, 64, 3},    {100, 96, 9}, {5, 160, 8},
+                               {576, 576, 17}, {192, 1536, 2}, {48, 32, 64}};
 
-const Shape kShapes[] = {{16, 32, 1},  {37, 64, 3},   {100, 96, 9},  {5, 160, 8},
-                         {576, 576, 17}, {192, 1536, 2}, {48, 32, 64}};
+// Error bound against the exact product: float32 rounding of a K-term fma chain (2e-6 of
+// sum |w x|), plus, for quantized weights, int8 activation rounding: at most half a step
+// (scale / 2) per element, times |w|. Float weights multiply float activations: no rounding.
+const TensorType kFloatTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16};
+const TensorType kQuantTypes[] = {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ8_0};
 
-const TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
-                             TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ8_0};
-
-bool is_quant(TensorType t) {
-  return t == TensorType::kQ4_0 || t == TensorType::kQ4_1 || t == TensorType::kQ8_0;
+std::vector<MatmulCase> all_cases() {
+  std::vector<MatmulCase> cases = testing::matmul_cases(kFloatTypes, kShapes, 0.0);
+  const std::vector<MatmulCase> quant = testing::matmul_cases(kQuantTypes, kShapes, 0.5);
+  cases.insert(cases.end(), quant.begin(), quant.end());
+  return cases;
 }
 
-// Error bound: float32 rounding of a K-term fma chain (2e-6 of sum |w x|), plus, for quantized
-// weights, int8 activation rounding: at most half a step (scale / 2) per element, times |w|.
-
-class MatmulTest : public ::testing::TestWithParam<std::tuple<TensorType, int>> {};
-
-TEST_P(MatmulTest, AllPathsMatchReferenceBitExact) {
-  const TensorType type = std::get<0>(GetParam());
-  const Shape s = kShapes[std::get<1>(GetParam())];
-  const auto w = testing::random_weights(type, s.outputs, s.inputs, 42 + s.outputs);
-  const auto x = testing::random_floats(s.rows * s.inputs, 7 + s.rows);
-  QuantizedRows q;
-  quantize_rows(x.data(), s.inputs, s.rows, s.inputs, q);
-  const MatmulInput in{x.data(), s.inputs, s.rows, &q};
-
-  std::vector<float> ref(s.rows * s.outputs);
-  matmul_reference(type, w.data(), s.outputs, s.inputs, in, ref.data(), s.outputs);
-
-  // Float64 product of the dequantized weights and the exact activations.
-  std::vector<float> wrow(s.inputs);
-  for (int64_t o = 0; o < s.outputs; ++o) {
-    dequantize_row(type, w.data() + o * model::row_bytes(type, s.inputs), s.inputs, wrow.data());
-    for (int64_t r = 0; r < s.rows; ++r) {
-      double exact = 0, bound = 1e-7;
-      for (int64_t k = 0; k < s.inputs; ++k) {
-        exact += static_cast<double>(wrow[k]) * x[r * s.inputs + k];
-        bound += 2e-6 * std::fabs(static_cast<double>(wrow[k]) * x[r * s.inputs + k]);
-        if (is_quant(type)) bound += std::fabs(wrow[k]) * 0.5 * q.scale[(r * s.inputs + k) / 32];
-      }
-      ASSERT_NEAR(ref[r * s.outputs + o], exact, bound)
-          << "row " << r << " output " << o;
-    }
-  }
-
-  const PackedMatrix packed = PackedMatrix::pack(type, w.data(), s.outputs, s.inputs);
-  ThreadPool pool(3);
-  for (IsaLevel isa : runnable_isas()) {
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      std::vector<float> y(s.rows * (s.outputs + 3), -1.0f);
-      matmul(packed, in, y.data(), s.outputs + 3, p, isa);
-      for (int64_t r = 0; r < s.rows; ++r) {
-        ASSERT_EQ(0, std::memcmp(&y[r * (s.outputs + 3)], &ref[r * s.outputs], 4 * s.outputs))
-            << "isa " << to_string(isa) << " row " << r << (p ? " threaded" : "");
-        for (int i = 0; i < 3; ++i) ASSERT_EQ(y[r * (s.outputs + 3) + s.outputs + i], -1.0f);
-      }
-    }
-  }
-}
-
-TEST_P(MatmulTest, RowResultDoesNotDependOnBatch) {
-  const TensorType type = std::get<0>(GetParam());
-  const Shape s = kShapes[std::get<1>(GetParam())];
-  const auto w = testing::random_weights(type, s.outputs, s.inputs, 3);
-  const PackedMatrix packed = PackedMatrix::pack(type, w.data(), s.outputs, s.inputs);
-  const int64_t rows = 13;
-  const auto x = testing::random_floats(rows * s.inputs, 11);
-  QuantizedRows q;
-  quantize_rows(x.data(), s.inputs, rows, s.inputs, q);
-  for (IsaLevel isa : runnable_isas()) {
-    std::vector<float> all(rows * s.outputs);
-    matmul(packed, {x.data(), s.inputs, rows, &q}, all.data(), s.outputs, nullptr, isa);
-    for (int64_t r = 0; r < rows; ++r) {
-      QuantizedRows q1;
-      quantize_rows(x.data() + r * s.inputs, s.inputs, 1, s.inputs, q1);
-      std::vector<float> one(s.outputs);
-      matmul(packed, {x.data() + r * s.inputs, s.inputs, 1, &q1}, one.data(), s.outputs, nullptr,
-             isa);
-      ASSERT_EQ(0, std::memcmp(one.data(), &all[r * s.outputs], 4 * s.outputs)) << "row " << r;
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
-                         ::testing::Combine(::testing::ValuesIn(kTypes),
-                                            ::testing::Range(0, static_cast<int>(std::size(kShapes)))),
-                         [](const auto& info) {
-                           return std::string(model::tensor_type_name(std::get<0>(info.param))) +
-                                  "_shape" + std::to_string(std::get<1>(info.param));
-                         });
+// The tests themselves: tests/gpu/cpu_matmul_test_util.hpp.
+INSTANTIATE_TEST_SUITE_P(Types, MatmulTest, ::testing::ValuesIn(all_cases()),
+                         testing::matmul_case_name);
 
 TEST(MatmulPack, RejectsUnsupportedTypeAndBadRowLength) {
   std::vector<uint8_t> w(1024);

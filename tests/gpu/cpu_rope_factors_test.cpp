@@ -134,19 +134,10 @@ TEST(RopeFactors, FactorsOfTwoEqualLinearScalingByTwo) {
 
 // ----- the CPU backend end to end on a tiny dummy model -----
 
-model::LlamaConfig tiny_config() {
-  model::LlamaConfig c;
-  c.n_vocab = 512;
-  c.n_embd = 128;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_head_kv = 2;
-  c.head_dim = 32;
-  c.n_rot = 32;
-  c.n_ff = 256;
-  c.context_length = 1024;
+// The shared tiny model at Llama 3's RoPE base.
+model::LlamaConfig tiny_llama3_config() {
+  model::LlamaConfig c = testing::tiny_config();
   c.rope_freq_base = 500000.0f;
-  c.tied_output = true;
   return c;
 }
 
@@ -177,7 +168,7 @@ std::vector<float> run_logits(model::LlamaWeights w) {
 }
 
 TEST(RopeFactorsForward, OnesEqualNoFactorsAndTwosEqualLinearScaling) {
-  const model::LlamaConfig c = tiny_config();
+  const model::LlamaConfig c = tiny_llama3_config();
   const auto base = model::make_dummy_weights(c, model::TensorType::kQ4_1, 7);
   ASSERT_TRUE(base.rope_freq_factors().empty());
   const std::vector<float> plain = run_logits(base);
@@ -196,7 +187,7 @@ TEST(RopeFactorsForward, OnesEqualNoFactorsAndTwosEqualLinearScaling) {
 }
 
 TEST(RopeFactorsForward, Llama3FactorsFromDummyWeightsReachTheForwardPass) {
-  model::LlamaConfig c = tiny_config();
+  model::LlamaConfig c = tiny_llama3_config();
   const auto plain_w = model::make_dummy_weights(c, model::TensorType::kQ4_0, 9);
   c.rope_llama3 = model::Llama3RopeScaling{32.0f, 1.0f, 4.0f, 8192};
   const auto scaled_w = model::make_dummy_weights(c, model::TensorType::kQ4_0, 9);

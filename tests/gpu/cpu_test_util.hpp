@@ -1,4 +1,5 @@
-// Helpers shared by the CPU kernel tests: random ggml-format weights and inputs.
+// Helpers shared by the CPU kernel and backend tests (the CUDA backend tests too, which compare
+// against the CPU backend): random ggml-format weights and inputs, a tiny model config.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "gpu/cpu/fp16.hpp"
+#include "model/llama_config.hpp"
 #include "model/tensor_type.hpp"
 
 namespace troupe::gpu::cpu::testing {
@@ -107,6 +109,25 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
     }
   }
   return w;
+}
+
+// A tiny Llama (2 layers, 128 wide, 4 query heads on 2 KV heads, vocab 512) for dummy weights.
+// Its 128-wide rows are too narrow for K-quants (256-element blocks): make_dummy_weights falls
+// back as llama.cpp does, except in the 256-wide ffn_down.
+inline model::LlamaConfig tiny_config() {
+  model::LlamaConfig c;
+  c.n_vocab = 512;
+  c.n_embd = 128;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 32;
+  c.n_rot = 32;
+  c.n_ff = 256;
+  c.context_length = 1024;
+  c.rope_freq_base = 10000.0f;
+  c.tied_output = true;
+  return c;
 }
 
 }  // namespace troupe::gpu::cpu::testing

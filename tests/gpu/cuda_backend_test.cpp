@@ -26,6 +26,7 @@
 #include "model/dummy_weights.hpp"
 #include "model/gguf.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
+#include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
 #include "tests/gpu/rope_factors_util.hpp"
 
@@ -33,23 +34,9 @@ namespace troupe::gpu::cuda {
 namespace {
 
 using cpu::testing::StepHarness;
+using cpu::testing::tiny_config;
 using cuda::testing::relative_error;
 using model::TensorType;
-
-model::LlamaConfig tiny_config() {
-  model::LlamaConfig c;
-  c.n_vocab = 512;
-  c.n_embd = 128;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_head_kv = 2;
-  c.head_dim = 32;
-  c.n_rot = 32;
-  c.n_ff = 256;
-  c.context_length = 1024;
-  c.tied_output = true;
-  return c;
-}
 
 std::vector<int32_t> random_tokens(int n, uint32_t seed, int vocab) {
   std::mt19937 rng(seed);
