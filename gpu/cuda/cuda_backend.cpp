@@ -106,6 +106,9 @@ struct CudaBackend::Impl {
   // The current step's sampling inputs inside device_in (set by enqueue_forward).
   const SamplingRowParams* step_params = nullptr;
   const int32_t* step_recent = nullptr;
+  const int32_t* step_bias_ids = nullptr;
+  const float* step_bias_values = nullptr;
+  const int32_t* step_end_ids = nullptr;
 
   // ----- pinned slots and the poll thread -----
   struct Slot {
@@ -138,7 +141,8 @@ struct CudaBackend::Impl {
 
   // Offsets of one step's inputs inside the packed buffer.
   struct InputLayout {
-    size_t token_ids, positions, table_rows, slots, sample_rows, block_tables, recent, params, total;
+    size_t token_ids, positions, table_rows, slots, sample_rows, block_tables, recent, params;
+    size_t bias_ids, bias_values, end_ids, total;  // logit_bias and the min_tokens mask
   };
 
   Impl(model::LlamaWeights weights, const CudaBackendConfig& cfg);
@@ -423,6 +427,14 @@ CudaBackend::Impl::InputLayout CudaBackend::Impl::layout(const StepBatch& b, int
   l.block_tables = take(4 * b.block_tables.size());
   l.recent = take(4 * b.recent_tokens.size());
   l.params = take(sizeof(SamplingRowParams) * static_cast<size_t>(num_rows));
+  size_t num_bias = 0, num_end = 0;
+  for (const SamplingSlot& slot : b.sampling) {
+    num_bias += slot.params.logit_bias.size();
+    if (slot.masks_end_tokens()) num_end += slot.end_token_ids.size();
+  }
+  l.bias_ids = take(4 * num_bias);
+  l.bias_values = take(4 * num_bias);
+  l.end_ids = take(4 * num_end);
   l.total = off;
   return l;
 }
@@ -489,6 +501,10 @@ std::vector<SamplingRow> CudaBackend::Impl::enqueue_forward(const StepBatch& b, 
   }
   int32_t* sample_rows = host_i32(in.sample_rows);
   auto* params = reinterpret_cast<SamplingRowParams*>(host + in.params);
+  int32_t* bias_ids = host_i32(in.bias_ids);
+  auto* bias_values = reinterpret_cast<float*>(host + in.bias_values);
+  int32_t* end_ids = host_i32(in.end_ids);
+  int32_t num_bias = 0, num_end = 0;
   for (int32_t r = 0; r < S; ++r) {
     sample_rows[r] = rows[r].token_index;
     const SamplingSlot& slot_in = *rows[r].slot;
@@ -508,6 +524,15 @@ std::vector<SamplingRow> CudaBackend::Impl::enqueue_forward(const StepBatch& b, 
     q.recent_count = slot_in.recent_count;
     q.num_top_logprobs = std::clamp(p.top_logprobs, 0, kMaxTopLogprobs);
     q.want_logprob = (p.logprobs || p.top_logprobs > 0) ? 1 : 0;
+    q.bias_offset = num_bias;
+    q.bias_count = static_cast<int32_t>(p.logit_bias.size());
+    for (const model::LogitBias& e : p.logit_bias) {
+      bias_ids[num_bias] = e.token_id;
+      bias_values[num_bias++] = e.bias;
+    }
+    q.end_offset = num_end;
+    q.end_count = slot_in.masks_end_tokens() ? static_cast<int32_t>(slot_in.end_token_ids.size()) : 0;
+    for (int32_t i = 0; i < q.end_count; ++i) end_ids[num_end++] = slot_in.end_token_ids[i];
     params[r] = q;
   }
   if (!b.block_tables.empty()) std::memcpy(host + in.block_tables, b.block_tables.data(), 4 * b.block_tables.size());
@@ -519,6 +544,9 @@ std::vector<SamplingRow> CudaBackend::Impl::enqueue_forward(const StepBatch& b, 
   auto dev_i32 = [&](size_t offset) { return reinterpret_cast<const int32_t*>(dev + offset); };
   step_params = reinterpret_cast<const SamplingRowParams*>(dev + in.params);
   step_recent = dev_i32(in.recent);
+  step_bias_ids = dev_i32(in.bias_ids);
+  step_bias_values = reinterpret_cast<const float*>(dev + in.bias_values);
+  step_end_ids = dev_i32(in.end_ids);
 
   const int64_t E = c.n_embd, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
   embedding_gather(embd_raw, embd_type, embd_row_bytes, c.n_embd, dev_i32(in.token_ids), T, x, stream);
@@ -623,6 +651,9 @@ void CudaBackend::Impl::enqueue_sampling(const std::vector<SamplingRow>& rows, i
     sa.n_vocab = c.n_vocab;
     sa.params = step_params;
     sa.recent_tokens = step_recent;
+    sa.bias_ids = step_bias_ids;
+    sa.bias_values = step_bias_values;
+    sa.end_token_ids = step_end_ids;
     sa.workspace = workspace;
     sa.out_tokens = out;
     sa.out_logprobs = reinterpret_cast<float*>(out + S);

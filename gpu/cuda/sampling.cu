@@ -150,6 +150,22 @@ __device__ void apply_penalties(float* z, int32_t n, const SamplingRowParams& p,
   }
 }
 
+// logit_bias, then -inf on the masked end ids (after a barrier: a biased id may be masked too,
+// and the mask must win, as on the CPU). Ids outside the row are skipped.
+__device__ void apply_bias_and_mask(float* z, int32_t n, const SamplingRowParams& p,
+                                    const SamplingArgs& a) {
+  for (int32_t j = threadIdx.x; j < p.bias_count; j += blockDim.x) {
+    const int32_t t = a.bias_ids[p.bias_offset + j];
+    if (t >= 0 && t < n) z[t] += a.bias_values[p.bias_offset + j];
+  }
+  __syncthreads();
+  for (int32_t j = threadIdx.x; j < p.end_count; j += blockDim.x) {
+    const int32_t t = a.end_token_ids[p.end_offset + j];
+    if (t >= 0 && t < n) z[t] = -INFINITY;
+  }
+  __syncthreads();
+}
+
 // Inclusive prefix sum of v over the block's threads (in thread order).
 __device__ float block_inclusive_scan(float v, float* warp_totals) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
@@ -181,17 +197,25 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SamplingArgs a) {
     return static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(c & 0xFFFFFFFFull));
   };
 
-  if (p.temperature <= 0.0f) {
+  auto argmax = [&](const float* v) {
     unsigned long long best = 0;
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const unsigned long long c = composite(logits[i], i);
+      const unsigned long long c = composite(v[i], i);
       best = c > best ? c : best;
     }
-    token = composite_id(detail::block_max_u64(best, s.u));
-  } else {
-    float* z = a.workspace + static_cast<int64_t>(row) * n;
+    return composite_id(detail::block_max_u64(best, s.u));
+  };
+
+  const bool adjusts = p.bias_count > 0 || p.end_count > 0;
+  float* z = a.workspace + static_cast<int64_t>(row) * n;
+  if (adjusts || p.temperature > 0.0f) {
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x) z[i] = logits[i];
     __syncthreads();
+    if (adjusts) apply_bias_and_mask(z, n, p, a);
+  }
+  if (p.temperature <= 0.0f) {
+    token = argmax(adjusts ? z : logits);
+  } else {
     apply_penalties(z, n, p, a.recent_tokens);
     __syncthreads();
     float local_max = -INFINITY;

@@ -1,8 +1,10 @@
 // Token sampling on the device, one thread block per sampling row, with the CPU reference's
-// chain and semantics (gpu/cpu/sampler.hpp): greedy argmax (ties to the lower id), or penalties ->
+// chain and semantics (gpu/cpu/sampler.hpp): logit_bias, then the min_tokens mask of the
+// end-of-generation ids (for greedy too), then greedy argmax (ties to the lower id), or penalties ->
 // top-k -> top-p -> min-p -> temperature -> a draw with the uniform number of (seed,
 // num_generated) — the same counter-based generator as the CPU (splitmix64), so a preempted and
-// recomputed sequence draws the same numbers on either backend. Logprobs of the raw logits.
+// recomputed sequence draws the same numbers on either backend. Logprobs of the raw logits
+// (before bias and mask, as on the CPU).
 //
 // No sort: top-k and top-p cut a prefix of the rank order (value descending, then id
 // ascending), found by bisection over order-preserving float keys and then over ids among ties;
@@ -37,6 +39,10 @@ struct SamplingRowParams {
   int32_t recent_count = 0;
   int32_t num_top_logprobs = 0;  // <= kMaxTopLogprobs
   int32_t want_logprob = 0;
+  int32_t bias_offset = 0;  // logit_bias entries in bias_ids/bias_values (unique ids)
+  int32_t bias_count = 0;
+  int32_t end_offset = 0;   // end-of-generation ids to mask this step, in end_token_ids;
+  int32_t end_count = 0;    // 0 once min_tokens is reached (the host decides, as the CPU does)
 };
 
 struct SamplingArgs {
@@ -45,6 +51,9 @@ struct SamplingArgs {
   int32_t n_vocab = 0;
   const SamplingRowParams* params = nullptr;  // [num_rows], device memory
   const int32_t* recent_tokens = nullptr;
+  const int32_t* bias_ids = nullptr;         // logit_bias of every row, concatenated
+  const float* bias_values = nullptr;
+  const int32_t* end_token_ids = nullptr;    // masked end ids of every row, concatenated
   float* workspace = nullptr;                // [num_rows][n_vocab]
   int32_t* out_tokens = nullptr;             // [num_rows]
   float* out_logprobs = nullptr;             // [num_rows]

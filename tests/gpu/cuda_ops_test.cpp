@@ -431,6 +431,14 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
   add(0.9f, 0, 0.9f, 0.0f, 1.0f, 0.0f);     // top-p
   add(1.2f, 0, 1.0f, 0.05f, 1.0f, 0.0f);    // min-p
   add(0.8f, 50, 0.95f, 0.02f, 1.3f, 0.2f);  // everything, with penalties
+  // logit_bias (bans the tie rows' maxima at 10 and 20, lifts 123) and the min_tokens mask
+  // (end ids 7, 8 and 10 while num_generated < 4), greedy and sampled.
+  for (const size_t base : {size_t{0}, kinds.size() - 1}) {
+    model::SamplingParams p = kinds[base];
+    p.logit_bias = {{10, -100.0f}, {20, -100.0f}, {123, 6.0f}, {V + 5, 100.0f}};
+    p.min_tokens = 4;
+    kinds.push_back(p);
+  }
   const int32_t per_kind = 24;
   const int32_t rows = static_cast<int32_t>(kinds.size()) * per_kind;
   std::vector<float> logits = randn(static_cast<size_t>(rows) * V, 77, 3.0f);
@@ -439,6 +447,8 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
   std::vector<int32_t> recent;
   std::vector<SamplingRowParams> params(rows);
   std::vector<SamplingSlot> slots(rows);
+  std::vector<int32_t> bias_ids, end_ids;
+  std::vector<float> bias_values;
   for (int32_t r = 0; r < rows; ++r) {
     SamplingSlot& slot = slots[r];
     slot.params = kinds[r / per_kind];
@@ -447,6 +457,7 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
     slot.recent_offset = static_cast<int32_t>(recent.size());
     slot.recent_count = 30;
     for (int i = 0; i < 30; ++i) recent.push_back(static_cast<int32_t>(rng() % 60));
+    if (slot.params.min_tokens > 0) slot.end_token_ids = {7, 8, 10};
     SamplingRowParams& q = params[r];
     const model::SamplingParams& p = slot.params;
     q.seed = p.seed;
@@ -463,9 +474,22 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
     q.recent_count = slot.recent_count;
     q.num_top_logprobs = p.top_logprobs;
     q.want_logprob = 1;
+    q.bias_offset = static_cast<int32_t>(bias_ids.size());
+    q.bias_count = static_cast<int32_t>(p.logit_bias.size());
+    for (const model::LogitBias& e : p.logit_bias) {
+      bias_ids.push_back(e.token_id);
+      bias_values.push_back(e.bias);
+    }
+    q.end_offset = static_cast<int32_t>(end_ids.size());
+    if (slot.masks_end_tokens()) {
+      q.end_count = static_cast<int32_t>(slot.end_token_ids.size());
+      end_ids.insert(end_ids.end(), slot.end_token_ids.begin(), slot.end_token_ids.end());
+    }
   }
   DeviceArray<float> d_logits(logits), workspace(logits.size()), lp(rows), top_lp(rows * kMaxTopLogprobs);
   DeviceArray<int32_t> d_recent(recent), tokens(rows), top_ids(rows * kMaxTopLogprobs);
+  DeviceArray<int32_t> d_bias_ids(bias_ids), d_end_ids(end_ids);
+  DeviceArray<float> d_bias_values(bias_values);
   std::vector<uint8_t> param_bytes(sizeof(SamplingRowParams) * rows);
   std::memcpy(param_bytes.data(), params.data(), param_bytes.size());
   DeviceArray<uint8_t> d_params(param_bytes);
@@ -475,6 +499,9 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
   a.n_vocab = V;
   a.params = reinterpret_cast<const SamplingRowParams*>(d_params.get());
   a.recent_tokens = d_recent.get();
+  a.bias_ids = d_bias_ids.get();
+  a.bias_values = d_bias_values.get();
+  a.end_token_ids = d_end_ids.get();
   a.workspace = workspace.get();
   a.out_tokens = tokens.get();
   a.out_logprobs = lp.get();
@@ -488,6 +515,9 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
   for (int32_t r = 0; r < rows; ++r) {
     const SampledToken want = sampler.sample(std::span<const float>(&logits[r * V], V), slots[r],
                                              std::span<const int32_t>(&recent[slots[r].recent_offset], 30));
+    if (slots[r].masks_end_tokens()) {
+      ASSERT_TRUE(got[r] != 7 && got[r] != 8 && got[r] != 10) << "row " << r << " sampled masked id " << got[r];
+    }
     if (slots[r].params.greedy()) {
       ASSERT_EQ(got[r], want.token_id) << "greedy row " << r;
     } else if (got[r] != want.token_id) {
