@@ -147,6 +147,7 @@ void IngressActor::on_submit(Submit& submit) {
       .stop = StopMatcher(std::move(request.stop.stop_strings), request.include_stop_string_in_output),
       .want_logprobs = request.sampling.logprobs,
       .top_logprobs = request.sampling.top_logprobs,
+      .min_tokens = request.sampling.min_tokens,
       .num_prompt_tokens = num_prompt_tokens,
       .submitted_at = submit.submitted_at,
   };
@@ -197,7 +198,11 @@ void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToke
     delta.tokens.push_back(std::move(info));
   }
   const std::string text = request.detokenizer.push(token.token_id);
-  StopMatcher::Result stopped = request.stop.push(text);
+  // As vLLM: stop strings are looked for only once more than min_tokens tokens exist (the
+  // scheduler holds back EOS and stop ids until then the same way).
+  StopMatcher::Result stopped = token.num_generated_tokens > request.min_tokens
+                                    ? request.stop.push(text)
+                                    : StopMatcher::Result{text, false};
   delta.text = std::move(stopped.text);
   if (!delta.text.empty() || !delta.tokens.empty()) {
     if (!request.sink->on_delta(request.request_id, std::move(delta))) {

@@ -54,6 +54,11 @@ std::optional<RequestError> PromptBuilder::check_sampling(
   for (int32_t id : request.stop.stop_token_ids) {
     if (id < 0 || id >= vocab) return invalid(fmt::format("stop token id {} is not in the vocabulary", id), "stop_token_ids");
   }
+  // The wire parsers check the shape; only here is the vocabulary known.
+  if (auto problem = model::check_logit_bias(s.logit_bias, vocab)) return invalid(*problem, "logit_bias");
+  if (s.min_tokens < 0 || s.min_tokens > request.stop.max_tokens) {
+    return invalid("min_tokens must be in [0, max_tokens]", "min_tokens");
+  }
   return std::nullopt;
 }
 

@@ -97,6 +97,42 @@ TEST(Engine, StopStringEndsGenerationWithoutTheStopText) {
   EXPECT_TRUE(wait_idle(*engine));
 }
 
+// vLLM's min_tokens: a stop string is looked for only once more than min_tokens tokens exist,
+// so the same early stop string no longer ends the generation early.
+TEST(Engine, StopStringsWaitForMinTokens) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  auto full = std::make_shared<RecordingSink>();
+  engine->submit(greedy_chat("List three fruits.", 24), full);
+  ASSERT_TRUE(full->wait());
+  const std::string text = full->text();
+  ASSERT_GE(text.size(), 4u) << text;
+  const std::string stop = text.substr(0, 2);  // matches within the first token or two
+
+  GenerateRequest request = greedy_chat("List three fruits.", 24);
+  request.stop.stop_strings = {stop};
+  request.sampling.min_tokens = 12;
+  auto sink = std::make_shared<RecordingSink>();
+  engine->submit(std::move(request), sink);
+  ASSERT_TRUE(sink->wait());
+  ASSERT_TRUE(sink->completion());
+  EXPECT_GE(sink->completion()->usage.completion_tokens, 12);
+  EXPECT_EQ(sink->text().substr(0, 2), stop);  // the early occurrence was streamed, not matched
+  EXPECT_TRUE(wait_idle(*engine));
+}
+
+TEST(Engine, LogitBiasOutsideTheVocabularyIsRefused) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  GenerateRequest request = greedy_chat("Hi", 4);
+  request.sampling.logit_bias = {{1 << 30, 5.0f}};
+  auto sink = std::make_shared<RecordingSink>();
+  engine->submit(std::move(request), sink);
+  ASSERT_TRUE(sink->wait());
+  ASSERT_TRUE(sink->error());
+  EXPECT_EQ(sink->error()->param, "logit_bias");
+}
+
 TEST(Engine, FullQueueRefusesWithAnErrorValue) {
   TROUPE_REQUIRE_MODEL();
   EngineConfig config = test_config();

@@ -114,6 +114,7 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.scheduler.enable_prefix_caching, built_in.scheduler.enable_prefix_caching);
   EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
   EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
+  EXPECT_EQ(preset.api.max_logit_bias_entries, built_in.api.max_logit_bias_entries);
   EXPECT_EQ(preset.http.port, built_in.http.port);
 }
 
