@@ -108,8 +108,9 @@ def find_peer(venv: str, parallel: int, threads: int, model: str, ctx: int, port
         raise SystemExit(
             f"peer not found: no Python at {py}.\n"
             "Create a llama-cpp-python venv (python3 -m venv /work/refvenv && /work/refvenv/bin/pip "
-            "install llama-cpp-python fastapi uvicorn sse-starlette 'starlette-context<0.4' "
-            "pydantic-settings PyYAML) or point --peer-venv / $TROUPE_BENCH_PEER_VENV at one.")
+            "install llama-cpp-python==0.3.36 'fastapi<0.116' uvicorn 'sse-starlette==2.1.3' "
+            "'starlette-context<0.4' pydantic-settings PyYAML; newer sse-starlette breaks its "
+            "streams) or point --peer-venv / $TROUPE_BENCH_PEER_VENV at one.")
     cands = [os.path.join(venv, "bin", "llama-server")]
     cands += glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "llama_cpp", "bin",
                                     "llama-server"))

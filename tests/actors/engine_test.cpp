@@ -75,13 +75,18 @@ TEST(Engine, ASinkThatClosesCancelsItsRequest) {
   EXPECT_FALSE(sink->ended());       // and no final call either: nobody is listening
 }
 
+// The text a greedy chat request produces without any stop condition.
+std::string unstopped_text(Engine& engine, const std::string& user, int32_t max_tokens) {
+  auto full = std::make_shared<RecordingSink>();
+  engine.submit(greedy_chat(user, max_tokens), full);
+  EXPECT_TRUE(full->wait());
+  return full->text();
+}
+
 TEST(Engine, StopStringEndsGenerationWithoutTheStopText) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
-  auto full = std::make_shared<RecordingSink>();
-  engine->submit(greedy_chat("List three fruits.", 24), full);
-  ASSERT_TRUE(full->wait());
-  const std::string text = full->text();
+  const std::string text = unstopped_text(*engine, "List three fruits.", 24);
   ASSERT_GE(text.size(), 12u) << text;
   const std::string stop = text.substr(8, 3);
   const std::string expected = text.substr(0, text.find(stop));
@@ -102,10 +107,7 @@ TEST(Engine, StopStringEndsGenerationWithoutTheStopText) {
 TEST(Engine, StopStringsWaitForMinTokens) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
-  auto full = std::make_shared<RecordingSink>();
-  engine->submit(greedy_chat("List three fruits.", 24), full);
-  ASSERT_TRUE(full->wait());
-  const std::string text = full->text();
+  const std::string text = unstopped_text(*engine, "List three fruits.", 24);
   ASSERT_GE(text.size(), 4u) << text;
   const std::string stop = text.substr(0, 2);  // matches within the first token or two
 

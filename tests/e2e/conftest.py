@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 
+import openai
 import pytest
 import requests
 
@@ -76,6 +77,12 @@ def server(tmp_path_factory):
     s = Server(log_path=tmp_path_factory.mktemp("server") / "troupe.log").wait_ready()
     yield s
     s.stop()
+
+
+@pytest.fixture
+def client(server):
+    """The official `openai` client against the shared server."""
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
 
 
 @pytest.fixture

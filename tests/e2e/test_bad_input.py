@@ -4,7 +4,7 @@ import socket
 import pytest
 import requests
 
-from test_openai_api import MODEL_ID, _engine_routes_wired  # noqa: F401  (autouse fixture)
+from test_openai_api import MODEL_ID
 
 CHAT = "/v1/chat/completions"
 GOOD = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -5,7 +5,7 @@ import json
 import pytest
 import requests
 
-from test_openai_api import MODEL_ID, _engine_routes_wired  # noqa: F401  (autouse fixture)
+from test_openai_api import MODEL_ID
 
 
 def item(i):

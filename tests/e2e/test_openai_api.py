@@ -1,5 +1,4 @@
-"""The OpenAI-compatible API end to end with the official `openai` client (issue 6).
-Skipped until app/serve.cpp wires the engine routes (POST /v1/chat/completions answers 404)."""
+"""The OpenAI-compatible API end to end with the official `openai` client (issue 6)."""
 import re
 import socket
 import time
@@ -9,18 +8,6 @@ import pytest
 import requests
 
 MODEL_ID = "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(autouse=True)
-def _engine_routes_wired(server):
-    r = requests.post(server.base_url + "/v1/chat/completions", json={}, timeout=10)
-    if r.status_code == 404 and r.json()["error"].get("code") == "not_found":
-        pytest.skip("the engine routes are not wired into troupe serve yet")
-
-
-@pytest.fixture
-def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
 
 
 def chat(client, content="Say hello.", **kwargs):

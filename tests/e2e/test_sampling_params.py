@@ -8,18 +8,6 @@ MODEL_ID = "SmolLM2-135M-Instruct"
 PROMPT = "The capital of France is"
 
 
-@pytest.fixture(autouse=True)
-def _engine_routes_wired(server):
-    r = requests.post(server.base_url + "/v1/chat/completions", json={}, timeout=10)
-    if r.status_code == 404 and r.json()["error"].get("code") == "not_found":
-        pytest.skip("the engine routes are not wired into troupe serve yet")
-
-
-@pytest.fixture
-def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
-
-
 def single_token_id(server, text):
     """The id of `text` when the tokenizer makes it one token (checked by a round trip)."""
     r = requests.post(server.base_url + "/tokenize",
