@@ -108,9 +108,10 @@ def find_peer(venv: str, parallel: int, threads: int, model: str, ctx: int, port
         raise SystemExit(
             f"peer not found: no Python at {py}.\n"
             "Create a llama-cpp-python venv (python3 -m venv /work/refvenv && /work/refvenv/bin/pip "
-            "install llama-cpp-python==0.3.36 'fastapi<0.116' uvicorn 'sse-starlette==2.1.3' "
-            "'starlette-context<0.4' pydantic-settings PyYAML; newer sse-starlette breaks its "
-            "streams) or point --peer-venv / $TROUPE_BENCH_PEER_VENV at one.")
+            "install llama-cpp-python==0.3.36 'fastapi<0.116' uvicorn 'sse-starlette<2' "
+            "'starlette-context<0.4' pydantic-settings PyYAML, with CMAKE_ARGS='-DGGML_NATIVE=OFF "
+            "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON': its native AVX-512 build segfaulted "
+            "on greedy requests on this box) or point --peer-venv / $TROUPE_BENCH_PEER_VENV at one.")
     cands = [os.path.join(venv, "bin", "llama-server")]
     cands += glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "llama_cpp", "bin",
                                     "llama-server"))
