@@ -109,6 +109,9 @@ ObjectReader http_reader(net::HttpServerConfig& http) {
   reader.on("ws_max_message_bytes", [&http](element v, const std::string& p) {
     http.ws_max_message_bytes = read_uint(v, p, 1024, uint64_t{1} << 30);
   });
+  reader.on("ws_close_timeout_ms", [&http](element v, const std::string& p) {
+    http.ws_close_timeout = milliseconds(read_uint(v, p, 10, 600'000));
+  });
   reader.on("shutdown_grace_ms", [&http](element v, const std::string& p) {
     http.shutdown_grace = milliseconds(read_uint(v, p, 0, 600'000));
   });

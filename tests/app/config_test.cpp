@@ -32,7 +32,7 @@ TEST(Config, ReadsEveryKey) {
     "log": {"level": "debug", "pattern": "%v"},
     "http": {"host": "0.0.0.0", "port": 9000, "io_threads": 3, "max_body_bytes": 2048,
              "max_header_bytes": 4096, "read_timeout_ms": 10, "keep_alive_timeout_ms": 20,
-             "shutdown_grace_ms": 30}})");
+             "shutdown_grace_ms": 30, "ws_close_timeout_ms": 40}})");
   EXPECT_EQ(c.model, "m.gguf");
   EXPECT_EQ(c.model_id, "x");
   EXPECT_EQ(c.backend, BackendChoice::kCpu);
@@ -42,6 +42,7 @@ TEST(Config, ReadsEveryKey) {
   EXPECT_EQ(c.http.io_threads, 3);
   EXPECT_EQ(c.http.max_body_bytes, 2048u);
   EXPECT_EQ(c.http.shutdown_grace.count(), 30);
+  EXPECT_EQ(c.http.ws_close_timeout.count(), 40);
 }
 
 TEST(Config, ErrorsNameTheKey) {
@@ -116,6 +117,9 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
   EXPECT_EQ(preset.api.max_logit_bias_entries, built_in.api.max_logit_bias_entries);
   EXPECT_EQ(preset.http.port, built_in.http.port);
+  EXPECT_EQ(preset.http.ws_close_timeout, built_in.http.ws_close_timeout);
+  EXPECT_EQ(preset.http.ws_idle_timeout, built_in.http.ws_idle_timeout);
+  EXPECT_EQ(preset.http.shutdown_grace, built_in.http.shutdown_grace);
 }
 
 }  // namespace
