@@ -11,6 +11,11 @@ target_sources(troupe_gpu_cuda PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sampling.cu
   ${CMAKE_CURRENT_LIST_DIR}/silu_mul.cu
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_weights.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kv_memory.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/step_inputs.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/step_forward.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/step_completion.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp
 )
 # The backend's host code includes model/ headers (C++20) and the CPU reference's validation.

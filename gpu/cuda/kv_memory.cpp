@@ -1,0 +1,44 @@
+// KV cache sizing and allocation at start-up (see kv_memory.hpp).
+#include "gpu/cuda/kv_memory.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "gpu/cuda/cuda_check.cuh"
+
+namespace troupe::gpu::cuda {
+
+KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& config,
+                          DeviceAllocations& allocations) {
+  const int64_t per_block = static_cast<int64_t>(c.n_layer) * 2 * c.n_head_kv * config.block_size * c.head_dim * 2;
+  int64_t blocks = config.num_blocks;
+  if (blocks <= 0) {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const int64_t used = static_cast<int64_t>(total_bytes - free_bytes);
+    const int64_t reserve = 256ll << 20;  // cuBLAS workspaces, allocator slack
+    const int64_t budget = static_cast<int64_t>(config.gpu_memory_utilization * static_cast<double>(total_bytes)) - used - reserve;
+    blocks = budget / per_block;
+    if (blocks <= 0) {
+      throw std::invalid_argument("CUDA backend: gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
+                                  " leaves no memory for KV blocks after the weights (" + std::to_string(used >> 20) + " MiB in use)");
+    }
+    blocks = std::min<int64_t>(blocks, 1 << 30);
+  }
+  KvCache kv_cache;
+  kv_cache.num_blocks = static_cast<int32_t>(blocks);
+  kv_cache.bytes = per_block * kv_cache.num_blocks;
+  char* kv = allocations.allocate<char>(static_cast<size_t>(kv_cache.bytes));
+  const size_t side = static_cast<size_t>(kv_cache.num_blocks) * c.n_head_kv * config.block_size * c.head_dim * 2;
+  kv_cache.layers.resize(c.n_layer);
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    kv_cache.layers[l].k_cache = kv + side * 2 * l;
+    kv_cache.layers[l].v_cache = kv + side * (2 * l + 1);
+  }
+  return kv_cache;
+}
+
+}  // namespace troupe::gpu::cuda

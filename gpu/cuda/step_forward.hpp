@@ -1,0 +1,52 @@
+// The step's forward pass on the device: embedding gather, then per layer RMSNorm -> QKV GEMM ->
+// RoPE -> paged KV write -> paged attention -> output GEMM (+residual) -> RMSNorm -> gate|up GEMM
+// -> SiLU*up -> down GEMM (+residual); the final norm and the vocabulary GEMM for the sampling
+// rows only. Everything is enqueued on one stream; nothing here waits for the device.
+//
+// Thread-safety: enqueue_forward_pass() from the thread that calls launch() / compute_logits(),
+// one step at a time (the scratch buffers are shared by every step).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/cuda_weights.hpp"
+#include "gpu/cuda/kernel_types.cuh"
+#include "gpu/cuda/kv_memory.hpp"
+#include "gpu/cuda/step_inputs.hpp"
+#include "model/llama_config.hpp"
+
+namespace troupe::gpu::cuda {
+
+// Scratch, sized for max_num_batched_tokens tokens (T) and max_num_seqs sampling rows (S).
+struct ForwardScratch {
+  float* x = nullptr;          // residual stream [T][E]
+  void* h = nullptr;           // normed activations [T][E]
+  float* qkv = nullptr;        // [T][Q + 2 KV]
+  void* attn = nullptr;        // [T][Q]
+  float* gate_up = nullptr;    // [T][2F]
+  void* ff = nullptr;          // [T][F]
+  float* logits = nullptr;     // [S][V]
+  float* workspace = nullptr;  // [S][V]
+};
+
+// What a forward pass reads and writes, owned by the backend.
+struct ForwardContext {
+  const model::LlamaConfig* model = nullptr;
+  int32_t block_size = 0;
+  ActType act = ActType::kF16;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  const DeviceWeights* weights = nullptr;
+  const KvCache* kv_cache = nullptr;
+  const ForwardScratch* scratch = nullptr;
+};
+
+// Enqueues the forward pass of `num_tokens` tokens; the logits of the `num_rows` sampling rows
+// land in scratch->logits.
+void enqueue_forward_pass(const ForwardContext& ctx, const DeviceStepInputs& in,
+                          int32_t num_tokens, int32_t num_rows, int32_t max_blocks_per_seq);
+
+}  // namespace troupe::gpu::cuda

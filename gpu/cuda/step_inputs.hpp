@@ -1,0 +1,57 @@
+// One step's inputs: the StepBatch checks, the sampling rows, and the packed layout of token ids,
+// positions, slot mapping, block tables, recent tokens and the flat sampling arrays (per-row
+// params, logit_bias, the min_tokens end-id mask) that travel to the device in one copy.
+//
+// Thread-safety: plain functions without state; the backend calls them from the thread that
+// calls launch() / compute_logits(), writing only into the pinned buffer of the step's own slot.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/backend.hpp"
+#include "gpu/cuda/cuda_backend.hpp"
+#include "gpu/cuda/sampling.cuh"
+
+namespace troupe::gpu::cuda {
+
+// Output rows of the step's sampling sequences (seqs order) and their sampling slots.
+struct SamplingRow {
+  uint64_t seq_id = 0;
+  int32_t token_index = 0;  // last token of the span
+  const SamplingSlot* slot = nullptr;
+};
+
+// Offsets of one step's inputs inside the packed buffer.
+struct InputLayout {
+  size_t token_ids, positions, table_rows, slots, sample_rows, block_tables, recent, params;
+  size_t bias_ids, bias_values, end_ids, total;  // logit_bias and the min_tokens mask
+};
+
+// The step's inputs inside the device copy of the packed buffer.
+struct DeviceStepInputs {
+  const int32_t* token_ids = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* table_rows = nullptr;
+  const int32_t* slots = nullptr;
+  const int32_t* sample_rows = nullptr;
+  const int32_t* block_tables = nullptr;
+  const SamplingRowParams* params = nullptr;
+  const int32_t* recent = nullptr;
+  const int32_t* bias_ids = nullptr;
+  const float* bias_values = nullptr;
+  const int32_t* end_ids = nullptr;
+};
+
+// Throws std::invalid_argument ("StepBatch: ...") for a batch the backend cannot run.
+void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t n_vocab,
+                    int32_t num_blocks);
+std::vector<SamplingRow> collect_sampling_rows(const StepBatch& b);
+InputLayout input_layout(const StepBatch& b, int32_t num_rows);
+// Writes the step's inputs into `host` (at least layout.total bytes).
+void pack_step_inputs(const StepBatch& b, const std::vector<SamplingRow>& rows,
+                      const InputLayout& in, int32_t block_size, void* host);
+DeviceStepInputs device_step_inputs(const void* device_in, const InputLayout& in);
+
+}  // namespace troupe::gpu::cuda
