@@ -349,14 +349,31 @@ Error read_logprobs(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
   return std::nullopt;
 }
 
-Error read_limits(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
-                  engine::GenerateRequest& g) {
+Error read_n(dom::object o, const OpenAiApiConfig& config, ChoiceLimit choice_limit,
+             CompletionRequest& request) {
   std::optional<int64_t> n;
   if (auto err = read_int(o, "n", std::numeric_limits<int64_t>::min(),
                           std::numeric_limits<int64_t>::max(), n)) {
     return err;
   }
-  if (n && *n != 1) return invalid("n", "Only n = 1 is supported.");
+  if (!n || *n == 1) return std::nullopt;
+  switch (choice_limit) {
+    case ChoiceLimit::kOne:
+      return invalid("n", "Only n = 1 is supported here; /v1/completions and "
+                          "/v1/chat/completions serve n > 1.");
+    case ChoiceLimit::kUpToMaxN:
+      if (*n < 1 || *n > config.max_n) {
+        return invalid("n", fmt::format("Invalid value for 'n': {} is outside [1, {}].", *n,
+                                        config.max_n));
+      }
+      request.n = static_cast<int32_t>(*n);
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+Error read_limits(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
+                  engine::GenerateRequest& g) {
   std::optional<int64_t> max_tokens;
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (auto err = read_int(o, "max_tokens", 1, kMax, max_tokens)) return err;
@@ -393,7 +410,8 @@ Error read_stream(dom::object o, CompletionRequest& request) {
 }
 
 Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id,
-                   const OpenAiApiConfig& config, CompletionRequest& request) {
+                   const OpenAiApiConfig& config, ChoiceLimit choice_limit,
+                   CompletionRequest& request) {
   if (auto err = read_string(o, "model", request.model)) return err;
   if (!request.model.empty() && request.model != served_model_id) {
     ApiError e = invalid("model", fmt::format("The model '{}' does not exist.", request.model),
@@ -406,8 +424,10 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   if (auto err = kind == ApiKind::kChat ? read_messages(o, g.messages) : read_prompt(o, g)) {
     return err;
   }
+  if (auto err = read_n(o, config, choice_limit, request)) return err;
   if (auto err = read_limits(o, kind, config, g)) return err;
   if (auto err = read_sampling(o, g.sampling)) return err;
+  request.has_seed = field(o, "seed").has_value();
   if (auto err = read_logprobs(o, kind, config, g.sampling)) return err;
   if (auto err = read_logit_bias(o, config, g.sampling)) return err;
   if (auto err = read_min_tokens(o, g)) return err;  // after read_limits: needs max_tokens
@@ -422,7 +442,8 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
 
 ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
                                           std::string_view served_model_id,
-                                          const OpenAiApiConfig& config) {
+                                          const OpenAiApiConfig& config,
+                                          ChoiceLimit choice_limit) {
   thread_local dom::parser parser;
   const simdjson::padded_string padded(body);
   dom::element root;
@@ -433,7 +454,8 @@ ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
   if (!root.is_object()) return invalid({}, "The request body must be a JSON object.", "invalid_json");
   CompletionRequest request;
   request.kind = kind;
-  if (auto err = read_request(dom::object(root), kind, served_model_id, config, request)) {
+  if (auto err =
+          read_request(dom::object(root), kind, served_model_id, config, choice_limit, request)) {
     return *err;
   }
   return request;

@@ -27,6 +27,9 @@ struct OpenAiApiConfig {
   // banning or forcing any realistic word list in a few tokenizations each.
   int32_t max_logit_bias_entries = 300;
   int32_t max_batch_items = 1000;    // /v1/batch: more is 413
+  // `n` (choices per request) on /v1/completions and /v1/chat/completions: each choice is its
+  // own engine request, so this bounds the work one HTTP request can queue.
+  int32_t max_n = 16;
   uint64_t max_stream_buffer_bytes = 8u << 20;  // per request, before a slow client is dropped
 };
 
@@ -37,7 +40,13 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
+  int32_t n = 1;          // choices: 1 unless the caller allowed more (ChoiceLimit::kUpToMaxN)
+  bool has_seed = false;  // `seed` was given (choice i then samples with seed + i)
 };
+
+// Whether the caller serves several choices per request (`n` > 1). The WebSocket chat and
+// /v1/batch answer one choice per request and keep the default.
+enum class ChoiceLimit : uint8_t { kOne, kUpToMaxN };
 
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 
@@ -45,7 +54,8 @@ using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 // any other name is a 404.
 ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
                                           std::string_view served_model_id,
-                                          const OpenAiApiConfig& config);
+                                          const OpenAiApiConfig& config,
+                                          ChoiceLimit choice_limit = ChoiceLimit::kOne);
 
 // The status, OpenAI error type and code for an engine error.
 ApiError api_error_from(const engine::RequestError& error);

@@ -122,7 +122,7 @@ std::string chunk_json(const ResponseIdentity& identity, const ChunkContent& con
   JsonWriter w;
   w.begin_object();
   write_head(w, identity, true);
-  w.key("choices").begin_array().begin_object().field("index", 0);
+  w.key("choices").begin_array().begin_object().field("index", content.index);
   switch (identity.kind) {
     case ApiKind::kChat:
       w.key("delta").begin_object();
@@ -150,21 +150,33 @@ std::string usage_chunk_json(const ResponseIdentity& identity, const engine::Usa
 
 std::string completion_json(const ResponseIdentity& identity, const ChunkContent& content,
                             const engine::Completion& completion, const TokenTextFn& token_text) {
+  const ChoiceOutput choice{content, completion.finish_reason};
+  return multi_completion_json(identity, std::span(&choice, 1), completion.usage, token_text);
+}
+
+std::string multi_completion_json(const ResponseIdentity& identity,
+                                  std::span<const ChoiceOutput> choices, const engine::Usage& usage,
+                                  const TokenTextFn& token_text) {
   JsonWriter w;
   w.begin_object();
   write_head(w, identity, false);
-  w.key("choices").begin_array().begin_object().field("index", 0);
-  switch (identity.kind) {
-    case ApiKind::kChat:
-      w.key("message").begin_object().field("role", "assistant");
-      w.field("content", content.text).end_object();
-      break;
-    case ApiKind::kCompletion: w.field("text", content.text); break;
+  w.key("choices").begin_array();
+  for (const ChoiceOutput& choice : choices) {
+    const ChunkContent& content = choice.content;
+    w.begin_object().field("index", content.index);
+    switch (identity.kind) {
+      case ApiKind::kChat:
+        w.key("message").begin_object().field("role", "assistant");
+        w.field("content", content.text).end_object();
+        break;
+      case ApiKind::kCompletion: w.field("text", content.text); break;
+    }
+    write_logprobs(w, identity.kind, content, token_text);
+    write_finish_reason(w, choice.finish_reason);
+    w.end_object();
   }
-  write_logprobs(w, identity.kind, content, token_text);
-  write_finish_reason(w, std::string_view(completion.finish_reason));
-  w.end_object().end_array();
-  write_usage(w, completion.usage);
+  w.end_array();
+  write_usage(w, usage);
   w.end_object();
   return w.take();
 }

@@ -41,6 +41,13 @@ struct ChunkContent {
   std::span<const engine::TokenInfo> tokens;
   bool with_logprobs = false;
   size_t text_offset = 0;
+  int32_t index = 0;  // the choice (`n` > 1 gives choices 0..n-1)
+};
+
+// One finished choice of a non-streamed response.
+struct ChoiceOutput {
+  ChunkContent content;
+  std::string_view finish_reason;
 };
 
 // Chat: `first` adds "role":"assistant" to the delta. `finish_reason` set: the final chunk.
@@ -51,6 +58,11 @@ std::string usage_chunk_json(const ResponseIdentity& identity, const engine::Usa
 // The whole non-streamed response.
 std::string completion_json(const ResponseIdentity& identity, const ChunkContent& content,
                             const engine::Completion& completion, const TokenTextFn& token_text);
+// The whole non-streamed response with several choices (in the order given; each carries its
+// index) and the request's usage (prompt counted once, completion tokens summed by the caller).
+std::string multi_completion_json(const ResponseIdentity& identity,
+                                  std::span<const ChoiceOutput> choices, const engine::Usage& usage,
+                                  const TokenTextFn& token_text);
 // An error inside a stream that already sent its headers: {"error":{...}}.
 std::string error_json(const ApiError& error);
 

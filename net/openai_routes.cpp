@@ -11,6 +11,7 @@
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
 #include "net/metrics.hpp"
+#include "net/openai_multi_sink.hpp"
 #include "net/openai_sink.hpp"
 
 namespace troupe::net {
@@ -27,8 +28,8 @@ int64_t unix_now() {
 void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind kind,
                        const HttpRequest& request, const std::shared_ptr<ResponseStream>& out) {
   const std::string route(request.path());
-  ParsedCompletion parsed =
-      parse_completion_request(kind, request.body, context->state.model.id, context->config);
+  ParsedCompletion parsed = parse_completion_request(kind, request.body, context->state.model.id,
+                                                     context->config, ChoiceLimit::kUpToMaxN);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     spdlog::info("http {} status={} param={} {}", route, error->status, error->param,
                  error->message);
@@ -39,6 +40,12 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
   ResponseIdentity identity{kind, make_response_id(kind), unix_now(), context->state.model.id};
   SinkOptions options{route, completion.stream, completion.include_usage,
                       completion.generate.sampling.logprobs};
+  if (completion.n > 1) {
+    auto response = std::make_shared<MultiChoiceResponse>(context, out, std::move(identity),
+                                                          options, completion.n);
+    response->start(completion.generate, completion.has_seed);
+    return;
+  }
   auto sink = std::make_shared<CompletionSink>(context, out, std::move(identity), options);
   const engine::RequestId id = context->engine.submit(std::move(completion.generate), sink);
   out->on_client_gone([context, id] { context->engine.cancel(id); });

@@ -89,7 +89,7 @@ TEST_F(OpenAiRoutesTest, EngineErrorsBecomeStatuses) {
 TEST_F(OpenAiRoutesTest, BadRequestsNeverReachTheEngine) {
   EXPECT_EQ(post("/v1/chat/completions", "{oops").status, 400);
   EXPECT_EQ(post("/v1/chat/completions", R"({"model":"other","messages":[]})").status, 404);
-  EXPECT_EQ(post("/v1/completions", R"({"prompt":"x","n":3})").status, 400);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"x","n":17})").status, 400);
   EXPECT_TRUE(engine_.submitted().empty());
 }
 
