@@ -170,6 +170,9 @@ ObjectReader api_reader(net::OpenAiApiConfig& api) {
   reader.on("max_stop_strings", [&api](element v, const std::string& p) {
     api.max_stop_strings = read_int32(v, p, 0, 64);
   });
+  reader.on("max_n", [&api](element v, const std::string& p) {
+    api.max_n = read_int32(v, p, 1, 128);
+  });
   reader.on("max_logit_bias_entries", [&api](element v, const std::string& p) {
     api.max_logit_bias_entries = read_int32(v, p, 0, 1 << 20);
   });

@@ -116,6 +116,7 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
   EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
   EXPECT_EQ(preset.api.max_logit_bias_entries, built_in.api.max_logit_bias_entries);
+  EXPECT_EQ(preset.api.max_n, built_in.api.max_n);
   EXPECT_EQ(preset.http.port, built_in.http.port);
   EXPECT_EQ(preset.http.ws_close_timeout, built_in.http.ws_close_timeout);
   EXPECT_EQ(preset.http.ws_idle_timeout, built_in.http.ws_idle_timeout);

@@ -25,7 +25,7 @@ def assert_error(r, status, param=None):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("temperature", "hot"), ("temperature", 3), ("top_p", 0), ("top_p", 1.5), ("n", 2),
+    ("temperature", "hot"), ("temperature", 3), ("top_p", 0), ("top_p", 1.5), ("n", 17),
     ("max_tokens", 0), ("max_tokens", "4"), ("stop", 5), ("stop", ["a", "b", "c", "d", "e"]),
     ("seed", "x"), ("presence_penalty", 9), ("logprobs", "yes"), ("top_logprobs", 50),
     ("stream", "yes"), ("priority", "urgent"), ("top_k", 1.5), ("min_p", 2),

@@ -79,7 +79,7 @@ def test_errors_map_to_client_exceptions(client):
         chat(client, temperature=5)
     assert bad.value.body["param"] == "temperature"
     with pytest.raises(openai.BadRequestError):
-        chat(client, n=2)
+        chat(client, n=17)  # above api.max_n
     with pytest.raises(openai.BadRequestError) as too_long:
         client.completions.create(model=MODEL_ID, prompt="hello " * 9000, max_tokens=4)
     assert "context" in str(too_long.value) or too_long.value.body["code"] == "context_length_exceeded"
