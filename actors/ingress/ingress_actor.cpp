@@ -213,6 +213,7 @@ void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToke
   }
   if (stopped.stopped) {
     request.closed = true;
+    publish_stats();  // no longer live (see on_sequence_ended)
     send_to_scheduler(scheduler::FinishSequence{request.request_id, scheduler::FinishReason::kStopString});
     request.sink->on_finish(request.request_id, completion_of(request, "stop", nullptr, now));
   }
@@ -222,8 +223,12 @@ void IngressActor::on_sequence_ended(const scheduler::FinishedSequence& finished
                                      Clock::time_point now) {
   auto it = live_.find(finished.request_id);
   if (it == live_.end()) return;
-  LiveRequest& request = it->second;
+  LiveRequest request = std::move(it->second);
+  live_.erase(it);
   if (!request.closed) {
+    // The board forgets the request before its client hears the end, so a client (or an admin)
+    // that acts on the final event never finds it still listed as live.
+    publish_stats();
     std::string tail = request.detokenizer.flush();
     StopMatcher::Result last = request.stop.push(tail);
     std::string text = std::move(last.text);
@@ -241,7 +246,6 @@ void IngressActor::on_sequence_ended(const scheduler::FinishedSequence& finished
       request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
     }
   }
-  live_.erase(it);
 }
 
 void IngressActor::on_refused(const AdmissionRefused& refusal) {
@@ -294,6 +298,9 @@ void IngressActor::publish_stats() {
   engine::IngressSnapshot snapshot;
   snapshot.live.reserve(live_.size());
   for (const auto& [id, request] : live_) {
+    // A closed request's client has had its final event; only the scheduler's confirmation is
+    // outstanding.
+    if (request.closed) continue;
     snapshot.live.push_back({id, request.client_label, request.origin, request.submitted_at});
   }
   snapshot.time_to_first_token = time_to_first_token_.summary();
