@@ -50,9 +50,13 @@ void KvCacheActor::take_back(ReturnKvCache& returned) {
     return;
   }
   home_ = std::move(returned.lease);
-  for (auto& reply : waiting_flushes_) reply->set_value(home_->flush_unreferenced_cache());
+  std::vector<int64_t> flushed;
+  for (size_t i = 0; i < waiting_flushes_.size(); ++i) {
+    flushed.push_back(home_->flush_unreferenced_cache());
+  }
+  publish_stats();  // before answering a flush: its caller may read stats() right away
+  for (size_t i = 0; i < waiting_flushes_.size(); ++i) waiting_flushes_[i]->set_value(flushed[i]);
   waiting_flushes_.clear();
-  publish_stats();
 }
 
 void KvCacheActor::flush(FlushPrefixCache& request) {
