@@ -2,6 +2,7 @@
 // (random scales and codes) rather than quantized from floats: as fast as filling memory.
 #include "model/dummy_weights.hpp"
 
+#include "model/half.hpp"
 #include "model/kquant.hpp"
 #include "model/quant_q5.hpp"
 
@@ -26,10 +27,7 @@ struct Rng {
   float symmetric(float a) { return (2.0f * uniform() - 1.0f) * a; }
 };
 
-void put_half(std::byte* p, float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::memcpy(p, &h, 2);
-}
+void put_half(std::byte* p, float f) { (void)store_half(p, f); }
 
 void put_bf16(std::byte* p, float f) {
   uint32_t x;

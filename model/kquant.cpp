@@ -1,5 +1,6 @@
 // K-quant super-block codecs (see kquant.hpp; facts checked against ggml's ggml-quants.c).
 #include "model/kquant.hpp"
+#include "model/half.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,18 +9,8 @@
 namespace troupe::model::kquant {
 namespace {
 
-float load_half(const uint8_t* p) {
-  _Float16 h;
-  std::memcpy(&h, p, 2);
-  return static_cast<float>(h);
-}
-
-// Stores f as fp16 and returns the stored value (what a dequantizer will read back).
-float store_half(uint8_t* p, float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::memcpy(p, &h, 2);
-  return static_cast<float>(h);
-}
+using model::load_half;
+using model::store_half;
 
 int round_clamp(float v, int lo, int hi) {
   return std::clamp(static_cast<int>(std::nearbyint(v)), lo, hi);

@@ -1,5 +1,6 @@
 // Q5_0 / Q5_1 block codecs (see quant_q5.hpp; checked against ggml's ggml-quants.c).
 #include "model/quant_q5.hpp"
+#include "model/half.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,16 +9,8 @@
 namespace troupe::model::q5 {
 namespace {
 
-float load_half(const uint8_t* p) {
-  _Float16 h;
-  std::memcpy(&h, p, 2);
-  return static_cast<float>(h);
-}
-
-void store_half(uint8_t* p, float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::memcpy(p, &h, 2);
-}
+using model::load_half;
+using model::store_half;
 
 // Writes 32 codes (0..31) as low nibbles in qs and fifth bits in qh (little-endian uint32).
 void store_codes(const int (&codes)[kBlock], uint8_t* qh, uint8_t* qs) {
