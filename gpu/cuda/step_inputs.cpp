@@ -67,6 +67,26 @@ void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t
   }
 }
 
+SamplingRowParams sampling_row_params(const SamplingSlot& slot) {
+  const model::SamplingParams& p = slot.params;
+  SamplingRowParams q;
+  q.seed = p.seed;
+  q.temperature = p.temperature;
+  q.top_k = p.top_k;
+  q.top_p = p.top_p;
+  q.min_p = p.min_p;
+  q.repetition_penalty = p.repetition_penalty;
+  q.presence_penalty = p.presence_penalty;
+  q.frequency_penalty = p.frequency_penalty;
+  q.penalty_last_n = p.penalty_last_n;
+  q.num_generated = slot.num_generated;
+  q.recent_offset = slot.recent_offset;
+  q.recent_count = slot.recent_count;
+  q.num_top_logprobs = std::clamp(p.top_logprobs, 0, kMaxTopLogprobs);
+  q.want_logprob = (p.logprobs || p.top_logprobs > 0) ? 1 : 0;
+  return q;
+}
+
 std::vector<SamplingRow> collect_sampling_rows(const StepBatch& b) {
   std::vector<SamplingRow> rows;
   for (const SequenceSlice& s : b.seqs) {
@@ -132,21 +152,7 @@ void pack_step_inputs(const StepBatch& b, const std::vector<SamplingRow>& rows,
     sample_rows[r] = rows[r].token_index;
     const SamplingSlot& slot_in = *rows[r].slot;
     const model::SamplingParams& p = slot_in.params;
-    SamplingRowParams q;
-    q.seed = p.seed;
-    q.temperature = p.temperature;
-    q.top_k = p.top_k;
-    q.top_p = p.top_p;
-    q.min_p = p.min_p;
-    q.repetition_penalty = p.repetition_penalty;
-    q.presence_penalty = p.presence_penalty;
-    q.frequency_penalty = p.frequency_penalty;
-    q.penalty_last_n = p.penalty_last_n;
-    q.num_generated = slot_in.num_generated;
-    q.recent_offset = slot_in.recent_offset;
-    q.recent_count = slot_in.recent_count;
-    q.num_top_logprobs = std::clamp(p.top_logprobs, 0, kMaxTopLogprobs);
-    q.want_logprob = (p.logprobs || p.top_logprobs > 0) ? 1 : 0;
+    SamplingRowParams q = sampling_row_params(slot_in);
     q.bias_offset = num_bias;
     q.bias_count = static_cast<int32_t>(p.logit_bias.size());
     for (const model::LogitBias& e : p.logit_bias) {

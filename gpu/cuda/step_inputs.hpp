@@ -48,6 +48,10 @@ struct DeviceStepInputs {
 void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t n_vocab,
                     int32_t num_blocks);
 std::vector<SamplingRow> collect_sampling_rows(const StepBatch& b);
+// The device sampler's per-row knobs from a step's sampling slot: the sampling parameters, the
+// stream position, the penalty window and the logprob request. The bias and end-id ranges index
+// per-step arrays, so the caller fills those.
+SamplingRowParams sampling_row_params(const SamplingSlot& slot);
 InputLayout input_layout(const StepBatch& b, int32_t num_rows);
 // Writes the step's inputs into `host` (at least layout.total bytes).
 void pack_step_inputs(const StepBatch& b, const std::vector<SamplingRow>& rows,

@@ -34,6 +34,7 @@
 #include "gpu/cuda/rope.cuh"
 #include "gpu/cuda/sampling.cuh"
 #include "gpu/cuda/silu_mul.cuh"
+#include "gpu/cuda/step_inputs.hpp"
 #include "model/llama_config.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
@@ -460,20 +461,8 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
     if (slot.params.min_tokens > 0) slot.end_token_ids = {7, 8, 10};
     SamplingRowParams& q = params[r];
     const model::SamplingParams& p = slot.params;
-    q.seed = p.seed;
-    q.temperature = p.temperature;
-    q.top_k = p.top_k;
-    q.top_p = p.top_p;
-    q.min_p = p.min_p;
-    q.repetition_penalty = p.repetition_penalty;
-    q.presence_penalty = p.presence_penalty;
-    q.frequency_penalty = p.frequency_penalty;
-    q.penalty_last_n = p.penalty_last_n;
-    q.num_generated = slot.num_generated;
-    q.recent_offset = slot.recent_offset;
-    q.recent_count = slot.recent_count;
-    q.num_top_logprobs = p.top_logprobs;
-    q.want_logprob = 1;
+    q = sampling_row_params(slot);
+    q.want_logprob = 1;  // compare logprobs on every row
     q.bias_offset = static_cast<int32_t>(bias_ids.size());
     q.bias_count = static_cast<int32_t>(p.logit_bias.size());
     for (const model::LogitBias& e : p.logit_bias) {
