@@ -69,7 +69,7 @@ boost::asio::awaitable<void> IngressActor::handle(IngressMessage message) {
           on_step_events(m);
         } else if constexpr (std::is_same_v<T, SequencesEnded>) {
           const Clock::time_point now = Clock::now();
-          for (const auto& finished : m.finished) on_sequence_ended(finished, now);
+          on_sequences_ended(m.finished, now);
         } else if constexpr (std::is_same_v<T, AdmissionRefused>) {
           on_refused(m);
         } else {
@@ -173,9 +173,7 @@ void IngressActor::on_step_events(StepEvents& events) {
     auto it = live_.find(token.request_id);
     if (it != live_.end() && !it->second.closed) on_token(it->second, token, events.step_done_at);
   }
-  for (const scheduler::FinishedSequence& finished : events.update.finished) {
-    on_sequence_ended(finished, events.step_done_at);
-  }
+  on_sequences_ended(events.update.finished, events.step_done_at);
 }
 
 void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToken& token,
@@ -213,38 +211,48 @@ void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToke
   }
   if (stopped.stopped) {
     request.closed = true;
-    publish_stats();  // no longer live (see on_sequence_ended)
+    publish_stats();  // no longer live (see on_sequences_ended)
     send_to_scheduler(scheduler::FinishSequence{request.request_id, scheduler::FinishReason::kStopString});
     request.sink->on_finish(request.request_id, completion_of(request, "stop", nullptr, now));
   }
 }
 
-void IngressActor::on_sequence_ended(const scheduler::FinishedSequence& finished,
-                                     Clock::time_point now) {
-  auto it = live_.find(finished.request_id);
-  if (it == live_.end()) return;
-  LiveRequest request = std::move(it->second);
-  live_.erase(it);
-  if (!request.closed) {
-    // The board forgets the request before its client hears the end, so a client (or an admin)
-    // that acts on the final event never finds it still listed as live.
-    publish_stats();
-    std::string tail = request.detokenizer.flush();
-    StopMatcher::Result last = request.stop.push(tail);
-    std::string text = std::move(last.text);
-    if (!last.stopped) text += request.stop.flush();
-    bool client_present = true;
-    if (!text.empty()) {
-      engine::TokenDelta delta;
-      delta.text = std::move(text);
-      delta.num_generated_tokens = finished.num_generated_tokens;
-      client_present = request.sink->on_delta(request.request_id, std::move(delta));
-    }
-    if (client_present) {
-      const std::string reason(last.stopped ? std::string_view("stop")
-                                            : scheduler::openai_finish_reason(finished.reason));
-      request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
-    }
+void IngressActor::on_sequences_ended(std::span<const scheduler::FinishedSequence> finished,
+                                      Clock::time_point now) {
+  std::vector<std::pair<LiveRequest, const scheduler::FinishedSequence*>> ended;
+  for (const scheduler::FinishedSequence& f : finished) {
+    auto it = live_.find(f.request_id);
+    if (it == live_.end()) continue;
+    ended.emplace_back(std::move(it->second), &f);
+    live_.erase(it);
+  }
+  if (ended.empty()) return;
+  // The board forgets the requests before their clients hear the end, so a client (or an admin)
+  // that acts on the final event never finds its request still listed as live. One publish for
+  // the whole batch.
+  publish_stats();
+  for (auto& [request, f] : ended) {
+    if (!request.closed) tell_end(request, *f, now);
+  }
+}
+
+void IngressActor::tell_end(LiveRequest& request, const scheduler::FinishedSequence& finished,
+                            Clock::time_point now) {
+  std::string tail = request.detokenizer.flush();
+  StopMatcher::Result last = request.stop.push(tail);
+  std::string text = std::move(last.text);
+  if (!last.stopped) text += request.stop.flush();
+  bool client_present = true;
+  if (!text.empty()) {
+    engine::TokenDelta delta;
+    delta.text = std::move(text);
+    delta.num_generated_tokens = finished.num_generated_tokens;
+    client_present = request.sink->on_delta(request.request_id, std::move(delta));
+  }
+  if (client_present) {
+    const std::string reason(last.stopped ? std::string_view("stop")
+                                          : scheduler::openai_finish_reason(finished.reason));
+    request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <deque>
 #include <memory>
+#include <span>
 #include <unordered_map>
 
 #include "actors/engine/stats_board.hpp"
@@ -64,7 +65,9 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   void on_cancel(engine::RequestId request_id);
   void on_step_events(StepEvents& events);
   void on_token(LiveRequest& request, const scheduler::GeneratedToken& token, Clock::time_point now);
-  void on_sequence_ended(const scheduler::FinishedSequence& finished, Clock::time_point now);
+  void on_sequences_ended(std::span<const scheduler::FinishedSequence> finished, Clock::time_point now);
+  // The sink's last calls for an ended request: the held-back text, then on_finish.
+  void tell_end(LiveRequest& request, const scheduler::FinishedSequence& finished, Clock::time_point now);
   void on_refused(const AdmissionRefused& refusal);
   void on_step_failed(const StepFailed& failure);
 
