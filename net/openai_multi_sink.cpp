@@ -41,8 +41,15 @@ void MultiChoiceResponse::start(const engine::GenerateRequest& request, bool has
   {
     std::lock_guard lock(mutex_);
     request_ids_ = ids;
+    submitting_ = false;
     failed = failed_;
     failed_choice = failed_choice_;
+    if (!failed_) {
+      for (auto& [index, delta] : held_deltas_) (void)take_delta(index, std::move(delta));
+      for (auto& [index, completion] : held_finishes_) take_finish(index, std::move(completion));
+    }
+    held_deltas_.clear();
+    held_finishes_.clear();
   }
   // NOTE: a choice may fail (queue full) before its siblings were submitted; they are cancelled
   // here, since on_error could not name them yet.
@@ -65,6 +72,14 @@ bool MultiChoiceResponse::start_stream() {
 bool MultiChoiceResponse::on_delta(int32_t index, engine::TokenDelta delta) {
   std::lock_guard lock(mutex_);
   if (failed_) return false;
+  if (submitting_) {
+    held_deltas_.emplace_back(index, std::move(delta));
+    return true;
+  }
+  return take_delta(index, std::move(delta));
+}
+
+bool MultiChoiceResponse::take_delta(int32_t index, engine::TokenDelta delta) {
   Choice& choice = choices_[static_cast<size_t>(index)];
   if (!options_.stream) {
     choice.text += delta.text;
@@ -86,6 +101,14 @@ bool MultiChoiceResponse::on_delta(int32_t index, engine::TokenDelta delta) {
 void MultiChoiceResponse::on_finish(int32_t index, engine::Completion completion) {
   std::lock_guard lock(mutex_);
   if (failed_) return;
+  if (submitting_) {
+    held_finishes_.emplace_back(index, std::move(completion));
+    return;
+  }
+  take_finish(index, std::move(completion));
+}
+
+void MultiChoiceResponse::take_finish(int32_t index, engine::Completion completion) {
   context_->metrics.record_finish(completion);
   Choice& choice = choices_[static_cast<size_t>(index)];
   choice.done = true;

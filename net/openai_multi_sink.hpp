@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/engine/engine.hpp"
@@ -58,6 +59,9 @@ class MultiChoiceResponse final : public std::enable_shared_from_this<MultiChoic
 
   bool start_stream();  // with mutex_ held
   void finish_all();    // with mutex_ held: the last choice ended
+  // with mutex_ held: the bodies of on_delta / on_finish once every choice was submitted
+  bool take_delta(int32_t choice, engine::TokenDelta delta);
+  void take_finish(int32_t choice, engine::Completion completion);
   engine::Usage total_usage() const;
   void cancel_all_but(int32_t choice, const std::vector<engine::RequestId>& ids) const;
   void log_access(int status, const engine::Usage& usage, std::string_view finish) const;
@@ -74,6 +78,11 @@ class MultiChoiceResponse final : public std::enable_shared_from_this<MultiChoic
   std::vector<engine::RequestId> request_ids_;  // empty until every choice was submitted
   int32_t num_done_ = 0;
   bool stream_started_ = false;
+  // Until every choice was submitted, events are held: a choice refused at submit (queue full)
+  // must still find nothing streamed, so the client gets one 429 whatever its siblings did.
+  bool submitting_ = true;
+  std::vector<std::pair<int32_t, engine::TokenDelta>> held_deltas_;
+  std::vector<std::pair<int32_t, engine::Completion>> held_finishes_;
   bool failed_ = false;  // a choice failed: the response is answered, the rest is dropped
   int32_t failed_choice_ = -1;
 };
