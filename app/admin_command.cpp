@@ -225,6 +225,15 @@ std::vector<std::string> stats_lines(dom::element r) {
   row("latency", fmt::format("step p50 {:.1f} ms, p99 {:.1f} ms; ttft p50 {:.1f} ms, p99 {:.1f} ms",
                              number(r, "/step_time_ms/p50"), number(r, "/step_time_ms/p99"),
                              number(r, "/ttft_ms/p50"), number(r, "/ttft_ms/p99")));
+  row("budget", fmt::format("max step {:.0f} ms; last step predicted {:.1f} ms, took {:.1f} ms "
+                            "(mean error {:.0f}%); {} steps cut",
+                            number(r, "/step_budget/max_step_ms"), number(r, "/step_budget/predicted_ms"),
+                            number(r, "/step_budget/actual_ms"),
+                            100 * number(r, "/step_budget/mean_abs_error_ratio"),
+                            integer(r, "/step_budget/budgeted_steps")));
+  row("fairness", fmt::format("{} clients waiting, {} fair-share preemptions",
+                              integer(r, "/fairness/waiting_clients"),
+                              integer(r, "/fairness/preemptions")));
   row("totals", fmt::format("{} finished, {} refused, {} preemptions, {} prompt + {} generated tokens",
                             integer(r, "/totals/finished"), integer(r, "/totals/refused"),
                             integer(r, "/totals/preemptions"), integer(r, "/totals/prompt_tokens"),
@@ -254,12 +263,13 @@ std::string requests_table(dom::element r) {
   dom::array list;
   if (r["requests"].get(list) != simdjson::SUCCESS || list.size() == 0) return "no live requests\n";
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "ORIGIN", "PHASE", "PRIORITY", "PROMPT", "GENERATED", "AGE", "LABEL"}};
+      {"ID", "ORIGIN", "PHASE", "PRIORITY", "PROMPT", "GENERATED", "AGE", "CLIENT", "LABEL"}};
   for (dom::element item : list) {
     rows.push_back({std::to_string(integer(item, "/id")), text(item, "/origin"), text(item, "/phase"),
                     text(item, "/priority"), std::to_string(integer(item, "/prompt_tokens")),
                     std::to_string(integer(item, "/generated_tokens")),
-                    format_age_ms(number(item, "/age_ms")), text(item, "/client_label")});
+                    format_age_ms(number(item, "/age_ms")), text(item, "/client"),
+                    text(item, "/client_label")});
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const auto& row : rows) {

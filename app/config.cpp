@@ -148,6 +148,15 @@ ObjectReader scheduler_reader(scheduler::SchedulerConfig& s) {
   reader.on("enable_priority_preemption", [&s](element v, const std::string& p) {
     s.enable_priority_preemption = read_bool(v, p);
   });
+  reader.on("max_step_ms", [&s](element v, const std::string& p) {
+    s.max_step_ms = static_cast<double>(read_uint(v, p, 0, 3'600'000));
+  });
+  reader.on("fairness", [&s](element v, const std::string& p) {
+    const std::string text = read_string(v, p);
+    const auto fairness = scheduler::parse_fairness(text);
+    if (!fairness) throw ConfigError(fmt::format("{}: \"{}\" is not \"fifo\" or \"client\"", p, text));
+    s.fairness = *fairness;
+  });
   return reader;
 }
 
@@ -181,6 +190,9 @@ ObjectReader api_reader(net::OpenAiApiConfig& api) {
   });
   reader.on("max_stream_buffer_bytes", [&api](element v, const std::string& p) {
     api.max_stream_buffer_bytes = read_uint(v, p, 1024, uint64_t{1} << 32);
+  });
+  reader.on("max_waiting_per_client", [&api](element v, const std::string& p) {
+    api.max_waiting_per_client = read_int32(v, p, 0, 1 << 20);
   });
   return reader;
 }
@@ -226,6 +238,8 @@ engine::EngineConfig engine_config_of(const ServerConfig& config) {
   }
   e.cpu = config.cpu;
   e.scheduler = config.scheduler;
+  // A request limit of the API (429 to the client), enforced where the waiting queue lives.
+  e.scheduler.max_waiting_per_client = config.api.max_waiting_per_client;
   e.max_stop_strings = config.api.max_stop_strings;
   return e;
 }

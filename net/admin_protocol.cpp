@@ -163,6 +163,24 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
   json.field("tokens_per_s", stats.tokens_per_s_10s);
   write_latency(json, "step_time_ms", stats.step_time);
   write_latency(json, "ttft_ms", stats.time_to_first_token);
+  const engine::StepCostStats& cost = stats.step_cost;
+  json.key("step_budget").begin_object();
+  json.field("max_step_ms", cost.max_step_ms)
+      .field("model_usable", cost.model_usable)
+      .field("predicted_ms", cost.last_predicted_ms)
+      .field("actual_ms", cost.last_actual_ms)
+      .field("mean_abs_error_ratio", cost.mean_abs_error_ratio)
+      .field("budgeted_steps", cost.num_time_budgeted_steps);
+  json.key("model").begin_object();
+  json.field("fixed_ms", cost.fixed_ms)
+      .field("per_token_ms", cost.per_token_ms)
+      .field("per_context_ms", cost.per_context_ms)
+      .field("per_sampled_ms", cost.per_sampled_ms);
+  json.end_object().end_object();
+  json.key("fairness").begin_object();
+  json.field("waiting_clients", stats.num_waiting_clients)
+      .field("preemptions", stats.num_fairness_preemptions);
+  json.end_object();
   json.key("totals").begin_object();
   json.field("finished", stats.num_requests_finished)
       .field("refused", stats.num_requests_refused)
@@ -182,6 +200,7 @@ std::string admin_requests_reply(const std::vector<engine::RequestInfo>& request
     json.begin_object();
     json.field("id", r.request_id)
         .field("client_label", r.client_label)
+        .field("client", r.client)
         .field("origin", engine::to_string(r.origin))
         .field("phase", engine::to_string(r.phase))
         .field("priority", to_string(r.priority))

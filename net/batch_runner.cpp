@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "net/batch_codec.hpp"
+#include "net/client_key.hpp"
 #include "net/json_writer.hpp"
 
 namespace troupe::net {
@@ -176,6 +177,8 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   ids->reserve(valid.size());
   for (const size_t i : valid) {
     engine::GenerateRequest generate = std::move(batch.items[i].request->generate);
+    generate.client = client_key(request.header("Authorization"), batch.items[i].request->user,
+                                 http_connection_label(request.connection_id));
     auto sink = std::make_shared<BatchItemSink>(context, run, i, std::move(batch.items[i]));
     ids->push_back(context->engine.submit(std::move(generate), std::move(sink)));
   }

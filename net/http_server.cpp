@@ -43,10 +43,14 @@ namespace {
 
 // One open connection. Owned by its session coroutine; the server also tracks it so stop() can
 // close idle connections and begin_shutdown() can reach its WebSocket session.
+std::atomic<uint64_t> next_connection_id{1};
+
 struct Connection {
   explicit Connection(tcp::socket socket)
       : executor(socket.get_executor()), stream(std::move(socket)) {}
   const asio::any_io_executor executor;  // the connection's strand; may be read from any thread
+  // Process-unique: a request names its connection (the fair-share client of last resort).
+  const uint64_t id = next_connection_id.fetch_add(1, std::memory_order_relaxed);
   beast::tcp_stream stream;  // moved into the WebSocket session on upgrade
   // The rest is touched only on the connection's strand.
   bool busy = false;  // a request is being handled (or the connection is a WebSocket session)
@@ -213,7 +217,9 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
         break;
       } else {
         keep_alive = request.keep_alive() && !stopping.load(std::memory_order_acquire);
-        router->dispatch(to_plain_request(std::move(request)), out);
+        HttpRequest plain = to_plain_request(std::move(request));
+        plain.connection_id = connection->id;
+        router->dispatch(std::move(plain), out);
       }
     }
     const bool reusable = co_await serve_exchange(connection, out, version, keep_alive);

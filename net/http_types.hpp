@@ -4,6 +4,7 @@
 // Thread-safety: plain values.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +17,7 @@ struct HttpRequest {
   std::string target;   // path and query, as received
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  uint64_t connection_id = 0;  // the server's id of the TCP connection it came on (0: none)
 
   // The target without its query string.
   std::string_view path() const {

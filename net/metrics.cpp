@@ -122,6 +122,12 @@ void PrometheusText::gauge(std::string_view name, std::string_view help, double 
   sample(name, {}, value);
 }
 
+void PrometheusText::gauge(std::string_view name, std::string_view help,
+                           const std::vector<std::pair<Labels, double>>& samples) {
+  header(name, help, "gauge");
+  for (const auto& [labels, value] : samples) sample(name, labels, value);
+}
+
 void PrometheusText::counter(std::string_view name, std::string_view help, double value) {
   header(name, help, "counter");
   sample(name, {}, value);
@@ -204,6 +210,29 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   // The engine publishes step-time quantiles only, hence a summary rather than a histogram.
   p.summary("troupe:step_time_seconds", "Engine step time.",
             {{0.5, s.step_time.p50_ms / 1000.0}, {0.99, s.step_time.p99_ms / 1000.0}});
+  const engine::StepCostStats& cost = s.step_cost;
+  p.gauge("troupe:step_budget_seconds", "Step-time budget while streams decode (0: off).",
+          cost.max_step_ms / 1000.0);
+  p.gauge("troupe:step_time_predicted_seconds", "The last step's time as the cost model predicted it.",
+          cost.last_predicted_ms / 1000.0);
+  p.gauge("troupe:step_time_actual_seconds", "The last step's measured time.",
+          cost.last_actual_ms / 1000.0);
+  p.gauge("troupe:step_time_prediction_error_ratio",
+          "Mean |predicted - actual| / actual step time over ~100 recent steps.",
+          cost.mean_abs_error_ratio);
+  p.gauge("troupe:step_cost_model_seconds",
+          "Fitted step cost per unit of each term (fixed, token, context pair, sampled row).",
+          {{{{"term", "fixed"}}, cost.fixed_ms / 1000.0},
+           {{{"term", "token"}}, cost.per_token_ms / 1000.0},
+           {{{"term", "context_pair"}}, cost.per_context_ms / 1000.0},
+           {{{"term", "sampled_row"}}, cost.per_sampled_ms / 1000.0}});
+  p.counter("troupe:step_budget_cut_steps_total",
+            "Steps whose prefill chunks the step-time budget cut.",
+            double(cost.num_time_budgeted_steps));
+  p.gauge("troupe:num_waiting_clients", "Clients with a request waiting.", s.num_waiting_clients);
+  p.counter("troupe:fairness_preemptions_total",
+            "Preemptions that made room for a client running fewer sequences.",
+            double(s.num_fairness_preemptions));
   p.gauge("vllm:num_requests_running", "Requests in a running batch (vLLM name).", s.num_running);
   p.gauge("vllm:num_requests_waiting", "Requests waiting (vLLM name).", s.num_waiting);
   p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (vLLM name).", s.kv_usage_ratio);

@@ -61,6 +61,8 @@ class PrometheusText {
   explicit PrometheusText(Labels common_labels = {}) : common_(std::move(common_labels)) {}
 
   void gauge(std::string_view name, std::string_view help, double value);
+  void gauge(std::string_view name, std::string_view help,
+             const std::vector<std::pair<Labels, double>>& samples);
   void counter(std::string_view name, std::string_view help, double value);
   // One counter family with a sample per label set.
   void counter(std::string_view name, std::string_view help,

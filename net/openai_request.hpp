@@ -31,6 +31,9 @@ struct OpenAiApiConfig {
   // own engine request, so this bounds the work one HTTP request can queue.
   int32_t max_n = 16;
   uint64_t max_stream_buffer_bytes = 8u << 20;  // per request, before a slow client is dropped
+  // Requests one client (API key, `user`, else connection) may have waiting; more get 429
+  // while other clients are served (the scheduler enforces it). 0: only max_queue limits.
+  int32_t max_waiting_per_client = 256;
 };
 
 struct CompletionRequest {

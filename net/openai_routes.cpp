@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "model/tokenizer.hpp"
+#include "net/client_key.hpp"
 #include "net/batch_runner.hpp"
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
@@ -37,6 +38,8 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
     return;
   }
   CompletionRequest& completion = std::get<CompletionRequest>(parsed);
+  completion.generate.client = client_key(request.header("Authorization"), completion.user,
+                                          http_connection_label(request.connection_id));
   ResponseIdentity identity{kind, make_response_id(kind), unix_now(), context->state.model.id};
   SinkOptions options{route, completion.stream, completion.include_usage,
                       completion.generate.sampling.logprobs};

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "net/client_key.hpp"
 #include "net/json_writer.hpp"
 
 namespace troupe::net {
@@ -81,8 +82,17 @@ std::string ws_error_frame(std::string_view id, std::string_view code, std::stri
   return w.take();
 }
 
+static std::string next_ws_label() {
+  static std::atomic<uint64_t> next{1};
+  return fmt::format("ws:{}", next.fetch_add(1, std::memory_order_relaxed));
+}
+
 WsChatConnection::WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post, Wake wake)
-    : engine_(engine), config_(std::move(config)), post_(std::move(post)), wake_(std::move(wake)) {}
+    : engine_(engine),
+      config_(std::move(config)),
+      post_(std::move(post)),
+      wake_(std::move(wake)),
+      connection_label_(next_ws_label()) {}
 
 void WsChatConnection::push(std::string frame) {
   pending_bytes_ += frame.size();
@@ -156,6 +166,7 @@ void WsChatConnection::start_chat(std::string_view frame, const std::string& cli
   CompletionRequest& request = std::get<CompletionRequest>(parsed);
   request.generate.origin = engine::RequestOrigin::kWebSocket;
   request.generate.client_label = client_id;
+  request.generate.client = client_key("", request.user, connection_label_);
   auto sink = std::make_shared<WsSink>(weak_from_this(), post_, client_id);
   // Insert before submit: the sink may answer (and be posted back) before submit returns.
   live_[client_id] = 0;

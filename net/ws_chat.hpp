@@ -9,7 +9,8 @@
 //                     "usage":{...},"timings":{"ttft_ms":..,"tokens_per_s":..}}
 //                    {"type":"error","id":"c1","code":"...","message":"..."}
 // Several generations run at once, multiplexed by id; a duplicate live id is an error for that
-// message only. A connection whose unsent output passes `max_pending_bytes` (a reader too slow
+// message only. The socket is one client for fair share (net/client_key.hpp), or the chat's
+// `user` when it names one. A connection whose unsent output passes `max_pending_bytes` (a reader too slow
 // to keep up) has its own generations cancelled; other clients never wait for it. Once the
 // server shuts down (on_shutdown), new chats get an error frame with code "draining"; running
 // ones continue to their done/error frame, after which the session closes the socket (1001).
@@ -80,6 +81,9 @@ class WsChatConnection final : public WebSocketEndpoint,
   std::atomic<bool> closed_{false};
   bool shutting_down_ = false;
   std::unordered_map<std::string, engine::RequestId> live_;  // client id -> engine id
+  // This socket as a fair-share client (a WebSocket session counts as one, unless a chat
+  // names its `user`): "ws:<n>", process-unique.
+  const std::string connection_label_;
   std::deque<std::string> output_;
   uint64_t pending_bytes_ = 0;
 };

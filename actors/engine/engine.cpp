@@ -56,6 +56,21 @@ RequestPhase phase_of(scheduler::SlotPhase phase) {
   return RequestPhase::kWaiting;
 }
 
+// The cost model's prior from the model's arithmetic (step_cost_model.hpp): relative weights
+// only; the fit replaces the speed with this machine's within a few dozen steps.
+scheduler::StepCostFitterConfig step_cost_fitter_config(const model::ModelInfo& info) {
+  scheduler::StepCostFitterConfig config;
+  const auto embd = static_cast<double>(info.embedding_length);
+  const auto vocab = static_cast<double>(info.vocab_size);
+  const double embedding = vocab * embd;
+  config.arithmetic.flops_per_token =
+      2.0 * std::max(static_cast<double>(info.num_parameters) - embedding, embedding);
+  // QK and PV: 2 flops each per head dimension, over every head of every layer.
+  config.arithmetic.flops_per_context = 4.0 * static_cast<double>(info.num_layers) * embd;
+  config.arithmetic.flops_per_sampled = 2.0 * embedding;
+  return config;
+}
+
 class EngineImpl final : public Engine {
  public:
   explicit EngineImpl(const EngineConfig& config);
@@ -123,7 +138,8 @@ EngineImpl::EngineImpl(const EngineConfig& config) {
   gpu_worker_ = std::make_shared<gpu_worker::GpuWorkerActor>(std::move(built.backend));
   kv_cache_ = std::make_shared<kv_cache::KvCacheActor>(
       scheduler::Scheduler::kv_cache_config(policy), board_, capacity);
-  scheduler_ = std::make_shared<scheduler::SchedulerActor>(policy, board_, capacity);
+  scheduler_ = std::make_shared<scheduler::SchedulerActor>(
+      policy, step_cost_fitter_config(card_.info), board_, capacity);
   ingress_ = std::make_shared<ingress::IngressActor>(
       ingress::PromptBuilder(*tokenizer_, std::move(chat_template), limits), board_,
       config.stats_window, capacity);
@@ -213,6 +229,8 @@ EngineStats EngineImpl::stats() const {
   out.prefix_cache_hits = kv.prefix.num_hits;
   out.prefix_cache_hit_rate = kv.prefix.hit_rate();
   out.num_preemptions = s.num_preemptions;
+  out.num_fairness_preemptions = s.num_fairness_preemptions;
+  out.num_waiting_clients = s.num_waiting_clients;
   out.num_prefix_deferrals = s.num_prefix_deferrals;
   out.num_requests_finished = s.num_requests_finished;
   out.num_requests_refused = s.num_requests_refused + front->num_refused;
@@ -221,6 +239,7 @@ EngineStats EngineImpl::stats() const {
   out.num_steps = s.num_steps;
   out.tokens_per_s_10s = front->tokens_per_s;
   out.step_time = sched->step_time;
+  out.step_cost = sched->step_cost;
   if (sched->total_tick_ms > 0) {
     out.engine_overhead_ratio = 1.0 - sched->total_device_ms / sched->total_tick_ms;
   }
@@ -247,6 +266,7 @@ std::vector<RequestInfo> EngineImpl::requests() const {
     if (auto it = slots.find(live.request_id); it != slots.end()) {
       info.phase = phase_of(it->second->phase);
       info.priority = it->second->priority;
+      info.client = it->second->client;
       info.prompt_tokens = it->second->num_prompt_tokens;
       info.generated_tokens = it->second->num_generated_tokens;
     } else {

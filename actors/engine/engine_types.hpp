@@ -27,6 +27,9 @@ std::string_view to_string(RequestOrigin origin);
 struct GenerateRequest {
   RequestOrigin origin = RequestOrigin::kHttp;
   std::string client_label;  // the client's own id (WS id, batch custom_id), for logs and admin
+  // Who the request counts against for fair share and api.max_waiting_per_client (net's
+  // client_key(): API key hash, user, or connection). Requests with equal keys are one client.
+  std::string client;
   std::vector<model::ChatMessage> messages;
   std::optional<std::string> prompt_text;
   std::vector<int32_t> prompt_token_ids;
@@ -108,6 +111,22 @@ struct LatencySummary {
   double p99_ms = 0;
 };
 
+// The step-time budget (scheduler.max_step_ms) and the cost model it plans with, as the
+// scheduler actor last fitted it, with how well its predictions matched the steps they planned.
+struct StepCostStats {
+  double max_step_ms = 0;  // 0: the budget is off
+  bool model_usable = false;
+  double fixed_ms = 0;
+  double per_token_ms = 0;
+  double per_context_ms = 0;  // per (query, key) attention pair
+  double per_sampled_ms = 0;
+  double last_predicted_ms = 0;
+  double last_actual_ms = 0;
+  double mean_abs_error_ratio = 0;  // |predicted - actual| / actual, over ~100 recent steps
+  uint64_t num_predicted = 0;       // steps planned with a usable model
+  uint64_t num_time_budgeted_steps = 0;  // steps whose prefill the budget cut
+};
+
 struct EngineStats {
   int32_t num_waiting = 0;
   int32_t num_running = 0;
@@ -121,6 +140,8 @@ struct EngineStats {
   uint64_t prefix_cache_hits = 0;
   double prefix_cache_hit_rate = 0;
   uint64_t num_preemptions = 0;
+  uint64_t num_fairness_preemptions = 0;  // ... made for a client running fewer sequences
+  int32_t num_waiting_clients = 0;        // clients with a request waiting
   uint64_t num_prefix_deferrals = 0;
   uint64_t num_requests_finished = 0;
   uint64_t num_requests_refused = 0;
@@ -129,6 +150,7 @@ struct EngineStats {
   uint64_t num_steps = 0;
   double tokens_per_s_10s = 0;  // generated tokens per second over the last 10 s
   LatencySummary step_time;       // a whole tick: schedule, device step, bookkeeping
+  StepCostStats step_cost;
   // Time the engine spent outside the backend, as a share of all tick time since start
   // (DESIGN.md: the scheduler must stay a rounding error next to a forward pass).
   double engine_overhead_ratio = 0;
@@ -144,6 +166,7 @@ std::string_view to_string(RequestPhase phase);
 struct RequestInfo {
   RequestId request_id = 0;
   std::string client_label;
+  std::string client;  // the fair-share client (GenerateRequest::client)
   RequestOrigin origin = RequestOrigin::kHttp;
   RequestPhase phase = RequestPhase::kWaiting;
   Priority priority = Priority::kNormal;

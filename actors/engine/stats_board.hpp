@@ -51,6 +51,7 @@ struct SchedulerSnapshot {
   LatencySummary step_time;
   double total_tick_ms = 0;
   double total_device_ms = 0;
+  StepCostStats step_cost;
 };
 
 struct KvCacheSnapshot {

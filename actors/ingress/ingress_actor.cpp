@@ -22,6 +22,9 @@ RequestError error_for(scheduler::AddResult result) {
   switch (result) {
     case AddResult::kQueueFull:
       return {ErrorCode::kQueueFull, "the server is overloaded (waiting queue full); retry later", ""};
+    case AddResult::kClientQueueFull:
+      return {ErrorCode::kQueueFull,
+              "too many of your requests are waiting (api.max_waiting_per_client); retry later", ""};
     case AddResult::kPromptTooLong:
     case AddResult::kNeverFits:
       return {ErrorCode::kPromptTooLong,
@@ -125,6 +128,7 @@ void IngressActor::on_submit(Submit& submit) {
   admit.stop = request.stop;
   admit.stop.max_tokens = prompt.max_tokens;
   admit.priority = request.priority;
+  admit.client = request.client;
   const auto num_prompt_tokens = static_cast<int32_t>(admit.prompt_token_ids.size());
 
   scheduler::SchedulerMessage message{scheduler::Admit{std::move(admit)}};

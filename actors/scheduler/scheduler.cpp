@@ -25,7 +25,9 @@ kv_cache::KvCacheConfig Scheduler::kv_cache_config(const SchedulerConfig& config
   return {config.num_blocks, config.block_size, config.enable_prefix_caching};
 }
 
-Scheduler::Scheduler(SchedulerConfig config, KvCacheHome home) : config_(validated(config)) {
+Scheduler::Scheduler(SchedulerConfig config, KvCacheHome home)
+    : config_(validated(config)),
+      waiting_(config_.fairness, [this](const std::string& client) { return running_of(client); }) {
   if (home == KvCacheHome::kOwned) {
     kv_ = std::make_unique<kv_cache::KvCacheManager>(kv_cache_config(config_));
   }
@@ -71,6 +73,10 @@ AddResult Scheduler::check_admissible(const NewRequest& request) const {
       std::min<int64_t>(num_prompt + request.stop.max_tokens, config_.max_model_len);
   const int64_t max_blocks = (final_len - 1 + config_.block_size - 1) / config_.block_size;
   if (max_blocks > config_.num_blocks) return AddResult::kNeverFits;
+  if (config_.max_waiting_per_client > 0 &&
+      waiting_.num_waiting_of(request.client) >= config_.max_waiting_per_client) {
+    return AddResult::kClientQueueFull;
+  }
   if (waiting_.size() >= config_.max_queue) return AddResult::kQueueFull;
   return AddResult::kAccepted;
 }
@@ -88,6 +94,7 @@ AddResult Scheduler::add_request(NewRequest request) {
   seq->sampling = request.sampling;
   seq->stop = std::move(request.stop);
   seq->priority = request.priority;
+  seq->client = std::move(request.client);
   seq->arrival_index = next_arrival_index_++;
   seq->arrival_step = num_steps_;
   waiting_.push_back(seq.get());
@@ -144,7 +151,10 @@ SchedulerStats Scheduler::stats() const {
     s.kv = kv_->stats();
     s.prefix_cache_hit_rate = s.kv.prefix.hit_rate();
   }
+  s.num_waiting_clients = waiting_.num_clients();
   s.num_preemptions = num_preemptions_;
+  s.num_fairness_preemptions = num_fairness_preemptions_;
+  s.num_time_budgeted_steps = num_time_budgeted_steps_;
   s.num_prefix_deferrals = num_prefix_deferrals_;
   s.num_steps = num_steps_;
   s.last_step_num_tokens = last_step_num_tokens_;
@@ -164,6 +174,7 @@ SlotInfo slot_of(const Sequence& seq, SlotPhase phase) {
   slot.request_id = seq.request_id;
   slot.phase = phase;
   slot.priority = seq.priority;
+  slot.client = seq.client;
   slot.num_prompt_tokens = seq.num_prompt_tokens;
   slot.num_tokens = seq.num_tokens();
   slot.num_computed_tokens = seq.num_computed_tokens;
@@ -235,6 +246,9 @@ std::optional<std::string> Scheduler::check_invariants() const {
     }
   }
   if (running_.size() > static_cast<size_t>(config_.max_num_seqs)) return std::string("too many running");
+  std::unordered_map<std::string, int32_t> per_client;
+  for (const Sequence* seq : running_) ++per_client[seq->client];
+  if (per_client != running_per_client_) return std::string("running_per_client_ is out of step");
   num_placed = running_.size() + prefill_done_.size() + static_cast<size_t>(waiting_.size());
   if (num_placed != sequences_.size()) {
     return fmt::format("{} sequences but {} placed in queues", sequences_.size(), num_placed);

@@ -7,14 +7,24 @@
 // Policy, one step (vLLM v1's shape, TensorRT-LLM's call-and-return style):
 //   1. running sequences that decode (one token left to compute), highest priority first;
 //   2. running sequences still prefilling, each at most chunked_prefill_size tokens;
-//   3. waiting requests, priority then arrival, reusing cached prefix blocks, until the token
-//      budget, max_num_seqs or the KV pool says stop. The head of the queue blocks the rest
-//      (FCFS), unless it may preempt a lower-priority running sequence. A request whose next
-//      uncached prompt block a running prefill is computing right now steps aside until that
-//      block is cached (in-flight prefix sharing; see next_block_in_progress()).
-//   When a running sequence needs a block and the pool (free + evictable) is empty, the
-//   lowest-priority, latest-arrived running sequence is preempted (possibly itself): its blocks
-//   are released and it re-queues at the front of its priority with its tokens kept.
+//   3. waiting requests in WaitingQueue order (priority, then round robin across clients, or
+//      arrival with fairness kFifo), reusing cached prefix blocks, until the token budget,
+//      max_num_seqs or the KV pool says stop. The head of the queue blocks the rest, unless it
+//      may preempt: a lower-priority running sequence, or (kClient) one of a client that runs
+//      more than one sequence more than the head's client. A request whose next uncached
+//      prompt block a running prefill is computing right now steps aside until that block is
+//      cached (in-flight prefix sharing; see next_block_in_progress()).
+//   When a running sequence needs a block and the pool (free + evictable) is empty, a victim is
+//   preempted (possibly itself): the lowest priority's latest-arrived sequence — of the client
+//   running the most sequences at that priority, with kClient fairness. Its blocks are released
+//   and it re-queues at the front of its client's queue, its client first, tokens kept.
+//
+// Step-time budget (config.max_step_ms > 0 and a usable StepCostModel, see
+// step_cost_model.hpp): when the step decodes, prefill chunks (2 and 3) are cut so that the
+// step's predicted time stays under max_step_ms, decode tokens being never cut. The first
+// prefill of a step always advances at least one block (nobody starves), and while requests
+// wait for admission a running prefill takes at most half of the time left, so a short prompt
+// is not queued behind a long one. With nothing decoding, prefills run at full size.
 //
 // Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
 // cancel()/finish()/add_request() may come at any point, also while a step is in flight.
@@ -33,6 +43,7 @@
 #include "actors/scheduler/scheduler_config.hpp"
 #include "actors/scheduler/scheduler_types.hpp"
 #include "actors/scheduler/sequence.hpp"
+#include "actors/scheduler/step_cost_model.hpp"
 #include "actors/scheduler/waiting_queue.hpp"
 #include "gpu/step.hpp"
 
@@ -48,6 +59,9 @@ class Scheduler {
 
   // Throws std::invalid_argument when validate(config) fails (a start-up error).
   explicit Scheduler(SchedulerConfig config, KvCacheHome home = KvCacheHome::kOwned);
+  // The waiting queue asks this object for client loads: it must not move.
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // The KV manager this policy's config needs (what the kv-cache actor builds).
   static kv_cache::KvCacheConfig kv_cache_config(const SchedulerConfig& config);
@@ -62,6 +76,11 @@ class Scheduler {
   bool has_kv_cache() const { return kv_ != nullptr; }
 
   AddResult add_request(NewRequest request);
+
+  // The cost model the step-time budget uses from the next schedule() on (the actor refits it
+  // after every step from measured times).
+  void set_step_cost_model(const StepCostModel& model) { step_cost_ = model; }
+  const StepCostModel& step_cost_model() const { return step_cost_; }
 
   // Plans the next step. An empty plan (nothing runnable) needs no on_step_complete().
   // Calling it while a step is in flight is a bug: std::logic_error.
@@ -114,6 +133,9 @@ class Scheduler {
     std::vector<Scheduled> entries;
     int32_t token_budget = 0;
     std::vector<RequestId> preempted;
+    bool time_bound = false;          // the step-time budget applies to this step
+    bool time_cut = false;            // ... and cut a prefill chunk
+    bool prefill_advanced = false;    // some prefill span is in the step already
   };
   struct InFlightEntry {
     RequestId request_id;
@@ -129,10 +151,25 @@ class Scheduler {
   void schedule_running(Draft& draft, bool decode_pass);
   void schedule_waiting(Draft& draft);
   bool next_block_in_progress(const Sequence& seq, const kv_cache::PrefixMatch& match) const;
-  bool try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMatch& match);
+  bool try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMatch& match,
+                 int32_t num_tokens);
   bool grow_or_preempt(Draft& draft, Sequence& seq, int32_t num_tokens);
-  void preempt(Draft& draft, Sequence& victim);
+  void preempt(Draft& draft, Sequence& victim, WaitingQueue::RingPlace place);
+  // Who makes room when the KV pool runs dry (see the policy above).
+  Sequence* kv_preemption_victim() const;
+  // Who makes room for the waiting `head`, or nullptr when nobody may.
+  Sequence* admission_victim(const Sequence& head) const;
+  int32_t running_of(const std::string& client) const;
   int32_t prefill_chunk(const Sequence& seq, int32_t budget) const;
+  void add_entry(Draft& draft, Sequence& seq, int32_t num_tokens);
+
+  // scheduler_time_budget.cpp
+  void start_time_budget(Draft& draft) const;
+  StepShape shape_of(const Draft& draft) const;
+  // num_tokens cut to what fits the step-time budget from `first_position` on (unchanged when
+  // the budget does not apply); 0: nothing fits this step.
+  int32_t fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t first_position,
+                             int32_t num_tokens, bool admitting) const;
   void insert_running(Sequence* seq);
   void erase_running(const Sequence* seq);
 
@@ -161,10 +198,14 @@ class Scheduler {
   std::vector<Sequence*> prefill_done_;  // kPrefillOnly: parked, in completion order
   std::unordered_map<RequestId, kv_cache::SequenceBlocks> transferring_;
   std::optional<InFlightStep> in_flight_;
+  std::unordered_map<std::string, int32_t> running_per_client_;
+  StepCostModel step_cost_;
 
   uint64_t next_arrival_index_ = 0;
   uint64_t num_steps_ = 0;
   uint64_t num_preemptions_ = 0;
+  uint64_t num_fairness_preemptions_ = 0;
+  uint64_t num_time_budgeted_steps_ = 0;
   uint64_t num_prefix_deferrals_ = 0;
   uint64_t num_requests_accepted_ = 0;
   uint64_t num_requests_refused_ = 0;

@@ -1,6 +1,8 @@
 #include "actors/scheduler/scheduler_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <type_traits>
 #include <utility>
 
@@ -13,13 +15,35 @@ namespace troupe::scheduler {
 using Clock = std::chrono::steady_clock;
 using actors::runtime::CompletionSlot;
 using actors::runtime::SendStatus;
+using engine::StepCostStats;
 
-SchedulerActor::SchedulerActor(SchedulerConfig config, std::shared_ptr<engine::StatsBoard> board,
-                               size_t mailbox_capacity)
+SchedulerActor::SchedulerActor(SchedulerConfig config, StepCostFitterConfig step_cost,
+                               std::shared_ptr<engine::StatsBoard> board, size_t mailbox_capacity)
     : Actor("scheduler", mailbox_capacity),
       policy_(std::move(config), Scheduler::KvCacheHome::kBorrowed),
-      board_(std::move(board)) {
+      board_(std::move(board)),
+      step_cost_(step_cost) {
+  step_cost_stats_.max_step_ms = policy_.config().max_step_ms;
+  policy_.set_step_cost_model(step_cost_.model());
   publish_stats();
+}
+
+// NOTE: the prediction compared is the one the plan was made with (the model before this
+// step's refit), so the error is what the budget actually suffered.
+void SchedulerActor::learn_step_cost(const StepPlan& plan, double device_ms) {
+  if (plan.predicted_ms > 0) {
+    const double error = std::abs(plan.predicted_ms - device_ms) / std::max(device_ms, 1e-3);
+    // An exponential average over ~100 steps: recent enough to follow the machine.
+    constexpr double kSmoothing = 0.01;
+    StepCostStats& s = step_cost_stats_;
+    s.mean_abs_error_ratio = s.num_predicted == 0 ? error
+                                                  : s.mean_abs_error_ratio + kSmoothing * (error - s.mean_abs_error_ratio);
+    ++s.num_predicted;
+    s.last_predicted_ms = plan.predicted_ms;
+  }
+  step_cost_stats_.last_actual_ms = device_ms;
+  step_cost_.observe(plan.shape, device_ms);
+  policy_.set_step_cost_model(step_cost_.model());
 }
 
 void SchedulerActor::connect(std::shared_ptr<IngressActorBase> ingress,
@@ -158,6 +182,9 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
                                                       Clock::time_point tick_started) {
   const Clock::time_point started = Clock::now();
   const uint64_t step_id = plan.batch.step_id;
+  StepPlan measured;  // the plan's shape and prediction, for the cost model (the batch moves)
+  measured.shape = plan.shape;
+  measured.predicted_ms = plan.predicted_ms;
   std::vector<RequestId> scheduled;
   scheduled.reserve(plan.batch.seqs.size());
   for (const gpu::SequenceSlice& slice : plan.batch.seqs) scheduled.push_back(slice.seq_id);
@@ -189,6 +216,8 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
     co_return;
   }
   StepUpdate update = policy_.on_step_complete(outcome->result);
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  learn_step_cost(measured, ms(device_done - started));
   const Clock::time_point finished = Clock::now();
   ingress::IngressMessage events{
       ingress::StepEvents{std::move(update), std::move(scheduled), tick_started, finished}};
@@ -197,7 +226,6 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   // Engine overhead: the tick's time outside the backend's step (schedule, hand-off, wake-up,
   // on_step_complete, reporting). The device time includes the backend's own queueing.
   const Clock::time_point reported = Clock::now();
-  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   step_time_.add(ms(reported - tick_started));
   const double device_ms = ms(device_done - started);
   total_tick_ms_ += ms(reported - tick_started);
@@ -212,6 +240,14 @@ void SchedulerActor::publish_stats() {
   snapshot.step_time = step_time_.summary();
   snapshot.total_tick_ms = total_tick_ms_;
   snapshot.total_device_ms = total_device_ms_;
+  snapshot.step_cost = step_cost_stats_;
+  const StepCostModel& model = step_cost_.model();
+  snapshot.step_cost.model_usable = model.usable;
+  snapshot.step_cost.fixed_ms = model.fixed_ms;
+  snapshot.step_cost.per_token_ms = model.per_token_ms;
+  snapshot.step_cost.per_context_ms = model.per_context_ms;
+  snapshot.step_cost.per_sampled_ms = model.per_sampled_ms;
+  snapshot.step_cost.num_time_budgeted_steps = snapshot.stats.num_time_budgeted_steps;
   board_->publish_scheduler(std::move(snapshot));
 }
 

@@ -7,7 +7,8 @@
 //   3. send the StepBatch to the gpu-worker and co_await the step's CompletionSlot, which the
 //      backend completes from its own thread (CUDA event / CPU compute thread) — the engine
 //      thread never blocks on the device;
-//   4. policy.on_step_complete(result);
+//   4. policy.on_step_complete(result); the step's measured time refits the StepCostModel
+//      (step_cost_model.hpp), which the policy uses for the step-time budget from then on;
 //   5. one StepEvents message to ingress for the whole step;
 //   6. return the KV manager; nothing to run: suspend on the mailbox (no busy loop). A message
 //      that wakes the loop is applied in the next tick, once the manager is borrowed again.
@@ -30,6 +31,7 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/scheduler/scheduler_messages.hpp"
+#include "actors/scheduler/step_cost_model.hpp"
 
 namespace troupe::scheduler {
 
@@ -37,8 +39,8 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
  public:
   using IngressActorBase = actors::runtime::Actor<ingress::IngressMessage>;
 
-  SchedulerActor(SchedulerConfig config, std::shared_ptr<engine::StatsBoard> board,
-                 size_t mailbox_capacity);
+  SchedulerActor(SchedulerConfig config, StepCostFitterConfig step_cost,
+                 std::shared_ptr<engine::StatsBoard> board, size_t mailbox_capacity);
 
   void connect(std::shared_ptr<IngressActorBase> ingress,
                std::shared_ptr<kv_cache::KvCacheActor> kv_cache,
@@ -61,6 +63,7 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   boost::asio::awaitable<void> flush_ended();
   void cancel_everything();
   void publish_stats();
+  void learn_step_cost(const StepPlan& plan, double device_ms);
 
   Scheduler policy_;
   std::shared_ptr<engine::StatsBoard> board_;
@@ -72,6 +75,8 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   std::vector<FinishedSequence> ended_;
   std::vector<ingress::AdmissionRefused> refused_;
   engine::RollingLatency step_time_;
+  StepCostFitter step_cost_;
+  engine::StepCostStats step_cost_stats_;
   double total_tick_ms_ = 0;    // whole ticks that ran a step
   double total_device_ms_ = 0;  // ... of which the backend's step
 };

@@ -24,6 +24,7 @@ StepPlan Scheduler::schedule() {
   // Decode first: one token each keeps every running stream moving (inter-token latency),
   // then running prefills continue, then new requests fill what is left.
   schedule_running(draft, /*decode_pass=*/true);
+  start_time_budget(draft);
   schedule_running(draft, /*decode_pass=*/false);
   // NOTE: after a preemption for KV the pool is exhausted; admitting now would only preempt
   // again (vLLM v1 does the same).
@@ -37,40 +38,86 @@ int32_t Scheduler::prefill_chunk(const Sequence& seq, int32_t budget) const {
   return num_tokens;
 }
 
+void Scheduler::add_entry(Draft& draft, Sequence& seq, int32_t num_tokens) {
+  draft.entries.push_back({&seq, num_tokens});
+  draft.token_budget -= num_tokens;
+  if (num_tokens > 1 || seq.num_computed_tokens + num_tokens < seq.num_tokens()) {
+    draft.prefill_advanced = true;
+  }
+  seq.last_scheduled_step = num_steps_ + 1;
+}
+
 void Scheduler::schedule_running(Draft& draft, bool decode_pass) {
   const uint64_t planned_step = num_steps_ + 1;
-  // NOTE: preemption only removes running_.back(), which is at or after index i, so indices
-  // below i stay valid, and a preempted seq at i ends the loop.
-  for (size_t i = 0; i < running_.size() && draft.token_budget > 0; ++i) {
-    Sequence& seq = *running_[i];
-    if (seq.last_scheduled_step == planned_step) continue;
+  // A snapshot: a preemption may take any running sequence (the fair victim), so walk a copy
+  // and skip whoever left the running set meanwhile.
+  const std::vector<Sequence*> order = running_;
+  for (Sequence* candidate : order) {
+    if (draft.token_budget <= 0) break;
+    Sequence& seq = *candidate;
+    if (seq.state != SequenceState::kRunning || seq.last_scheduled_step == planned_step) continue;
     const bool decoding = seq.num_remaining_tokens() == 1;
     if (decoding != decode_pass) continue;
-    const int32_t num_tokens = decode_pass ? 1 : prefill_chunk(seq, draft.token_budget);
+    int32_t num_tokens = 1;
+    if (!decode_pass) {
+      num_tokens = fit_to_time_budget(draft, seq, seq.num_computed_tokens,
+                                      prefill_chunk(seq, draft.token_budget), /*admitting=*/false);
+      if (num_tokens == 0) continue;
+    }
     if (!grow_or_preempt(draft, seq, num_tokens)) continue;  // seq itself was the victim
-    draft.entries.push_back({&seq, num_tokens});
-    draft.token_budget -= num_tokens;
-    seq.last_scheduled_step = planned_step;
+    add_entry(draft, seq, num_tokens);
   }
 }
 
-// Makes room in the KV pool for num_tokens more tokens of `seq`, preempting the
-// lowest-priority, latest-arrived running sequences until it fits. false when `seq` itself
-// had to go (nothing behind it was left to preempt).
+// Makes room in the KV pool for num_tokens more tokens of `seq`, preempting victims until it
+// fits. false when `seq` itself had to go.
 bool Scheduler::grow_or_preempt(Draft& draft, Sequence& seq, int32_t num_tokens) {
   while (!kv().allocate_slots(seq.kv, seq.num_computed_tokens + num_tokens)) {
-    Sequence* victim = running_.back();
-    preempt(draft, *victim);
+    Sequence* victim = kv_preemption_victim();
+    preempt(draft, *victim, WaitingQueue::RingPlace::kFront);
     if (victim == &seq) return false;
   }
   return true;
 }
 
+int32_t Scheduler::running_of(const std::string& client) const {
+  const auto it = running_per_client_.find(client);
+  return it == running_per_client_.end() ? 0 : it->second;
+}
+
+// The lowest priority's latest arrival; with kClient fairness, of the client that runs the most
+// sequences (ties: the one whose latest arrival came last). running_ is sorted by (priority
+// desc, arrival asc), so walking it from the back meets each client's latest arrival first.
+Sequence* Scheduler::kv_preemption_victim() const {
+  Sequence* last = running_.back();
+  if (config_.fairness == Fairness::kFifo) return last;
+  Sequence* victim = last;
+  int32_t victim_load = running_of(last->client);
+  for (auto it = running_.rbegin(); it != running_.rend() && (*it)->priority == last->priority; ++it) {
+    const int32_t load = running_of((*it)->client);
+    if (load > victim_load) {
+      victim = *it;
+      victim_load = load;
+    }
+  }
+  return victim;
+}
+
+Sequence* Scheduler::admission_victim(const Sequence& head) const {
+  if (running_.empty()) return nullptr;
+  const Sequence* lowest = running_.back();
+  if (config_.enable_priority_preemption && lowest->priority < head.priority) {
+    return kv_preemption_victim();
+  }
+  if (config_.fairness != Fairness::kClient || lowest->priority != head.priority) return nullptr;
+  // Fair share: a client running more than one sequence more than the head's client gives one
+  // up. The margin of one keeps two clients from preempting each other back and forth.
+  Sequence* victim = kv_preemption_victim();
+  if (victim->client == head.client) return nullptr;
+  return running_of(victim->client) > running_of(head.client) + 1 ? victim : nullptr;
+}
+
 void Scheduler::schedule_waiting(Draft& draft) {
-  auto may_preempt_for = [this](const Sequence& head) {
-    return config_.enable_priority_preemption && !running_.empty() &&
-           running_.back()->priority < head.priority;
-  };
   // Requests stepped over this step because a running prefill is computing their next
   // uncached block; they go back to the front of the queue, in order, at the end.
   std::vector<Sequence*> deferred;
@@ -91,14 +138,21 @@ void Scheduler::schedule_waiting(Draft& draft) {
         ++num_prefix_deferrals_;
         continue;
       }
-      if (try_admit(draft, *head, match)) continue;
+      const int32_t num_tokens = fit_to_time_budget(
+          draft, *head, match.num_tokens,
+          std::min(head->num_tokens() - match.num_tokens, prefill_chunk(*head, draft.token_budget)),
+          /*admitting=*/true);
+      if (num_tokens == 0) break;  // the step's time is spent; admissions resume next step
+      if (try_admit(draft, *head, match, num_tokens)) continue;
     }
-    if (!may_preempt_for(*head)) break;  // FCFS: nobody behind the head jumps the queue
-    preempt(draft, *running_.back());
+    Sequence* victim = admission_victim(*head);
+    if (victim == nullptr) break;  // nobody behind the head jumps the queue
+    if (victim->priority == head->priority) ++num_fairness_preemptions_;
+    preempt(draft, *victim, WaitingQueue::RingPlace::kKeep);
   }
-  // NOTE: every deferred request ranks at or above the last head in service order, and a
-  // priority preemption's victim ranks below it, so pushing them back to the front in reverse
-  // restores the order they had.
+  // NOTE: deferred requests were popped in service order; pushing them back to the front in
+  // reverse, each client first, restores the order (and the ring) they had. A victim preempted
+  // for the head meanwhile kept its client's place behind them.
   for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) waiting_.push_front(*it);
 }
 
@@ -123,9 +177,8 @@ bool Scheduler::next_block_in_progress(const Sequence& seq, const kv_cache::Pref
   return false;
 }
 
-bool Scheduler::try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMatch& match) {
-  const int32_t num_tokens =
-      std::min(seq.num_tokens() - match.num_tokens, prefill_chunk(seq, draft.token_budget));
+bool Scheduler::try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMatch& match,
+                          int32_t num_tokens) {
   if (!kv().allocate_slots(seq.kv, match, match.num_tokens + num_tokens)) return false;
   const uint64_t planned_step = num_steps_ + 1;
   waiting_.pop_front();
@@ -136,17 +189,15 @@ bool Scheduler::try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMat
     seq.num_cached_prompt_tokens = match.num_tokens;
   }
   seq.state = SequenceState::kRunning;
-  seq.last_scheduled_step = planned_step;
   insert_running(&seq);
-  draft.entries.push_back({&seq, num_tokens});
-  draft.token_budget -= num_tokens;
+  add_entry(draft, seq, num_tokens);
   return true;
 }
 
 // Preemption by recompute: drop the victim's KV (its full blocks stay in the prefix cache
 // until evicted, so resuming is usually cheap), keep its tokens, and queue it first in its
 // priority.
-void Scheduler::preempt(Draft& draft, Sequence& victim) {
+void Scheduler::preempt(Draft& draft, Sequence& victim, WaitingQueue::RingPlace place) {
   const auto it = std::find_if(draft.entries.begin(), draft.entries.end(),
                                [&victim](const Scheduled& s) { return s.seq == &victim; });
   if (it != draft.entries.end()) {
@@ -160,18 +211,22 @@ void Scheduler::preempt(Draft& draft, Sequence& victim) {
   victim.last_scheduled_step = 0;
   ++victim.num_preemptions;
   ++num_preemptions_;
-  waiting_.push_front(&victim);
+  waiting_.push_front(&victim, place);
   draft.preempted.push_back(victim.request_id);
 }
 
 void Scheduler::insert_running(Sequence* seq) {
   running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, runs_before), seq);
+  ++running_per_client_[seq->client];
 }
 
 void Scheduler::erase_running(const Sequence* seq) {
   // The victim is usually the last one: search from the back.
   const auto it = std::find(running_.rbegin(), running_.rend(), seq);
-  if (it != running_.rend()) running_.erase(std::next(it).base());
+  if (it == running_.rend()) return;
+  running_.erase(std::next(it).base());
+  const auto count = running_per_client_.find(seq->client);
+  if (--count->second == 0) running_per_client_.erase(count);
 }
 
 }  // namespace troupe::scheduler

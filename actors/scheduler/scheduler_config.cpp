@@ -17,6 +17,8 @@ std::optional<std::string> validate(const SchedulerConfig& config) {
   if (config.max_queue < 0) return std::string("max_queue must be >= 0");
   if (config.block_size <= 0) return std::string("block_size must be positive");
   if (config.num_blocks <= 0) return std::string("num_blocks must be positive");
+  if (config.max_waiting_per_client < 0) return std::string("max_waiting_per_client must be >= 0");
+  if (!(config.max_step_ms >= 0)) return std::string("max_step_ms must be >= 0");
   for (int32_t id : config.eos_token_ids) {
     if (id < 0) return fmt::format("eos token id {} is negative", id);
   }
@@ -29,6 +31,20 @@ std::string_view to_string(SchedulerRole role) {
     case SchedulerRole::kPrefillOnly: return "prefill_only";
   }
   return "unknown";
+}
+
+std::string_view to_string(Fairness fairness) {
+  switch (fairness) {
+    case Fairness::kFifo: return "fifo";
+    case Fairness::kClient: return "client";
+  }
+  return "unknown";
+}
+
+std::optional<Fairness> parse_fairness(std::string_view text) {
+  if (text == "fifo") return Fairness::kFifo;
+  if (text == "client") return Fairness::kClient;
+  return std::nullopt;
 }
 
 }  // namespace troupe::scheduler

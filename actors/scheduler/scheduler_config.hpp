@@ -17,6 +17,12 @@ namespace troupe::scheduler {
 // can take such a sequence in with admit_transferred().
 enum class SchedulerRole : uint8_t { kPrefillAndDecode, kPrefillOnly };
 
+// Who goes next among waiting requests of equal priority (issue 13).
+//   kFifo    first come, first served: whoever floods the queue owns it.
+//   kClient  round robin across clients (NewRequest::client), and a request of a client with
+//            few running sequences may preempt one of a client with many (fair share).
+enum class Fairness : uint8_t { kFifo, kClient };
+
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // sequences in one step
   int32_t max_num_batched_tokens = 8192;  // tokens in one step (decode + prefill)
@@ -30,6 +36,14 @@ struct SchedulerConfig {
   // A waiting request may preempt a running one of strictly lower priority when blocks or
   // sequence slots run out.
   bool enable_priority_preemption = true;
+  Fairness fairness = Fairness::kClient;
+  // Waiting requests one client may have; past it only that client is refused
+  // (kClientQueueFull). 0: no per-client cap (max_queue still holds).
+  int32_t max_waiting_per_client = 0;
+  // Step-time budget (stall-free batching): while sequences decode, prefill chunks are sized so
+  // the step's predicted time (StepCostModel, fitted by the actor) stays under this, so no
+  // stream waits longer than about this between two tokens. 0: off (token budget only).
+  double max_step_ms = 0;
   // The model's end-of-generation ids (GGUF eos / eot). Finish a sequence unless ignore_eos;
   // StopConditions::stop_token_ids finish it regardless.
   std::vector<int32_t> eos_token_ids;
@@ -40,5 +54,8 @@ struct SchedulerConfig {
 std::optional<std::string> validate(const SchedulerConfig& config);
 
 std::string_view to_string(SchedulerRole role);
+std::string_view to_string(Fairness fairness);
+// "fifo" | "client"; nullopt for anything else.
+std::optional<Fairness> parse_fairness(std::string_view text);
 
 }  // namespace troupe::scheduler

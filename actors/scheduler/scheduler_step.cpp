@@ -55,6 +55,11 @@ StepPlan Scheduler::build_plan(Draft& draft) {
     last_step_num_seqs_ = 0;
     return plan;
   }
+  // Before the loop below advances num_computed_tokens, which the shape is measured from.
+  plan.shape = shape_of(draft);
+  if (step_cost_.usable) plan.predicted_ms = step_cost_.predict_ms(plan.shape);
+  plan.time_budgeted = draft.time_cut;
+  if (draft.time_cut) ++num_time_budgeted_steps_;
   const uint64_t step_id = ++num_steps_;
   gpu::StepBatch& batch = plan.batch;
   batch.step_id = step_id;

@@ -28,6 +28,7 @@ std::vector<PrefillHandoff> Scheduler::take_completed_prefill() {
     handoff.sampling = seq->sampling;
     handoff.stop = std::move(seq->stop);
     handoff.priority = seq->priority;
+    handoff.client = seq->client;
     handoff.num_cached_prompt_tokens = seq->num_cached_prompt_tokens;
     handoff.num_preemptions = seq->num_preemptions;
     handoff.first_token_step = seq->first_token_step;
@@ -99,6 +100,7 @@ TransferAdmission Scheduler::admit_transferred(const PrefillHandoff& handoff) {
   seq->sampling = handoff.sampling;
   seq->stop = handoff.stop;
   seq->priority = handoff.priority;
+  seq->client = handoff.client;
   seq->arrival_index = next_arrival_index_++;
   seq->state = SequenceState::kRunning;
   seq->num_preemptions = handoff.num_preemptions;

@@ -40,6 +40,7 @@ std::string_view to_string(AddResult result) {
   switch (result) {
     case AddResult::kAccepted: return "accepted";
     case AddResult::kQueueFull: return "queue_full";
+    case AddResult::kClientQueueFull: return "client_queue_full";
     case AddResult::kEmptyPrompt: return "empty_prompt";
     case AddResult::kInvalidMaxTokens: return "invalid_max_tokens";
     case AddResult::kPromptTooLong: return "prompt_too_long";

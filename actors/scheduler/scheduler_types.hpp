@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "actors/common/priority.hpp"
 #include "actors/kv_cache/kv_cache_manager.hpp"
 #include "actors/scheduler/sequence.hpp"
+#include "actors/scheduler/step_cost_model.hpp"
 #include "gpu/step.hpp"
 
 namespace troupe::scheduler {
@@ -19,6 +21,7 @@ namespace troupe::scheduler {
 enum class AddResult : uint8_t {
   kAccepted,
   kQueueFull,         // max_queue requests already wait: retry later (429 + Retry-After)
+  kClientQueueFull,   // this client already has max_waiting_per_client waiting: 429 to it only
   kEmptyPrompt,       // nothing to condition on
   kInvalidMaxTokens,  // max_tokens < 1
   kPromptTooLong,     // prompt leaves no room below max_model_len
@@ -35,6 +38,11 @@ struct StepPlan {
   int32_t num_decode_tokens = 0;   // one-token spans that sample (steady-state decode)
   // Sequences preempted while planning this step (already back in the waiting queue).
   std::vector<RequestId> preempted;
+  // The step's shape, and its time as the StepCostModel in force predicted it (0 when the
+  // model was not usable yet). time_budgeted: prefill chunks were cut to scheduler.max_step_ms.
+  StepShape shape;
+  double predicted_ms = 0;
+  bool time_budgeted = false;
 
   bool empty() const { return batch.seqs.empty(); }
 };
@@ -73,7 +81,10 @@ struct SchedulerStats {
   int32_t num_awaiting_transfer = 0;  // parked or handed off, KV still held here
   kv_cache::KvCacheStats kv;
   double prefix_cache_hit_rate = 0.0;
+  int32_t num_waiting_clients = 0;   // clients with at least one waiting request
   uint64_t num_preemptions = 0;
+  uint64_t num_fairness_preemptions = 0;  // ... of which made room for a lighter client
+  uint64_t num_time_budgeted_steps = 0;   // steps whose prefill the step-time budget cut
   uint64_t num_prefix_deferrals = 0;  // admissions postponed for an in-flight shared block
   uint64_t num_steps = 0;
   int32_t last_step_num_tokens = 0;
@@ -93,6 +104,7 @@ struct SlotInfo {
   RequestId request_id = 0;
   SlotPhase phase = SlotPhase::kWaiting;
   Priority priority = Priority::kNormal;
+  std::string client;
   int32_t num_prompt_tokens = 0;
   int32_t num_tokens = 0;
   int32_t num_computed_tokens = 0;
@@ -118,6 +130,7 @@ struct PrefillHandoff {
   model::SamplingParams sampling;
   model::StopConditions stop;
   Priority priority = Priority::kNormal;
+  std::string client;
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_preemptions = 0;
   uint64_t first_token_step = 0;  // in the source scheduler's step count

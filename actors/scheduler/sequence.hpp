@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct NewRequest {
   model::SamplingParams sampling;
   model::StopConditions stop;
   Priority priority = Priority::kNormal;
+  // Who sent it, for fair share (SchedulerConfig::fairness): an opaque key chosen upstream (API
+  // key, user, connection). Requests with equal keys are one client; "" is a client too.
+  std::string client;
 };
 
 enum class SequenceState : uint8_t {
@@ -63,6 +67,7 @@ struct Sequence {
   model::SamplingParams sampling;
   model::StopConditions stop;
   Priority priority = Priority::kNormal;
+  std::string client;
   uint64_t arrival_index = 0;  // add order: FCFS within a priority, and the preemption victim
   SequenceState state = SequenceState::kWaiting;
   kv_cache::SequenceBlocks kv;

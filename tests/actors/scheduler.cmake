@@ -12,3 +12,16 @@ troupe_add_test(NAME scheduler_test
 troupe_add_test(NAME scheduler_simulation_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/scheduler_simulation_test.cpp
   LIBS troupe_actors LABELS "unit;actors")
+# Issue 13: fair share across clients and the step-time budget.
+troupe_add_test(NAME waiting_queue_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/waiting_queue_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")
+troupe_add_test(NAME step_cost_model_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/step_cost_model_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")
+troupe_add_test(NAME scheduler_fairness_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/scheduler_fairness_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")
+troupe_add_test(NAME scheduler_time_budget_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/scheduler_time_budget_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "actors/scheduler/scheduler.hpp"
@@ -31,8 +32,10 @@ class SchedulerHarness {
       : scheduler(config), model(fake_config_for(config, eos_one_in)) {}
 
   AddResult add(RequestId id, std::vector<int32_t> prompt, int32_t max_tokens,
-                Priority priority = Priority::kNormal, bool ignore_eos = false) {
+                Priority priority = Priority::kNormal, bool ignore_eos = false,
+                std::string client = "") {
     NewRequest request;
+    request.client = std::move(client);
     request.request_id = id;
     request.prompt_token_ids = std::move(prompt);
     request.stop.max_tokens = max_tokens;
@@ -41,6 +44,12 @@ class SchedulerHarness {
     const AddResult result = scheduler.add_request(request);
     if (result == AddResult::kAccepted) requests[id] = std::move(request);
     return result;
+  }
+
+  // A request of `client` (normal priority, EOS honoured).
+  AddResult add_for(std::string client, RequestId id, std::vector<int32_t> prompt,
+                    int32_t max_tokens) {
+    return add(id, std::move(prompt), max_tokens, Priority::kNormal, false, std::move(client));
   }
 
   // One full step. nullopt when nothing was runnable.

@@ -113,6 +113,9 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.scheduler.block_size, built_in.scheduler.block_size);
   EXPECT_EQ(preset.scheduler.num_blocks, built_in.scheduler.num_blocks);
   EXPECT_EQ(preset.scheduler.enable_prefix_caching, built_in.scheduler.enable_prefix_caching);
+  EXPECT_EQ(preset.scheduler.max_step_ms, built_in.scheduler.max_step_ms);
+  EXPECT_EQ(preset.scheduler.fairness, built_in.scheduler.fairness);
+  EXPECT_EQ(preset.api.max_waiting_per_client, built_in.api.max_waiting_per_client);
   EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
   EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
   EXPECT_EQ(preset.api.max_logit_bias_entries, built_in.api.max_logit_bias_entries);

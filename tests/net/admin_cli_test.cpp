@@ -54,6 +54,7 @@ class AdminCliTest : public ::testing::Test {
     engine::RequestInfo info;
     info.request_id = 31;
     info.client_label = "my-label";
+    info.client = "user:ann";
     info.phase = engine::RequestPhase::kDecode;
     info.prompt_tokens = 12;
     info.generated_tokens = 345;
@@ -96,9 +97,9 @@ TEST_F(AdminCliTest, JsonPrintsTheRawReply) {
 TEST_F(AdminCliTest, RequestsTable) {
   CliRun r = run({"requests", "--socket", socket_});
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("ID  ORIGIN  PHASE   PRIORITY  PROMPT  GENERATED   AGE  LABEL"),
+  EXPECT_NE(r.out.find("ID  ORIGIN  PHASE   PRIORITY  PROMPT  GENERATED   AGE  CLIENT    LABEL"),
             std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("31  http    decode  normal        12        345  1.5s  my-label"),
+  EXPECT_NE(r.out.find("31  http    decode  normal        12        345  1.5s  user:ann  my-label"),
             std::string::npos) << r.out;
 }
 

@@ -1,0 +1,153 @@
+// Scheduler step-time budget (issue 13): while streams decode, prefill chunks are cut so the
+// step's predicted time stays under max_step_ms; a long prompt still advances every step; with
+// nothing decoding it runs at full size; a short prompt is not queued behind a long one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "actors/scheduler/scheduler.hpp"
+#include "scheduler_harness.hpp"
+
+namespace troupe::scheduler {
+namespace {
+
+using testing::SchedulerHarness;
+using testing::token_range;
+
+constexpr double kBudgetMs = 100;
+
+SchedulerConfig budget_config() {
+  SchedulerConfig config;
+  config.max_num_seqs = 16;
+  config.max_num_batched_tokens = 2048;
+  config.chunked_prefill_size = 512;
+  config.max_model_len = 8192;
+  config.max_queue = 64;
+  config.block_size = 16;
+  config.num_blocks = 2048;
+  config.eos_token_ids = {2};
+  config.max_step_ms = kBudgetMs;
+  return config;
+}
+
+// A machine where a token costs 0.5 ms and attention 1 ms per 10k (query, key) pairs: a
+// 512-token chunk at position 0 costs ~270 ms, far over the budget.
+StepCostModel test_machine() {
+  return {.fixed_ms = 4, .per_token_ms = 0.5, .per_context_ms = 1e-4, .per_sampled_ms = 0.2,
+          .usable = true};
+}
+
+const gpu::SequenceSlice* slice_of(const StepPlan& plan, RequestId id) {
+  for (const auto& slice : plan.batch.seqs) {
+    if (slice.seq_id == id) return &slice;
+  }
+  return nullptr;
+}
+
+// Four streams decoding (EOS ignored, long max_tokens).
+void start_four_streams(SchedulerHarness& h) {
+  for (RequestId id = 1; id <= 4; ++id) {
+    h.add(id, token_range(20, 10 * static_cast<int32_t>(id)), 4000, Priority::kNormal, /*ignore_eos=*/true);
+  }
+  for (int i = 0; i < 3; ++i) h.step();
+  for (RequestId id = 1; id <= 4; ++id) ASSERT_GT(h.outputs[id].size(), 0u);
+}
+
+TEST(SchedulerTimeBudgetTest, ALongPromptAdvancesEveryStepWithoutBlowingTheBudget) {
+  SchedulerHarness h(budget_config());
+  h.scheduler.set_step_cost_model(test_machine());
+  start_four_streams(h);
+  h.add(9, token_range(3000, 1000), 4);
+  int32_t computed = 0;
+  int steps = 0;
+  while (h.outputs[9].empty()) {
+    const auto plan = h.step();
+    ASSERT_TRUE(plan);
+    ++steps;
+    // Every stream gets its token in every step ...
+    for (RequestId id = 1; id <= 4; ++id) EXPECT_NE(slice_of(*plan, id), nullptr) << "step " << steps;
+    // ... and the step is planned within the budget (the long prompt's chunk is what gives).
+    EXPECT_LE(plan->predicted_ms, kBudgetMs) << "step " << steps;
+    EXPECT_DOUBLE_EQ(plan->predicted_ms, test_machine().predict_ms(plan->shape));
+    const auto* chunk = slice_of(*plan, 9);
+    ASSERT_NE(chunk, nullptr) << "the long prompt starved at step " << steps;
+    EXPECT_GT(chunk->num_tokens, 0);
+    EXPECT_TRUE(plan->time_budgeted || chunk->context_len == 3000);
+    computed = chunk->context_len;
+  }
+  EXPECT_EQ(computed, 3000);
+  // Chunks shrink as the context grows (attention): 3000 tokens take far more than 6 steps.
+  EXPECT_GT(steps, 3000 / 512 + 1);
+  EXPECT_GT(h.scheduler.stats().num_time_budgeted_steps, 0u);
+  h.run_until_idle(50);
+  EXPECT_EQ(h.outputs[9], h.expected_output(9));
+}
+
+TEST(SchedulerTimeBudgetTest, WithNothingDecodingAPromptRunsInFullChunks) {
+  SchedulerHarness h(budget_config());
+  h.scheduler.set_step_cost_model(test_machine());
+  h.add(9, token_range(3000, 1000), 4);
+  const auto plan = h.step();
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(slice_of(*plan, 9)->num_tokens, 512);
+  EXPECT_FALSE(plan->time_budgeted);
+  EXPECT_GT(plan->predicted_ms, kBudgetMs);
+}
+
+TEST(SchedulerTimeBudgetTest, NoUsableModelOrNoBudgetMeansTokenBudgetOnly) {
+  for (const bool usable : {false, true}) {
+    auto config = budget_config();
+    if (usable) config.max_step_ms = 0;  // the budget is off
+    SchedulerHarness h(config);
+    StepCostModel model = test_machine();
+    model.usable = usable;
+    h.scheduler.set_step_cost_model(model);
+    start_four_streams(h);
+    h.add(9, token_range(3000, 1000), 4);
+    const auto plan = h.step();
+    ASSERT_TRUE(plan);
+    EXPECT_EQ(slice_of(*plan, 9)->num_tokens, 512) << "usable " << usable;
+    EXPECT_FALSE(plan->time_budgeted);
+  }
+}
+
+TEST(SchedulerTimeBudgetTest, WhenDecodesAloneFillTheBudgetThePromptStillAdvancesABlock) {
+  SchedulerHarness h(budget_config());
+  StepCostModel slow = test_machine();
+  slow.fixed_ms = 150;  // every step is over budget already
+  h.scheduler.set_step_cost_model(slow);
+  start_four_streams(h);
+  h.add(9, token_range(100, 1000), 4);
+  h.add(10, token_range(100, 2000), 4);
+  for (int i = 0; i < 3; ++i) {
+    const auto plan = h.step();
+    ASSERT_TRUE(plan);
+    // The first prefill of the step advances one block; the second waits its turn.
+    const auto* first = slice_of(*plan, 9);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(first->num_tokens, 16);
+    EXPECT_EQ(slice_of(*plan, 10), nullptr);
+  }
+}
+
+TEST(SchedulerTimeBudgetTest, AShortPromptIsNotQueuedBehindALongOne) {
+  SchedulerHarness h(budget_config());
+  h.scheduler.set_step_cost_model(test_machine());
+  start_four_streams(h);
+  h.add(9, token_range(4000, 1000), 4);
+  h.step();
+  h.step();
+  h.add(10, token_range(30, 5000), 4);
+  // Its 30 tokens fit beside the decodes in the time the long prefill leaves it.
+  const auto plan = h.step();
+  ASSERT_TRUE(plan);
+  ASSERT_NE(slice_of(*plan, 10), nullptr);
+  EXPECT_EQ(slice_of(*plan, 10)->num_tokens, 30);
+  ASSERT_NE(slice_of(*plan, 9), nullptr);
+  EXPECT_LE(plan->predicted_ms, kBudgetMs);
+  h.step();
+  EXPECT_FALSE(h.outputs[10].empty());
+}
+
+}  // namespace
+}  // namespace troupe::scheduler
