@@ -227,12 +227,12 @@ RenderedPrompt ChatTemplate::render(std::span<const ChatMessage> messages,
 
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                  std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt) {
+                                 bool add_generation_prompt, size_t max_tokens) {
   const RenderedPrompt prompt = chat_template.render(messages, add_generation_prompt);
   std::vector<int32_t> ids;
   if (tokenizer.add_bos() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   const std::vector<int32_t> body =
-      tokenizer.encode_with_plain_spans(prompt.text, prompt.content_spans);
+      tokenizer.encode_with_plain_spans(prompt.text, prompt.content_spans, max_tokens);
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
 }

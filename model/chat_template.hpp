@@ -84,8 +84,10 @@ class ChatTemplate {
 
 // The prompt ids for a chat: the template's special tokens parsed, the messages' not. Prepends
 // BOS when the tokenizer asks for it (Llama 2/3; not SmolLM2).
+// max_tokens: as Tokenizer::encode (more than max_tokens ids back means "too long").
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                 std::span<const ChatMessage> messages, bool add_generation_prompt);
+                                 std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 size_t max_tokens = SIZE_MAX);
 
 // llama.cpp's detection for the formats troupe renders; nullopt when unrecognised (or a format
 // troupe does not implement, such as phi-4, SmolVLM or mistral-v7).

@@ -267,20 +267,31 @@ Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
   } else {
     bpe_build_tables(t);
   }
-  return Tokenizer(std::move(impl));
+  const Tokenizer built(impl);
+  for (size_t i = 0; i < n; ++i) {
+    t.max_token_bytes = std::max(t.max_token_bytes, built.token_piece(static_cast<int32_t>(i), true).size());
+  }
+  return built;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
-  return encode_fragments(text, parse_special, {});
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special,
+                                       size_t max_tokens) const {
+  return encode_fragments(text, parse_special, {}, max_tokens);
 }
 
-std::vector<int32_t> Tokenizer::encode_with_plain_spans(
-    std::string_view text, std::span<const TextSpan> plain_spans) const {
-  return encode_fragments(text, true, plain_spans);
+std::vector<int32_t> Tokenizer::encode_with_plain_spans(std::string_view text,
+                                                        std::span<const TextSpan> plain_spans,
+                                                        size_t max_tokens) const {
+  return encode_fragments(text, true, plain_spans, max_tokens);
 }
 
+size_t Tokenizer::max_token_bytes() const { return impl_->max_token_bytes; }
+
+// NOTE: the early stop (max_tokens) is checked between pre-tokens (BPE) and fragments
+// (SentencePiece, whose merges need a whole fragment): a bound on work, not an exact cut.
 std::vector<int32_t> Tokenizer::encode_fragments(std::string_view text, bool parse_special,
-                                                 std::span<const TextSpan> plain_spans) const {
+                                                 std::span<const TextSpan> plain_spans,
+                                                 size_t max_tokens) const {
   const Impl& t = *impl_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
@@ -293,6 +304,7 @@ std::vector<int32_t> Tokenizer::encode_fragments(std::string_view text, bool par
       }
       for (const std::string& piece : t.pre_tokenizer.split(text.substr(f.offset, f.length))) {
         bpe_encode_piece(t, piece, out);
+        if (out.size() > max_tokens) return out;
       }
     }
     return out;
@@ -316,6 +328,7 @@ std::vector<int32_t> Tokenizer::encode_fragments(std::string_view text, bool par
     }
     spm_encode_fragment(t, escaped, out);
     previous_special = false;
+    if (out.size() > max_tokens) return out;
   }
   return out;
 }

@@ -11,6 +11,7 @@
 // be called from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -67,13 +68,23 @@ class Tokenizer {
 
   // Token ids for `text`. With parse_special, control/unknown token texts become their ids.
   // Never prepends BOS: callers add bos_id() themselves when add_bos() says so.
-  std::vector<int32_t> encode(std::string_view text, bool parse_special) const;
+  // max_tokens bounds the work for a text that may be far too long (a prompt past the context):
+  // once more than max_tokens ids exist encoding stops, and the result (more than max_tokens
+  // ids, a prefix's) only says "too long". Below the bound the result is the full encoding.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special,
+                              size_t max_tokens = SIZE_MAX) const;
   // A rendered chat prompt: special tokens are parsed everywhere except where a match would
   // overlap one of `plain_spans` (the untrusted message contents, see ChatTemplate::render), so
   // the result equals llama.cpp's encode(text, special=true) unless a message tried to inject a
   // special token. Spans need not be sorted.
   std::vector<int32_t> encode_with_plain_spans(std::string_view text,
-                                               std::span<const TextSpan> plain_spans) const;
+                                               std::span<const TextSpan> plain_spans,
+                                               size_t max_tokens = SIZE_MAX) const;
+
+  // The most input bytes one token stands for (its piece, special texts included): a text of
+  // n bytes has at least n / max_token_bytes() tokens, which refuses a prompt that cannot fit
+  // the context before any tokenizing.
+  size_t max_token_bytes() const;
 
   // The tokens' pieces concatenated, as llama.cpp's token_to_piece gives them (so SentencePiece's
   // '▁' at the start stays a space). May end inside a UTF-8 character: stream through
@@ -105,7 +116,8 @@ class Tokenizer {
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::vector<int32_t> encode_fragments(std::string_view text, bool parse_special,
-                                        std::span<const TextSpan> plain_spans) const;
+                                        std::span<const TextSpan> plain_spans,
+                                        size_t max_tokens) const;
   std::shared_ptr<const Impl> impl_;
 };
 

@@ -34,6 +34,7 @@ struct Tokenizer::Impl {
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;
+  size_t max_token_bytes = 1;  // the longest token piece (special texts included)
 
   // Special-token partition: CONTROL / USER_DEFINED / UNKNOWN ids, longest text first.
   std::vector<int32_t> special_ids;

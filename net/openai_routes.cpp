@@ -133,6 +133,17 @@ HttpResponse handle_detokenize(const OpenAiContext& context, const HttpRequest& 
   return json_response(200, w.take());
 }
 
+using TokenizerHandler = HttpResponse (*)(const OpenAiContext&, const HttpRequest&);
+
+void on_tokenizer_thread(const std::shared_ptr<OpenAiContext>& context, HttpRequest request,
+                         std::shared_ptr<ResponseStream> out, TokenizerHandler handler) {
+  context->engine.post_tokenizer_work(
+      [context, request = std::move(request), out = std::move(out), handler] {
+        if (out->client_gone()) return;  // nobody to answer: skip the work
+        out->respond(handler(*context, request));
+      });
+}
+
 HttpResponse handle_metrics(const OpenAiContext& context) {
   HttpResponse response;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -157,10 +168,13 @@ void add_openai_routes(Router& router, engine::Engine& engine, const ServerState
                    [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
                      handle_batch(context, request, out);
                    });
-  router.add("POST", "/tokenize",
-             [context](const HttpRequest& request) { return handle_tokenize(*context, request); });
-  router.add("POST", "/detokenize", [context](const HttpRequest& request) {
-    return handle_detokenize(*context, request);
+  // Tokenizing megabytes takes seconds: the engine's tokenizer thread does it, never an io
+  // thread (which would stall every other client of that thread, /health included).
+  router.add_async("POST", "/tokenize", [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
+    on_tokenizer_thread(context, std::move(request), std::move(out), handle_tokenize);
+  });
+  router.add_async("POST", "/detokenize", [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
+    on_tokenizer_thread(context, std::move(request), std::move(out), handle_detokenize);
   });
   router.add("GET", "/metrics", [context](const HttpRequest&) { return handle_metrics(*context); });
 }

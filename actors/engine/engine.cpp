@@ -1,7 +1,9 @@
 // Engine wiring: loads the model, builds the backend, starts the actors on their threads and
 // connects their mailboxes.
 //
-//   thread "ingress"  IngressActor      tokenize, detokenize, sinks
+//   thread "ingress"  IngressActor      detokenize, stop strings, sinks
+//   thread "prompt"   prompt building   chat template, tokenize, validate (for ingress)
+//   thread "tokenize" /tokenize, /detokenize work posted by net
 //   thread "engine"   SchedulerActor    the step loop around the policy
 //                     KvCacheActor      home of the KV manager, lent to the scheduler per tick
 //                     GpuWorkerActor    launches steps on the backend
@@ -14,6 +16,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -83,6 +86,9 @@ class EngineImpl final : public Engine {
   bool drain(std::chrono::milliseconds deadline) override;
   int64_t flush_prefix_cache() override;
   const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
+  void post_tokenizer_work(std::function<void()> work) override {
+    boost::asio::post(tokenize_thread_->executor(), std::move(work));
+  }
   const ModelCard& model_card() const override { return card_; }
 
  private:
@@ -99,6 +105,8 @@ class EngineImpl final : public Engine {
 
   std::unique_ptr<ExecutorThreads> engine_thread_;
   std::unique_ptr<ExecutorThreads> ingress_thread_;
+  std::unique_ptr<ExecutorThreads> prompt_thread_;
+  std::unique_ptr<ExecutorThreads> tokenize_thread_;
   std::shared_ptr<gpu_worker::GpuWorkerActor> gpu_worker_;
   std::shared_ptr<kv_cache::KvCacheActor> kv_cache_;
   std::shared_ptr<scheduler::SchedulerActor> scheduler_;
@@ -140,9 +148,13 @@ EngineImpl::EngineImpl(const EngineConfig& config) {
       scheduler::Scheduler::kv_cache_config(policy), board_, capacity);
   scheduler_ = std::make_shared<scheduler::SchedulerActor>(
       policy, step_cost_fitter_config(card_.info), board_, capacity);
+  // One thread each: a long prompt delays other prompts' building, never a running stream's
+  // text (ingress) nor a step (engine); more would take cores from the compute threads.
+  prompt_thread_ = std::make_unique<ExecutorThreads>("prompt", 1);
+  tokenize_thread_ = std::make_unique<ExecutorThreads>("tokenize", 1);
   ingress_ = std::make_shared<ingress::IngressActor>(
-      ingress::PromptBuilder(*tokenizer_, std::move(chat_template), limits), board_,
-      config.stats_window, capacity);
+      ingress::PromptBuilder(*tokenizer_, std::move(chat_template), limits),
+      prompt_thread_->executor(), board_, config.stats_window, capacity);
   scheduler_->connect(ingress_, kv_cache_, gpu_worker_);
   ingress_->connect(scheduler_);
 
@@ -261,12 +273,12 @@ std::vector<RequestInfo> EngineImpl::requests() const {
     RequestInfo info;
     info.request_id = live.request_id;
     info.client_label = live.client_label;
+    info.client = live.client;
     info.origin = live.origin;
     info.age_ms = std::chrono::duration<double, std::milli>(now - live.submitted_at).count();
     if (auto it = slots.find(live.request_id); it != slots.end()) {
       info.phase = phase_of(it->second->phase);
       info.priority = it->second->priority;
-      info.client = it->second->client;
       info.prompt_tokens = it->second->num_prompt_tokens;
       info.generated_tokens = it->second->num_generated_tokens;
     } else {
@@ -321,6 +333,10 @@ void EngineImpl::shutdown(std::chrono::milliseconds deadline) {
   ingress_->disconnect();
   ingress_thread_->join(Clock::now() + std::chrono::seconds(2));
   engine_thread_->join(Clock::now() + std::chrono::seconds(2));
+  // A job still running finishes alone: it holds the prompt builder and only a weak reference
+  // to ingress. What the join forces away is a queued job whose request ingress already ended.
+  prompt_thread_->join(Clock::now() + std::chrono::seconds(2));
+  tokenize_thread_->join(Clock::now() + std::chrono::seconds(2));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,11 @@ class Engine {
 
   // The model's tokenizer, for /tokenize and /detokenize (immutable, shareable).
   virtual const model::Tokenizer& tokenizer() const = 0;
+  // Runs `work` on the engine's tokenizer thread, never on the caller's: net's /tokenize and
+  // /detokenize must not tokenize megabytes on an io thread (issue 13). Jobs run one at a
+  // time, apart from the threads that build generation prompts, so a huge /tokenize delays
+  // only other /tokenize calls. `work` must not block on I/O.
+  virtual void post_tokenizer_work(std::function<void()> work) = 0;
   virtual const ModelCard& model_card() const = 0;
 };
 

@@ -62,6 +62,7 @@ struct KvCacheSnapshot {
 struct LiveRequestSummary {
   RequestId request_id = 0;
   std::string client_label;
+  std::string client;
   RequestOrigin origin = RequestOrigin::kHttp;
   std::chrono::steady_clock::time_point submitted_at;
 };

@@ -2,6 +2,10 @@
 
 #include <type_traits>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -42,10 +46,12 @@ RequestError error_for(scheduler::AddResult result) {
 
 }  // namespace
 
-IngressActor::IngressActor(PromptBuilder prompts, std::shared_ptr<engine::StatsBoard> board,
+IngressActor::IngressActor(PromptBuilder prompts, boost::asio::any_io_executor prompt_executor,
+                           std::shared_ptr<engine::StatsBoard> board,
                            std::chrono::milliseconds stats_window, size_t mailbox_capacity)
     : Actor("ingress", mailbox_capacity),
-      prompts_(std::move(prompts)),
+      prompts_(std::make_shared<const PromptBuilder>(std::move(prompts))),
+      prompt_executor_(std::move(prompt_executor)),
       board_(std::move(board)),
       generated_tokens_(stats_window) {}
 
@@ -62,6 +68,8 @@ boost::asio::awaitable<void> IngressActor::handle(IngressMessage message) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, Submit>) {
           on_submit(m);
+        } else if constexpr (std::is_same_v<T, PromptBuilt>) {
+          on_prompt_built(m);
         } else if constexpr (std::is_same_v<T, CancelRequest>) {
           on_cancel(m.request_id);
         } else if constexpr (std::is_same_v<T, CancelAll>) {
@@ -111,56 +119,113 @@ void IngressActor::flush_pending_control() {
   }
 }
 
+boost::asio::awaitable<void> IngressActor::run() {
+  auto loop = Actor::run();  // named: g++ 12.2 co_await temporaries
+  co_await std::move(loop);
+  // The mailbox is drained and closed: a prompt still on a worker can no longer come back.
+  for (auto& [id, request] : live_) {
+    if (request.building) fail(request, RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+  }
+  live_.clear();
+}
+
 void IngressActor::on_submit(Submit& submit) {
-  auto built = prompts_.build(submit.request);
-  if (auto* error = std::get_if<RequestError>(&built)) {
-    ++num_refused_;
-    submit.sink->on_error(submit.request_id, std::move(*error));
+  engine::GenerateRequest& request = submit.request;
+  LiveRequest live{
+      .request_id = submit.request_id,
+      .client_label = request.client_label,
+      .client = request.client,
+      .origin = request.origin,
+      .sink = std::move(submit.sink),
+      .detokenizer = model::IncrementalDetokenizer(prompts_->tokenizer()),
+      .stop = StopMatcher(request.stop.stop_strings, request.include_stop_string_in_output),
+      .want_logprobs = request.sampling.logprobs,
+      .top_logprobs = request.sampling.top_logprobs,
+      .min_tokens = request.sampling.min_tokens,
+      .submitted_at = submit.submitted_at,
+  };
+  live_.emplace(submit.request_id, std::move(live));
+  build_prompt(submit.request_id, std::move(request));
+}
+
+// The job holds the builder and a weak reference to this actor: whichever is gone first, the
+// other is never touched after it.
+void IngressActor::build_prompt(engine::RequestId request_id, engine::GenerateRequest request) {
+  std::weak_ptr<Actor<IngressMessage>> self = weak_from_this();
+  std::shared_ptr<const PromptBuilder> prompts = prompts_;
+  boost::asio::post(prompt_executor_, [self, prompts, request_id, request = std::move(request),
+                                       executor = prompt_executor_]() mutable {
+    std::variant<BuiltPrompt, RequestError> built = prompts->build(request);
+    std::shared_ptr<Actor<IngressMessage>> actor = self.lock();
+    if (!actor) return;  // the engine is gone
+    IngressMessage message{PromptBuilt{request_id, std::move(built), std::move(request)}};
+    if (actor->try_send(std::move(message)) != SendStatus::kFull) return;  // or closed: run() ends it
+    // NOTE: a full mailbox must not lose the result (the request would hang): wait for room
+    // on the worker's executor, holding the actor until then.
+    boost::asio::co_spawn(
+        executor,
+        [actor, message = std::move(message)]() mutable {
+          return [](std::shared_ptr<Actor<IngressMessage>> target,
+                    IngressMessage pending) -> boost::asio::awaitable<void> {
+            auto sending = target->send(std::move(pending));
+            co_await std::move(sending);
+          }(std::move(actor), std::move(message));
+        },
+        boost::asio::detached);
+  });
+}
+
+void IngressActor::on_prompt_built(PromptBuilt& built) {
+  auto it = live_.find(built.request_id);
+  if (it == live_.end()) return;
+  it->second.building = false;
+  auto* error = std::get_if<RequestError>(&built.built);
+  if (!it->second.cancelled_building && error == nullptr) {
+    admit(it->second, std::get<BuiltPrompt>(built.built), built.request);
     return;
   }
-  BuiltPrompt& prompt = std::get<BuiltPrompt>(built);
-  engine::GenerateRequest& request = submit.request;
+  // It ends before the scheduler ever saw it: off the live list first, then its client hears
+  // the end (as for every other end).
+  LiveRequest ended = std::move(it->second);
+  live_.erase(it);
+  publish_stats();
+  if (ended.cancelled_building) {
+    if (!ended.closed) ended.sink->on_finish(ended.request_id, completion_of(ended, "cancelled", nullptr, Clock::now()));
+    return;
+  }
+  ++num_refused_;
+  fail(ended, std::move(*error));
+}
 
+void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::GenerateRequest& request) {
   scheduler::NewRequest admit;
-  admit.request_id = submit.request_id;
+  admit.request_id = live.request_id;
   admit.prompt_token_ids = std::move(prompt.token_ids);
   admit.sampling = request.sampling;
   admit.stop = request.stop;
   admit.stop.max_tokens = prompt.max_tokens;
   admit.priority = request.priority;
   admit.client = request.client;
-  const auto num_prompt_tokens = static_cast<int32_t>(admit.prompt_token_ids.size());
+  live.num_prompt_tokens = static_cast<int32_t>(admit.prompt_token_ids.size());
 
   scheduler::SchedulerMessage message{scheduler::Admit{std::move(admit)}};
   const SendStatus status = scheduler_->try_send(std::move(message));
   if (status != SendStatus::kAccepted) {
     ++num_refused_;
-    submit.sink->on_error(
-        submit.request_id,
-        status == SendStatus::kFull
-            ? RequestError{ErrorCode::kQueueFull, "the server is overloaded; retry later", ""}
-            : RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
-    return;
+    fail(live, status == SendStatus::kFull
+                   ? RequestError{ErrorCode::kQueueFull, "the server is overloaded; retry later", ""}
+                   : RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+    live_.erase(live.request_id);
   }
-  LiveRequest live{
-      .request_id = submit.request_id,
-      .client_label = std::move(request.client_label),
-      .origin = request.origin,
-      .sink = std::move(submit.sink),
-      .detokenizer = model::IncrementalDetokenizer(prompts_.tokenizer()),
-      .stop = StopMatcher(std::move(request.stop.stop_strings), request.include_stop_string_in_output),
-      .want_logprobs = request.sampling.logprobs,
-      .top_logprobs = request.sampling.top_logprobs,
-      .min_tokens = request.sampling.min_tokens,
-      .num_prompt_tokens = num_prompt_tokens,
-      .submitted_at = submit.submitted_at,
-  };
-  live_.emplace(submit.request_id, std::move(live));
 }
 
 void IngressActor::on_cancel(engine::RequestId request_id) {
   auto it = live_.find(request_id);
   if (it == live_.end()) return;
+  if (it->second.building) {
+    it->second.cancelled_building = true;  // ends when its prompt comes back
+    return;
+  }
   // The scheduler answers with a FinishedSequence (kCancelled), which ends the request.
   send_to_scheduler(scheduler::CancelSequence{request_id});
 }
@@ -192,7 +257,7 @@ void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToke
   if (request.want_logprobs) {
     engine::TokenInfo info;
     info.token_id = token.token_id;
-    info.text = prompts_.tokenizer().token_piece(token.token_id);
+    info.text = prompts_->tokenizer().token_piece(token.token_id);
     info.logprob = token.logprob;
     for (const gpu::TokenLogprob& alt : token.top_logprobs) {
       info.top_logprobs.emplace_back(alt.token_id, alt.logprob);
@@ -313,7 +378,7 @@ void IngressActor::publish_stats() {
     // A closed request's client has had its final event; only the scheduler's confirmation is
     // outstanding.
     if (request.closed) continue;
-    snapshot.live.push_back({id, request.client_label, request.origin, request.submitted_at});
+    snapshot.live.push_back({id, request.client_label, request.client, request.origin, request.submitted_at});
   }
   snapshot.time_to_first_token = time_to_first_token_.summary();
   snapshot.tokens_per_s = generated_tokens_.per_second(Clock::now());

@@ -1,7 +1,12 @@
-// The ingress actor: the engine's front desk. It owns every live request's sink, turns requests
-// into prompt tokens (chat template, tokenizer, validation), forwards them to the scheduler, and
-// turns each step's sampled tokens back into text: incremental UTF-8-safe detokenization, stop
-// strings (telling the scheduler to finish), usage and timings.
+// The ingress actor: the engine's front desk. It owns every live request's sink, has its
+// prompt built (chat template, tokenizer, validation) on the prompt workers, forwards it to the
+// scheduler, and turns each step's sampled tokens back into text: incremental UTF-8-safe
+// detokenization, stop strings (telling the scheduler to finish), usage and timings.
+//
+// Prompts are built off this thread (issue 13): tokenizing a long prompt takes milliseconds to
+// seconds, and every running stream's text passes through here. A submitted request is live
+// from Submit on ("building"); its PromptBuilt comes back through the mailbox, and only then
+// does it reach the scheduler. A cancel while building ends it when its prompt comes back.
 //
 // It never waits on the scheduler's mailbox (try_send only): refusing a request with "queue
 // full" is better than blocking the front desk, and it keeps the scheduler -> ingress direction
@@ -30,13 +35,16 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
  public:
   using SchedulerActorBase = actors::runtime::Actor<scheduler::SchedulerMessage>;
 
-  IngressActor(PromptBuilder prompts, std::shared_ptr<engine::StatsBoard> board,
-               std::chrono::milliseconds stats_window, size_t mailbox_capacity);
+  // prompt_executor: where prompts are built (threads of their own, never this actor's).
+  IngressActor(PromptBuilder prompts, boost::asio::any_io_executor prompt_executor,
+               std::shared_ptr<engine::StatsBoard> board, std::chrono::milliseconds stats_window,
+               size_t mailbox_capacity);
 
   void connect(std::shared_ptr<SchedulerActorBase> scheduler);
   void disconnect();
 
  protected:
+  boost::asio::awaitable<void> run() override;
   boost::asio::awaitable<void> handle(IngressMessage message) override;
   void abandon(IngressMessage message) override;
 
@@ -44,6 +52,7 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   struct LiveRequest {
     engine::RequestId request_id = 0;
     std::string client_label;
+    std::string client;
     engine::RequestOrigin origin = engine::RequestOrigin::kHttp;
     std::shared_ptr<engine::RequestSink> sink;
     model::IncrementalDetokenizer detokenizer;
@@ -59,9 +68,14 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
     // The sink got its final call (stop string matched, or the client is gone); waiting only
     // for the scheduler to confirm the end before forgetting the request.
     bool closed = false;
+    bool building = true;             // its prompt is on a worker; the scheduler has not seen it
+    bool cancelled_building = false;  // ... and a cancel came meanwhile
   };
 
   void on_submit(Submit& submit);
+  void build_prompt(engine::RequestId request_id, engine::GenerateRequest request);
+  void on_prompt_built(PromptBuilt& built);
+  void admit(LiveRequest& live, BuiltPrompt& prompt, engine::GenerateRequest& request);
   void on_cancel(engine::RequestId request_id);
   void on_step_events(StepEvents& events);
   void on_token(LiveRequest& request, const scheduler::GeneratedToken& token, Clock::time_point now);
@@ -81,7 +95,8 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   void flush_pending_control();
   void publish_stats();
 
-  PromptBuilder prompts_;
+  std::shared_ptr<const PromptBuilder> prompts_;  // shared with the jobs on the prompt workers
+  boost::asio::any_io_executor prompt_executor_;
   std::shared_ptr<engine::StatsBoard> board_;
   std::shared_ptr<SchedulerActorBase> scheduler_;
   std::unordered_map<engine::RequestId, LiveRequest> live_;

@@ -1,5 +1,5 @@
-// Messages the ingress actor receives: from net (through the Engine facade) and from the
-// scheduler actor.
+// Messages the ingress actor receives: from net (through the Engine facade), from its prompt
+// workers and from the scheduler actor.
 //
 // Thread-safety: plain values, moved through the ingress mailbox.
 #pragma once
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "actors/engine/engine_types.hpp"
+#include "actors/ingress/prompt_builder.hpp"
 #include "actors/scheduler/scheduler_types.hpp"
 
 namespace troupe::ingress {
@@ -25,6 +26,14 @@ struct Submit {
 
 struct CancelRequest {
   engine::RequestId request_id = 0;
+};
+
+// A prompt worker built (or refused) a submitted request's prompt: the request goes on to the
+// scheduler from here. `request` comes back as the worker took it.
+struct PromptBuilt {
+  engine::RequestId request_id = 0;
+  std::variant<BuiltPrompt, engine::RequestError> built;
+  engine::GenerateRequest request;
 };
 
 // Cancel every live request (drain deadline passed, or shutdown).
@@ -55,7 +64,7 @@ struct StepFailed {
   std::string message;
 };
 
-using IngressMessage = std::variant<Submit, CancelRequest, CancelAll, StepEvents, SequencesEnded,
-                                    AdmissionRefused, StepFailed>;
+using IngressMessage = std::variant<Submit, PromptBuilt, CancelRequest, CancelAll, StepEvents,
+                                    SequencesEnded, AdmissionRefused, StepFailed>;
 
 }  // namespace troupe::ingress

@@ -18,12 +18,29 @@ PromptBuilder::PromptBuilder(model::Tokenizer tokenizer, model::ChatTemplate cha
                              PromptLimits limits)
     : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)), limits_(limits) {}
 
-std::vector<int32_t> PromptBuilder::tokenize_chat(
-    const std::vector<model::ChatMessage>& messages) const {
+std::vector<int32_t> PromptBuilder::tokenize_chat(const std::vector<model::ChatMessage>& messages,
+                                                 size_t max_tokens) const {
   // encode_chat tokenizes the whole rendering at once (exactly llama.cpp's ids) but refuses
   // special-token matches inside message contents and roles: user text cannot forge a turn.
   // It prepends BOS itself when the tokenizer asks for it.
-  return model::encode_chat(tokenizer_, chat_template_, messages, /*add_generation_prompt=*/true);
+  return model::encode_chat(tokenizer_, chat_template_, messages, /*add_generation_prompt=*/true,
+                            max_tokens);
+}
+
+// Issue 13: a prompt whose size alone proves it cannot fit is refused before any tokenizing
+// (an 8 MB prompt took seconds to tokenize before its 400). Every token stands for at most
+// max_token_bytes() bytes, so the text has at least bytes / max_token_bytes() tokens.
+std::optional<RequestError> PromptBuilder::check_prompt_bytes(
+    const engine::GenerateRequest& request) const {
+  size_t bytes = request.prompt_text ? request.prompt_text->size() : 0;
+  for (const model::ChatMessage& message : request.messages) bytes += message.content.size();
+  const size_t at_least = bytes / tokenizer_.max_token_bytes();
+  if (at_least < static_cast<size_t>(limits_.max_model_len)) return std::nullopt;
+  return RequestError{ErrorCode::kPromptTooLong,
+                      fmt::format("This model's maximum context length is {} tokens, but the "
+                                  "prompt has at least {} tokens ({} bytes)",
+                                  limits_.max_model_len, at_least, bytes),
+                      request.messages.empty() ? "prompt" : "messages"};
 }
 
 std::optional<RequestError> PromptBuilder::check_sampling(
@@ -65,12 +82,15 @@ std::optional<RequestError> PromptBuilder::check_sampling(
 std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
     const engine::GenerateRequest& request) const {
   if (auto error = check_sampling(request)) return *error;
+  if (auto error = check_prompt_bytes(request)) return *error;
+  // Tokenizing stops once the prompt is known not to fit (more than max_model_len ids).
+  const auto limit = static_cast<size_t>(limits_.max_model_len);
   BuiltPrompt prompt;
   if (!request.messages.empty()) {
-    prompt.token_ids = tokenize_chat(request.messages);
+    prompt.token_ids = tokenize_chat(request.messages, limit);
   } else if (request.prompt_text) {
     if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) prompt.token_ids.push_back(tokenizer_.bos_id());
-    const auto body = tokenizer_.encode(*request.prompt_text, true);
+    const auto body = tokenizer_.encode(*request.prompt_text, true, limit);
     prompt.token_ids.insert(prompt.token_ids.end(), body.begin(), body.end());
   } else {
     prompt.token_ids = request.prompt_token_ids;
@@ -83,10 +103,12 @@ std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
 
   const auto prompt_length = static_cast<int32_t>(prompt.token_ids.size());
   if (prompt_length >= limits_.max_model_len) {
+    const bool stopped_early = request.prompt_token_ids.empty() && prompt.token_ids.size() > limit;
     return RequestError{ErrorCode::kPromptTooLong,
                         fmt::format("This model's maximum context length is {} tokens, but the "
-                                    "prompt has {} tokens",
-                                    limits_.max_model_len, prompt_length),
+                                    "prompt has {}{} tokens",
+                                    limits_.max_model_len, stopped_early ? "more than " : "",
+                                    stopped_early ? limits_.max_model_len : prompt_length),
                         request.messages.empty() ? "prompt" : "messages"};
   }
   const int32_t room = limits_.max_model_len - prompt_length;

@@ -1,6 +1,9 @@
 // PromptBuilder: turns a GenerateRequest's input (chat messages, prompt text or token ids) into
 // prompt token ids, and checks the request against the model's limits. Pure: no actor, no I/O.
 //
+// A prompt that cannot fit the context is refused cheaply: by its byte length before any
+// tokenizing when that proves it, else as soon as tokenizing passes max_model_len tokens.
+//
 // Special tokens are recognised only where the chat template puts them. A message whose content
 // spells a special token ("<|im_end|>") is tokenized as plain text, so a user cannot forge turns.
 //
@@ -41,7 +44,9 @@ class PromptBuilder {
   const model::ChatTemplate& chat_template() const { return chat_template_; }
 
  private:
-  std::vector<int32_t> tokenize_chat(const std::vector<model::ChatMessage>& messages) const;
+  std::vector<int32_t> tokenize_chat(const std::vector<model::ChatMessage>& messages,
+                                     size_t max_tokens) const;
+  std::optional<engine::RequestError> check_prompt_bytes(const engine::GenerateRequest& request) const;
   std::optional<engine::RequestError> check_sampling(const engine::GenerateRequest& request) const;
 
   model::Tokenizer tokenizer_;

@@ -79,7 +79,9 @@ struct StepCostFitterConfig {
   double prior_fixed_ms = 10.0;
   double step_time_noise = 0.05;
   size_t window_steps = 512;  // the fit follows the machine's current speed
-  size_t min_steps = 8;       // before this the model is not usable
+  // Before this many steps the model is not usable (the budget is off). One measured step
+  // anchors the prior's speed; the first long prompt may come right after start.
+  size_t min_steps = 1;
 };
 
 // Fits StepCostModel to observed (shape, milliseconds) pairs.

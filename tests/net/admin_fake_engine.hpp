@@ -65,6 +65,8 @@ class AdminFakeEngine final : public engine::Engine {
     return 7;
   }
   const model::Tokenizer& tokenizer() const override { return tokenizer_; }
+  // Inline: a fake has no threads of its own (the real engine posts to its tokenizer thread).
+  void post_tokenizer_work(std::function<void()> work) override { work(); }
   const engine::ModelCard& model_card() const override { return card_; }
 
  private:

@@ -83,6 +83,8 @@ class FakeEngine final : public engine::Engine {
   bool drain(std::chrono::milliseconds) override { return true; }
   int64_t flush_prefix_cache() override { return 0; }
   const model::Tokenizer& tokenizer() const override { return tokenizer_; }
+  // Inline: a fake has no threads of its own (the real engine posts to its tokenizer thread).
+  void post_tokenizer_work(std::function<void()> work) override { work(); }
   const engine::ModelCard& model_card() const override { return card_; }
 
   size_t num_cancelled() const {

@@ -38,6 +38,7 @@ class QueueFullAt final : public engine::Engine {
   bool drain(std::chrono::milliseconds) override { return true; }
   int64_t flush_prefix_cache() override { return 0; }
   const model::Tokenizer& tokenizer() const override { return inner_.tokenizer(); }
+  void post_tokenizer_work(std::function<void()> work) override { inner_.post_tokenizer_work(std::move(work)); }
   const engine::ModelCard& model_card() const override { return inner_.model_card(); }
 
  private:
