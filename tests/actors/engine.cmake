@@ -16,3 +16,8 @@ troupe_add_test(NAME kv_cache_actor_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_cache_actor_test.cpp
   LIBS troupe_actors
   LABELS "unit;actors")
+# Issue 13: over-long prompts refused by their bytes, tokenizing stopped at the context.
+troupe_add_test(NAME prompt_builder_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/prompt_builder_test.cpp
+  LIBS troupe_actors
+  LABELS "unit;actors")

@@ -61,6 +61,29 @@ TEST(Engine, CancelMidGenerationFreesEverything) {
   engine->cancel(999999);
 }
 
+// Issue 13: prompts are built on their own thread; a cancel that arrives while a long prompt is
+// tokenized ends it "cancelled" as soon as its prompt comes back, and the engine goes on.
+TEST(Engine, ACancelWhileThePromptIsBuiltEndsItCancelled) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  std::string long_text;
+  for (int i = 0; i < 1500; ++i) long_text += "paragraph " + std::to_string(i) + " of a long letter. ";
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto sink = std::make_shared<RecordingSink>();
+    const RequestId id = engine->submit(greedy_chat(long_text, 8), sink);
+    engine->cancel(id);  // most likely while its ~10k bytes are being tokenized
+    ASSERT_TRUE(sink->wait());
+    ASSERT_FALSE(sink->error()) << sink->error()->message;
+    EXPECT_EQ(sink->completion()->finish_reason, "cancelled");
+    EXPECT_EQ(sink->calls_after_end(), 0);
+  }
+  auto after = std::make_shared<RecordingSink>();
+  engine->submit(greedy_chat("Hi", 4), after);
+  ASSERT_TRUE(after->wait());
+  EXPECT_FALSE(after->error());
+  EXPECT_TRUE(wait_idle(*engine));
+}
+
 TEST(Engine, ASinkThatClosesCancelsItsRequest) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());

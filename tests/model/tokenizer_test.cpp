@@ -408,4 +408,26 @@ TEST(TokenizerFromGguf, BadMetadataIsAStartupErrorNamingTheKey) {
       std::string::npos);
 }
 
+// Issue 13: encoding a text far past any context stops soon after the bound, with a prefix of
+// the full encoding; below the bound nothing changes.
+TEST(Tokenizer, EncodingStopsSoonAfterItsBound) {
+  const Tokenizer* tokenizer = smollm2_tokenizer();
+  if (tokenizer == nullptr) GTEST_SKIP() << "default model not found; run scripts/setup";
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "token" + std::to_string(i) + ", ";
+  const std::vector<int32_t> full = tokenizer->encode(text, false);
+  ASSERT_GT(full.size(), 3000u);
+  const std::vector<int32_t> bounded = tokenizer->encode(text, false, 100);
+  EXPECT_GT(bounded.size(), 100u);
+  EXPECT_LT(bounded.size(), 120u);  // stopped within a pre-token of the bound
+  EXPECT_TRUE(std::equal(bounded.begin(), bounded.end(), full.begin()));
+  EXPECT_EQ(tokenizer->encode(text, false, full.size()), full);
+  // max_token_bytes() bounds every piece, special texts included.
+  size_t longest = 0;
+  for (size_t id = 0; id < tokenizer->vocab_size(); ++id) {
+    longest = std::max(longest, tokenizer->token_piece(static_cast<int32_t>(id), true).size());
+  }
+  EXPECT_EQ(tokenizer->max_token_bytes(), longest);
+}
+
 }  // namespace troupe::model
