@@ -43,7 +43,11 @@ void SchedulerActor::learn_step_cost(const StepPlan& plan, double device_ms) {
   }
   step_cost_stats_.last_actual_ms = device_ms;
   step_cost_.observe(plan.shape, device_ms);
-  policy_.set_step_cost_model(step_cost_.model());
+  StepCostModel model = step_cost_.model();
+  // Capped at 50 % (planning to 2/3 of the budget): a wildly wrong model must still let
+  // prefill progress.
+  model.margin = std::clamp(step_cost_stats_.mean_abs_error_ratio, 0.0, 0.5);
+  policy_.set_step_cost_model(model);
 }
 
 void SchedulerActor::connect(std::shared_ptr<IngressActorBase> ingress,

@@ -36,7 +36,7 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
   if (!draft.time_bound || num_tokens <= 0) return num_tokens;
   const StepShape base = shape_of(draft);
   const double base_ms = step_cost_.predict_ms(base);
-  double limit_ms = config_.max_step_ms;
+  double limit_ms = config_.max_step_ms / (1.0 + step_cost_.margin);
   const bool others_wait =
       !waiting_.empty() && running_.size() < static_cast<size_t>(config_.max_num_seqs);
   if (!admitting && others_wait) {

@@ -51,6 +51,10 @@ struct StepCostModel {
   double per_sampled_ms = 0;
   // False until the fitter has seen enough steps; an unusable model turns the budget off.
   bool usable = false;
+  // How far off recent predictions were (mean |predicted - actual| / actual, from the actor):
+  // the policy plans to max_step_ms / (1 + margin), so a model that errs by 15 % still keeps
+  // most steps inside the budget. 0 in a pure test.
+  double margin = 0;
 
   double predict_ms(const StepShape& shape) const {
     return fixed_ms + per_token_ms * static_cast<double>(shape.num_tokens) +

@@ -83,6 +83,22 @@ TEST(SchedulerTimeBudgetTest, ALongPromptAdvancesEveryStepWithoutBlowingTheBudge
   EXPECT_EQ(h.outputs[9], h.expected_output(9));
 }
 
+TEST(SchedulerTimeBudgetTest, AModelThatErredPlansWithAMargin) {
+  SchedulerHarness h(budget_config());
+  StepCostModel model = test_machine();
+  model.margin = 0.25;  // recent predictions were 25 % off: plan to 100 / 1.25 = 80 ms
+  h.scheduler.set_step_cost_model(model);
+  start_four_streams(h);
+  h.add(9, token_range(3000, 1000), 4);
+  for (int i = 0; i < 5; ++i) {
+    const auto plan = h.step();
+    ASSERT_TRUE(plan);
+    ASSERT_NE(slice_of(*plan, 9), nullptr);
+    EXPECT_LE(plan->predicted_ms, kBudgetMs / 1.25);
+    EXPECT_GT(plan->predicted_ms, kBudgetMs / 1.25 - 5);  // and uses what it may
+  }
+}
+
 TEST(SchedulerTimeBudgetTest, WithNothingDecodingAPromptRunsInFullChunks) {
   SchedulerHarness h(budget_config());
   h.scheduler.set_step_cost_model(test_machine());
