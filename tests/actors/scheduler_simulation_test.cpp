@@ -1,5 +1,6 @@
 // Randomized simulation of the scheduler under load: thousands of requests (prompts built from
-// a few shared prefixes, random lengths, priorities, ignore_eos/stop ids), random cancels and
+// a few shared prefixes, random lengths, priorities, ignore_eos/stop ids, four clients of which
+// one floods — fair share and the per-client cap — under a step-time budget), random cancels and
 // stop-string finishes, a KV pool small enough to force eviction and preemption, and the fake
 // model reading every context back through the block tables. Seeded and reproducible.
 //
@@ -17,6 +18,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 
 #include "scheduler_harness.hpp"
 
@@ -50,12 +52,21 @@ SchedulerConfig simulation_config() {
   config.block_size = 8;
   config.num_blocks = 96;  // 768 tokens: far less than 12 sequences can want
   config.eos_token_ids = {2};
+  config.fairness = Fairness::kClient;
+  config.max_waiting_per_client = 12;
+  config.max_step_ms = 20;  // with simulation_machine(): cuts chunks deep in a context
   return config;
+}
+
+StepCostModel simulation_machine() {
+  return {.fixed_ms = 2, .per_token_ms = 0.2, .per_context_ms = 0.002, .per_sampled_ms = 0.05,
+          .usable = true};
 }
 
 class Simulation {
  public:
   explicit Simulation(uint32_t seed) : h_(simulation_config(), /*eos_one_in=*/30), rng_(seed) {
+    h_.scheduler.set_step_cost_model(simulation_machine());
     for (int i = 0; i < 4; ++i) {
       std::vector<int32_t> prefix;
       const int32_t length = 8 + static_cast<int32_t>(rng_() % 72);
@@ -103,11 +114,18 @@ class Simulation {
     EXPECT_GT(stats.kv.prefix.num_hits, 100u);
     EXPECT_GT(stats.num_requests_refused, 0u);
     EXPECT_GT(interrupted_.size(), 100u);
-    std::printf("simulation: %llu accepted, %llu refused, %zu checked, %llu preemptions, "
-                "%llu evictions, prefix hit rate %.3f, %llu steps\n",
+    EXPECT_GT(stats.num_fairness_preemptions, 10u);
+    EXPECT_GT(stats.num_time_budgeted_steps, 100u);
+    EXPECT_GT(num_client_refusals_, 0u);
+    std::printf("simulation: %llu accepted, %llu refused (%llu by the per-client cap), %zu checked, "
+                "%llu preemptions (%llu fair share), %llu budget-cut steps, %llu evictions, "
+                "prefix hit rate %.3f, %llu steps\n",
                 static_cast<unsigned long long>(stats.num_requests_accepted),
-                static_cast<unsigned long long>(stats.num_requests_refused), num_checked,
+                static_cast<unsigned long long>(stats.num_requests_refused),
+                static_cast<unsigned long long>(num_client_refusals_), num_checked,
                 static_cast<unsigned long long>(stats.num_preemptions),
+                static_cast<unsigned long long>(stats.num_fairness_preemptions),
+                static_cast<unsigned long long>(stats.num_time_budgeted_steps),
                 static_cast<unsigned long long>(stats.kv.prefix.num_evictions),
                 stats.prefix_cache_hit_rate, static_cast<unsigned long long>(stats.num_steps));
   }
@@ -125,11 +143,15 @@ class Simulation {
       const auto max_tokens = 1 + static_cast<int32_t>(rng_() % 48);
       const auto priority = static_cast<Priority>(rng_() % kNumPriorities);
       const bool ignore_eos = rng_() % 5 == 0;
+      // Half the requests come from one client, the rest from three others.
+      const uint32_t who = rng_() % 6;
+      const std::string client = who < 3 ? "flood" : "client" + std::to_string(who);
       const RequestId id = next_id_++;
-      const AddResult result = h_.add(id, std::move(prompt), max_tokens, priority, ignore_eos);
+      const AddResult result = h_.add(id, std::move(prompt), max_tokens, priority, ignore_eos, client);
       ASSERT_TRUE(result == AddResult::kAccepted || result == AddResult::kQueueFull ||
-                  result == AddResult::kNeverFits)
+                  result == AddResult::kClientQueueFull || result == AddResult::kNeverFits)
           << to_string(result);
+      if (result == AddResult::kClientQueueFull) ++num_client_refusals_;
       if (result == AddResult::kAccepted) live_.push_back(id);
     }
   }
@@ -213,6 +235,7 @@ class Simulation {
   std::vector<RequestId> live_;
   std::set<RequestId> interrupted_;
   RequestId next_id_ = 1;
+  uint64_t num_client_refusals_ = 0;
 };
 
 TEST(SchedulerSimulationTest, RandomLoadKeepsEveryInvariant) {
