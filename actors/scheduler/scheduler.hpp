@@ -21,8 +21,10 @@
 //
 // Step-time budget (config.max_step_ms > 0 and a usable StepCostModel, see
 // step_cost_model.hpp): when the step decodes, prefill chunks (2 and 3) are cut so that the
-// step's predicted time stays under max_step_ms, decode tokens being never cut. The first
-// prefill of a step always advances at least one block (nobody starves), and while requests
+// step's predicted time stays under max_step_ms, decode tokens being never cut. Even when the
+// decodes alone fill the budget, one running prefill advances a block every step (nobody
+// starves), the first in fair order (priority, then the client running the fewest sequences,
+// then arrival), and so may one admission that comes before it in that order; while requests
 // wait for admission a running prefill takes at most half of the time left, so a short prompt
 // is not queued behind a long one. With nothing decoding, prefills run at full size.
 //
@@ -135,7 +137,10 @@ class Scheduler {
     std::vector<RequestId> preempted;
     bool time_bound = false;          // the step-time budget applies to this step
     bool time_cut = false;            // ... and cut a prefill chunk
-    bool prefill_advanced = false;    // some prefill span is in the step already
+    // When the decodes alone fill the budget, one running prefill still advances a block (the
+    // first in fair order), and an admission may too if it comes before that one in fair order.
+    const Sequence* min_progress_running = nullptr;
+    bool admission_progressed = false;
   };
   struct InFlightEntry {
     RequestId request_id;
@@ -165,6 +170,10 @@ class Scheduler {
 
   // scheduler_time_budget.cpp
   void start_time_budget(Draft& draft) const;
+  // Service order for prefill progress under the time budget: higher priority first, then
+  // (client fairness) the client running fewer sequences, then earlier arrival.
+  bool progresses_before(const Sequence& a, const Sequence& b) const;
+  bool gets_min_progress(const Draft& draft, const Sequence& seq, bool admitting) const;
   StepShape shape_of(const Draft& draft) const;
   // num_tokens cut to what fits the step-time budget from `first_position` on (unchanged when
   // the budget does not apply); 0: nothing fits this step.

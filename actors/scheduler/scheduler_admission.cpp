@@ -41,9 +41,6 @@ int32_t Scheduler::prefill_chunk(const Sequence& seq, int32_t budget) const {
 void Scheduler::add_entry(Draft& draft, Sequence& seq, int32_t num_tokens) {
   draft.entries.push_back({&seq, num_tokens});
   draft.token_budget -= num_tokens;
-  if (num_tokens > 1 || seq.num_computed_tokens + num_tokens < seq.num_tokens()) {
-    draft.prefill_advanced = true;
-  }
   seq.last_scheduled_step = num_steps_ + 1;
 }
 
@@ -191,6 +188,7 @@ bool Scheduler::try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMat
   seq.state = SequenceState::kRunning;
   insert_running(&seq);
   add_entry(draft, seq, num_tokens);
+  draft.admission_progressed = true;
   return true;
 }
 

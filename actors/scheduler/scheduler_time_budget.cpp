@@ -19,6 +19,41 @@ constexpr double kRunningPrefillShareWhileOthersWait = 0.5;
 void Scheduler::start_time_budget(Draft& draft) const {
   // Only decoding streams suffer from a long step; a step of prefills alone runs at full size.
   draft.time_bound = config_.max_step_ms > 0 && step_cost_.usable && !draft.entries.empty();
+  if (!draft.time_bound) return;
+  const uint64_t planned_step = num_steps_ + 1;
+  for (const Sequence* seq : running_) {
+    const bool prefilling = seq->num_remaining_tokens() > 1;
+    if (seq->state != SequenceState::kRunning || !prefilling ||
+        seq->last_scheduled_step == planned_step) {
+      continue;
+    }
+    if (draft.min_progress_running == nullptr ||
+        progresses_before(*seq, *draft.min_progress_running)) {
+      draft.min_progress_running = seq;
+    }
+  }
+}
+
+bool Scheduler::progresses_before(const Sequence& a, const Sequence& b) const {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (config_.fairness == Fairness::kClient) {
+    const int32_t load_a = running_of(a.client);
+    const int32_t load_b = running_of(b.client);
+    if (load_a != load_b) return load_a < load_b;
+  }
+  return a.arrival_index < b.arrival_index;
+}
+
+// Nobody starves: when the decodes alone fill the budget, the running prefill first in fair
+// order still advances (a block, so its KV reaches the prefix cache as it goes). Were that
+// simply the first prefill in arrival order, a client that floods would always own it: its
+// earlier requests prefill one block a step while a newcomer's short prompt waits behind all
+// of them. So an admission may advance a block as well when it comes first in fair order.
+bool Scheduler::gets_min_progress(const Draft& draft, const Sequence& seq, bool admitting) const {
+  if (!admitting) return &seq == draft.min_progress_running;
+  if (draft.admission_progressed) return false;
+  return draft.min_progress_running == nullptr ||
+         progresses_before(seq, *draft.min_progress_running);
 }
 
 StepShape Scheduler::shape_of(const Draft& draft) const {
@@ -59,9 +94,9 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
       high = mid - 1;
     }
   }
-  // Nobody starves: the step's first prefill advances at least a block even when the decodes
-  // alone fill the budget (a block, so its KV reaches the prefix cache as it goes).
-  if (fitting == 0 && !draft.prefill_advanced) fitting = std::min(num_tokens, config_.block_size);
+  if (fitting == 0 && gets_min_progress(draft, seq, admitting)) {
+    fitting = std::min(num_tokens, config_.block_size);
+  }
   if (fitting < num_tokens) draft.time_cut = true;
   return fitting;
 }

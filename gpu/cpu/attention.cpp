@@ -118,6 +118,13 @@ void softmax_row(float* s, int32_t n) {
 
 }  // namespace
 
+void detail::softmax_row_scalar(float* s, int32_t n, bool fp16_probabilities) {
+  softmax_row(s, n);
+  if (fp16_probabilities) {
+    for (int32_t t = 0; t < n; ++t) s[t] = fp16_to_fp32(fp32_to_fp16(s[t]));
+  }
+}
+
 void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k, const float* v,
               IsaLevel isa) {
   for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
@@ -185,11 +192,8 @@ void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t 
     scores_scalar(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
   }
   for (int32_t g = 0; g < group; ++g) {
-    float* sg = scratch + static_cast<int64_t>(g) * num_keys;
-    softmax_row(sg, num_keys);
-    if (fp16_probabilities) {
-      for (int32_t t = 0; t < num_keys; ++t) sg[t] = fp16_to_fp32(fp32_to_fp16(sg[t]));
-    }
+    detail::softmax_row_scalar(scratch + static_cast<int64_t>(g) * num_keys, num_keys,
+                               fp16_probabilities);
   }
   if (single_token) {
     weighted_values_decode(kv, block_table, num_keys, kv_head, scratch, group, out);

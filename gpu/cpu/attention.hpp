@@ -8,7 +8,9 @@
 // share the KV head (GQA) is done together so each K/V row is converted once. Causality is by
 // position: a token at position p passes num_keys = p + 1, and keys of a prefill chunk are in
 // the blocks (written before attention runs) like any cached prefix, so a token's result does not
-// depend on how its prompt was chunked or what else is in the batch.
+// depend on how its prompt was chunked or what else is in the batch. The forward pass runs prompt
+// (chunk-order) tokens through attention_tiled.hpp instead, which gives the same bits while
+// converting each K/V row once per tile of tokens rather than once per token.
 //
 // Thread-safety: pure functions over caller-owned buffers; items touch disjoint outputs.
 #pragma once

@@ -16,15 +16,45 @@
 //
 // Callers check the shape conditions (head_dim % 8 for the AVX2 chunk kernels, % 32 for the
 // decode scores, % 16 for the AVX-512 ones, head_dim <= kMaxSimdHeadDim for the decode values).
+//
+// The tiled kernels (attention_tiled.hpp drives them) keep the chunk order on fp32 K/V rows
+// converted beforehand: a block of keys [first, first + count) as rows [count][head_dim], whole
+// 8-key groups readable.
 #pragma once
 
 #include <cstdint>
 
 #include "gpu/cpu/attention.hpp"
+#include "gpu/cpu/isa_target.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
 inline constexpr int32_t kMaxSimdHeadDim = 256;
+
+#if TROUPE_X86
+// Pairs the 128-bit halves of a and b: [lo(a) + hi(a) | lo(b) + hi(b)].
+TROUPE_TARGET_AVX2 inline __m256 fold_halves(__m256 a, __m256 b) {
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+// Results come out as [r0 r2 r4 r6 | r1 r3 r5 r7]; this puts them in order.
+TROUPE_TARGET_AVX2 inline __m256 unshuffle(__m256 v) {
+  return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Eight hsum8s: r_i = ((a_i0 + a_i4) + (a_i2 + a_i6)) + ((a_i1 + a_i5) + (a_i3 + a_i7)).
+TROUPE_TARGET_AVX2 inline __m256 hsum8_x8(const __m256* a) {
+  const __m256 p01 = fold_halves(a[0], a[1]), p23 = fold_halves(a[2], a[3]);
+  const __m256 p45 = fold_halves(a[4], a[5]), p67 = fold_halves(a[6], a[7]);
+  // Per 128-bit lane, each result's (v0 + v2), (v1 + v3).
+  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(3, 2, 3, 2)));
+  return unshuffle(_mm256_add_ps(_mm256_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+#endif
 
 // rows[t]: key t's head_dim fp16 values (K or V), gathered from the block table by the caller.
 // q: [group][head_dim]; s and p: [group][n]; out: [group][head_dim].
@@ -40,5 +70,43 @@ void values_decode_avx2(const uint16_t* const* rows, int32_t n, int32_t head_dim
                         int32_t group, float* out);
 // The softmax above over s[0, n), in place.
 void softmax_row_avx2(float* s, int32_t n, bool fp16_probabilities);
+void softmax_row_scalar(float* s, int32_t n, bool fp16_probabilities);
+
+// A tile's query rows and what each may see. Row r's scores and probabilities live at
+// s + r * s_stride, indexed by absolute key; it attends keys [0, keys[r]).
+struct TileRows {
+  int32_t num_rows = 0;
+  const int32_t* keys = nullptr;
+  float* s = nullptr;
+  int64_t s_stride = 0;
+};
+
+// The softmax above for every row of a tile, each over its own keys (bit-identical to
+// softmax_row_avx2 row by row; rows interleaved so their double sums overlap).
+void softmax_rows_avx512(const TileRows& rows, bool fp16_probabilities);
+
+// dst[i] = fp16_to_fp32(src[i]) with F16C; n % 8 == 0 (avx2), n % 16 == 0 (avx512).
+void widen_fp16_avx2(const uint16_t* src, int64_t n, float* dst);
+void widen_fp16_avx512(const uint16_t* src, int64_t n, float* dst);
+
+// Scores of every row against the block's keys it may see, in 8-key groups (a row's scores past
+// its own keys, up to its row block's, are computed and never read). q is in the layout
+// attention_tiled.cpp's gather_queries writes for the kernel level.
+void tile_scores_scalar(const float* keys, int32_t first, int32_t count, int32_t head_dim,
+                        const float* q, float scale, const TileRows& rows);
+void tile_scores_avx2(const float* keys, int32_t first, int32_t count, int32_t head_dim,
+                      const float* q, float scale, const TileRows& rows);
+void tile_scores_avx512(const float* keys, int32_t first, int32_t count, int32_t head_dim,
+                        const float* q, float scale, const TileRows& rows);
+
+// Adds the block's keys below each row's count to its value lanes: lanes + r * 8 * head_dim is
+// row r's [8][head_dim], lane j holding keys t = j mod 8 (zeroed by the caller before the first
+// block).
+void tile_values_scalar(const float* values, int32_t first, int32_t count, int32_t head_dim,
+                        const TileRows& rows, float* lanes);
+void tile_values_avx2(const float* values, int32_t first, int32_t count, int32_t head_dim,
+                      const TileRows& rows, float* lanes);
+void tile_values_avx512(const float* values, int32_t first, int32_t count, int32_t head_dim,
+                        const TileRows& rows, float* lanes);
 
 }  // namespace troupe::gpu::cpu::detail

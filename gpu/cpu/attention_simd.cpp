@@ -13,29 +13,6 @@ namespace troupe::gpu::cpu::detail {
 #if TROUPE_X86
 namespace {
 
-// Pairs the 128-bit halves of a and b: [lo(a) + hi(a) | lo(b) + hi(b)].
-TROUPE_TARGET_AVX2 inline __m256 fold_halves(__m256 a, __m256 b) {
-  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-}
-
-// Results come out as [r0 r2 r4 r6 | r1 r3 r5 r7]; this puts them in order.
-TROUPE_TARGET_AVX2 inline __m256 unshuffle(__m256 v) {
-  return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
-// Eight hsum8s: r_i = ((a_i0 + a_i4) + (a_i2 + a_i6)) + ((a_i1 + a_i5) + (a_i3 + a_i7)).
-TROUPE_TARGET_AVX2 inline __m256 hsum8_x8(const __m256* a) {
-  const __m256 p01 = fold_halves(a[0], a[1]), p23 = fold_halves(a[2], a[3]);
-  const __m256 p45 = fold_halves(a[4], a[5]), p67 = fold_halves(a[6], a[7]);
-  // Per 128-bit lane, each result's (v0 + v2), (v1 + v3).
-  const __m256 s = _mm256_add_ps(_mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm256_shuffle_ps(p45, p67, _MM_SHUFFLE(3, 2, 3, 2)));
-  return unshuffle(_mm256_add_ps(_mm256_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1))));
-}
-
 // Eight ggml_vec_dot_f16 folds of x_i (already (a0 + a2) + (a1 + a3)):
 // r_i = ((x0 + x4) + (x1 + x5)) + ((x2 + x6) + (x3 + x7)).
 TROUPE_TARGET_AVX2 inline __m256 reduce32_x8(const __m256* x) {

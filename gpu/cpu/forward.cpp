@@ -195,31 +195,101 @@ void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int
   }
 }
 
+void LlamaForward::plan_attention(const StepBatch& b, int32_t group, bool tiled,
+                                  AttentionPlan& plan) {
+  plan.work.clear();
+  plan.singles.clear();
+  for (size_t si = 0; si < b.seqs.size(); ++si) {
+    const SequenceSlice& s = b.seqs[si];
+    const int32_t seq = static_cast<int32_t>(si);
+    for (int32_t i = 0; i < s.num_tokens;) {
+      const int32_t token = s.token_offset + i;
+      const int32_t position = b.positions[token];
+      if (!tiled || uses_decode_order(s, position)) {
+        plan.singles.push_back({.first_token = token,
+                                .num_tokens = 1,
+                                .seq = seq,
+                                .tiled = false,
+                                .cost = position + 1});
+        ++i;
+        continue;
+      }
+      // A run of chunk-order tokens (consecutive positions), cut into tiles sized for its last
+      // token's context, the longest (last) tile first: a thread that runs several tiles of one
+      // head in a row converts its K/V rows once, on the first.
+      int32_t run = 1;
+      while (i + run < s.num_tokens && !uses_decode_order(s, b.positions[token + run])) ++run;
+      const int32_t tile = attention_tile_tokens(group, position + run);
+      for (int32_t k = (run - 1) / tile * tile; k >= 0; k -= tile) {
+        const int32_t n = std::min(tile, run - k);
+        plan.work.push_back({.first_token = token + k,
+                             .num_tokens = n,
+                             .seq = seq,
+                             .tiled = true,
+                             .cost = static_cast<int64_t>(n) * (position + k + n)});
+      }
+      i += run;
+    }
+  }
+  plan.num_tiles = static_cast<int64_t>(plan.work.size());
+  plan.work.insert(plan.work.end(), plan.singles.begin(), plan.singles.end());
+}
+
 void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool) {
   const model::LlamaConfig& c = weights_.config();
-  const int32_t T = b.num_tokens();
   const int32_t group = c.n_head / c.n_head_kv;
   const int32_t hd = c.head_dim;
   const int64_t W = c.q_dim() + 2 * c.kv_dim();
   const KvLayerView kv = kv_layer(layer);
   const float scale = c.attention_scale();
+  plan_attention(b, group, prefill_attention_path() == PrefillAttentionPath::kTiled, attn_plan_);
+  const size_t threads = static_cast<size_t>(pool.num_threads());
+  if (tile_scratch_.size() < threads) tile_scratch_.resize(threads);  // grown once
+  if (converted_.size() < threads) converted_.resize(threads);
+  for (ConvertedHead& h : converted_) h.reset();  // this layer's KV: nothing held is valid
+  const std::vector<AttentionWork>& work = attn_plan_.work;
+  const int64_t num_tiles = attn_plan_.num_tiles;
   int64_t total_keys = 0;
-  for (int32_t i = 0; i < T; ++i) total_keys += b.positions[i] + 1;
+  for (const AttentionWork& w : work) total_keys += w.cost;
+  // Items: [tiles x head 0 | tiles x head 1 | ... | per-token items x heads]. A thread claims a
+  // contiguous range, so its tiles mostly share one head and its converted K/V rows.
   auto run = [&](int64_t begin, int64_t end, int t) {
-    std::vector<float>& scratch = attn_scratch_[t];
     for (int64_t item = begin; item < end; ++item) {
-      const int32_t i = static_cast<int32_t>(item / c.n_head_kv);
-      const int32_t h = static_cast<int32_t>(item % c.n_head_kv);
-      const SequenceSlice& s = b.seqs[token_seq_[i]];
-      const int32_t* table = b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
-      const int32_t num_keys = b.positions[i] + 1;
-      attention_group(kv, table, num_keys, h, qkv_.data() + i * W + static_cast<int64_t>(h) * group * hd,
-                      group, scale, attn_.data() + static_cast<int64_t>(i) * c.q_dim() + static_cast<int64_t>(h) * group * hd,
-                      scratch.data(), config_.isa, /*fp16_probabilities=*/true,
-                      /*single_token=*/uses_decode_order(s, b.positions[i]));
+      const int64_t rest = item - num_tiles * c.n_head_kv;
+      const AttentionWork& w =
+          rest < 0 ? work[item % num_tiles] : work[num_tiles + rest / c.n_head_kv];
+      const int32_t h = static_cast<int32_t>(rest < 0 ? item / num_tiles : rest % c.n_head_kv);
+      const SequenceSlice& s = b.seqs[w.seq];
+      const int32_t* table =
+          b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+      const float* q = qkv_.data() + w.first_token * W + static_cast<int64_t>(h) * group * hd;
+      float* out = attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
+                   static_cast<int64_t>(h) * group * hd;
+      const int32_t position = b.positions[w.first_token];
+      if (!w.tiled) {
+        attention_group(kv, table, position + 1, h, q, group, scale, out, attn_scratch_[t].data(),
+                        config_.isa, /*fp16_probabilities=*/true,
+                        /*single_token=*/uses_decode_order(s, position));
+        continue;
+      }
+      const ConvertedHead::Rows rows =
+          converted_[t].get(kv, table, h, position + w.num_tokens, config_.isa);
+      const AttentionTile tile{.k = rows.k,
+                               .v = rows.v,
+                               .head_dim = hd,
+                               .first_position = position,
+                               .num_tokens = w.num_tokens,
+                               .group = group,
+                               .q = q,
+                               .q_stride = W,
+                               .out = out,
+                               .out_stride = c.q_dim(),
+                               .scale = scale,
+                               .fp16_probabilities = true};
+      attention_tile(tile, tile_scratch_[t], config_.isa);
     }
   };
-  const int64_t items = static_cast<int64_t>(T) * c.n_head_kv;
+  const int64_t items = static_cast<int64_t>(work.size()) * c.n_head_kv;
   if (total_keys * c.n_head_kv < 4096) {
     run(0, items, 0);  // decode of short contexts: not worth waking the pool
   } else {

@@ -2,7 +2,8 @@
 // the per-step scratch buffers. Computes logits for the sampling rows only.
 //
 //   per layer:  h = RMSNorm(x)           -> int8 rows (once)   -> [Wq;Wk;Wv] one packed pass
-//               RoPE(q, k) -> K,V into blocks (all tokens)    -> attention per (token, kv head)
+//               RoPE(q, k) -> K,V into blocks (all tokens)    -> attention per (prompt tile
+//                                                                or generated token, kv head)
 //               x += Wo o ;  h = RMSNorm(x) -> [Wgate;Wup] one pass -> SwiGLU -> x += Wdown a
 //
 // Every per-token computation is row-local (matmul rows, norms, attention items), so a
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "gpu/cpu/attention.hpp"
+#include "gpu/cpu/attention_tiled.hpp"
 #include "gpu/cpu/cpu_features.hpp"
 #include "gpu/cpu/matmul.hpp"
 #include "gpu/cpu/thread_pool.hpp"
@@ -78,7 +80,25 @@ class LlamaForward {
     const float* bv = nullptr;
   };
 
+  // Attention work for every KV head: a tile of consecutive chunk-order tokens of one sequence
+  // (attention_tile), or one decode-order token (attention_group).
+  struct AttentionWork {
+    int32_t first_token = 0;
+    int32_t num_tokens = 1;
+    int32_t seq = 0;  // index into StepBatch::seqs
+    bool tiled = false;
+    int64_t cost = 0;  // query tokens x keys: is the step worth waking the pool?
+  };
+  // The planned work: tiles first, then the per-token items (collected in `singles` on the way).
+  struct AttentionPlan {
+    std::vector<AttentionWork> work;
+    std::vector<AttentionWork> singles;
+    int64_t num_tiles = 0;
+  };
+
   KvLayerView kv_layer(int32_t layer);
+  static void plan_attention(const StepBatch& batch, int32_t group, bool tiled,
+                             AttentionPlan& plan);
   static Projection make_projection(const std::vector<const model::WeightView*>& views);
   Projection single(const model::WeightView& view);
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
@@ -97,6 +117,9 @@ class LlamaForward {
   std::vector<int32_t> token_seq_;  // seq index of each token
   QuantizedRows q_;
   std::vector<std::vector<float>> attn_scratch_;  // per thread
+  std::vector<AttentionTileScratch> tile_scratch_;  // per thread
+  std::vector<ConvertedHead> converted_;            // per thread; reset every layer
+  AttentionPlan attn_plan_;                         // this layer's, rebuilt in place
 };
 
 }  // namespace troupe::gpu::cpu

@@ -146,6 +146,39 @@ TEST(SchedulerTimeBudgetTest, WhenDecodesAloneFillTheBudgetThePromptStillAdvance
   }
 }
 
+// Every step is over budget, so prefills advance only by the minimum block. A client that floods
+// has four streams decoding and four prompts prefilling in every slot; a newcomer's short prompt
+// must get that block (fair order: its client runs nothing), not wait behind all four prompts.
+TEST(SchedulerTimeBudgetTest, WhenTheBudgetIsSpentTheMinimumProgressGoesToTheLeastLoadedClient) {
+  auto config = budget_config();
+  config.max_num_seqs = 8;
+  SchedulerHarness h(config);
+  for (RequestId id = 1; id <= 4; ++id) {
+    h.add(id, token_range(16, 10 * static_cast<int32_t>(id)), 4000, Priority::kNormal,
+          /*ignore_eos=*/true, "flood");
+  }
+  for (int i = 0; i < 3; ++i) h.step();
+  for (RequestId id = 11; id <= 16; ++id) {
+    h.add(id, token_range(2000, 1000 * static_cast<int32_t>(id)), 4, Priority::kNormal, false,
+          "flood");
+  }
+  h.step();  // no cost model yet: the token budget admits four 2000-token prompts
+  ASSERT_EQ(h.scheduler.stats().num_running, 8);
+  StepCostModel slow = test_machine();
+  slow.fixed_ms = 150;
+  h.scheduler.set_step_cost_model(slow);
+  for (int i = 0; i < 3; ++i) h.step();
+  h.add(20, token_range(30, 50000), 4, Priority::kNormal, false, "lone");
+  // One step admits it (a flood sequence makes room) with a block, the next finishes its
+  // 30 tokens and samples: two steps, where arrival order would take the four prompts' ~360.
+  h.step();
+  h.step();
+  EXPECT_FALSE(h.outputs[20].empty());
+  h.run_until_idle(4000);
+  EXPECT_EQ(h.outputs[20], h.expected_output(20));
+  for (RequestId id = 11; id <= 16; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id));
+}
+
 TEST(SchedulerTimeBudgetTest, AShortPromptIsNotQueuedBehindALongOne) {
   SchedulerHarness h(budget_config());
   h.scheduler.set_step_cost_model(test_machine());

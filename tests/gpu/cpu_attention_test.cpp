@@ -1,5 +1,6 @@
-// Paged attention against a float64 reference, scattered blocks against contiguous ones, and
-// GQA grouping.
+// Paged attention against a float64 reference, scattered blocks against contiguous ones, GQA
+// grouping, and the tiled prefill path against the per-token one bit for bit (kernels and the
+// forward pass's mix of prompt tiles and generated tokens).
 #include "gpu/cpu/attention.hpp"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,11 @@
 #include <numeric>
 #include <random>
 
+#include "gpu/cpu/attention_tiled.hpp"
+#include "gpu/cpu/cpu_backend.hpp"
+#include "gpu/cpu/forward.hpp"
+#include "model/dummy_weights.hpp"
+#include "tests/gpu/cpu_step_harness.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 
 namespace troupe::gpu::cpu {
@@ -148,6 +154,214 @@ TEST(Attention, SingleKeyReturnsItsValue) {
   std::vector<float> out(16), s(1);
   attention_group(c.view, table.data(), 1, 0, q.data(), 1, 1.0f, out.data(), s.data(), default_isa());
   for (int d = 0; d < 16; ++d) EXPECT_EQ(out[d], fp16_to_fp32(fp32_to_fp16(kv[16 + d])));
+}
+
+// Tiled prefill: a chunk of `num_tokens` prompt tokens at positions first, first + 1, ... of one
+// sequence whose KV lies in shuffled blocks, q and out rows strided as in the forward pass.
+struct TileCase {
+  int32_t group, hd, first, num_tokens, bs;
+};
+
+struct TileSetup {
+  static constexpr int32_t kKvHeads = 2;
+  Cache cache;
+  std::vector<int32_t> table;
+  std::vector<float> q;
+  int64_t stride;  // floats per token in q and out (wider than the heads, like the qkv rows)
+  float scale;
+
+  explicit TileSetup(const TileCase& cs)
+      : cache(blocks(cs) + 3, cs.bs, kKvHeads, cs.hd),
+        table(blocks(cs)),
+        stride(static_cast<int64_t>(kKvHeads) * cs.group * cs.hd + 8),
+        scale(1.0f / std::sqrt(static_cast<float>(cs.hd))) {
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(cs.first + cs.num_tokens + cs.hd));
+    for (auto& b : table) b += 2;
+    fill(cache, table, cs.first + cs.num_tokens, 31 + cs.first);
+    q = testing::random_floats(stride * cs.num_tokens, 7 + cs.group, 3.0f);
+    for (float& x : q) x = fp16_to_fp32(fp32_to_fp16(x));
+  }
+  static int32_t blocks(const TileCase& cs) {
+    return (cs.first + cs.num_tokens + cs.bs - 1) / cs.bs;
+  }
+
+  std::vector<float> per_token(const TileCase& cs, IsaLevel isa, bool fp16p) {
+    std::vector<float> out(q.size(), -1.0f),
+        scratch(static_cast<size_t>(cs.group) * (cs.first + cs.num_tokens));
+    for (int32_t i = 0; i < cs.num_tokens; ++i) {
+      for (int32_t h = 0; h < kKvHeads; ++h) {
+        const int64_t at = i * stride + static_cast<int64_t>(h) * cs.group * cs.hd;
+        attention_group(cache.view, table.data(), cs.first + i + 1, h, q.data() + at, cs.group,
+                        scale, out.data() + at, scratch.data(), isa, fp16p, /*single_token=*/false);
+      }
+    }
+    return out;
+  }
+
+  // Tokens [i0, i0 + n) of the chunk as one tile of kv head h, reading K/V through `converted`.
+  void run_tile(const TileCase& cs, int32_t i0, int32_t n, int32_t h, IsaLevel isa, bool fp16p,
+                ConvertedHead& converted, AttentionTileScratch& scratch, float* out) {
+    const auto rows = converted.get(cache.view, table.data(), h, cs.first + i0 + n, isa);
+    const int64_t at = i0 * stride + static_cast<int64_t>(h) * cs.group * cs.hd;
+    const AttentionTile tile{.k = rows.k,
+                             .v = rows.v,
+                             .head_dim = cs.hd,
+                             .first_position = cs.first + i0,
+                             .num_tokens = n,
+                             .group = cs.group,
+                             .q = q.data() + at,
+                             .q_stride = stride,
+                             .out = out + at,
+                             .out_stride = stride,
+                             .scale = scale,
+                             .fp16_probabilities = fp16p};
+    attention_tile(tile, scratch, isa);
+  }
+
+  std::vector<float> tiled(const TileCase& cs, IsaLevel isa, bool fp16p,
+                           AttentionTileScratch& scratch) {
+    std::vector<float> out(q.size(), -1.0f);
+    ConvertedHead converted;
+    for (int32_t h = 0; h < kKvHeads; ++h) {
+      run_tile(cs, 0, cs.num_tokens, h, isa, fp16p, converted, scratch, out.data());
+    }
+    return out;
+  }
+};
+
+// The tile is the per-token chunk order exactly, for every kernel level: against the scalar
+// per-token path and against the SIMD per-token path at the same level. Chunks start at 0 and
+// deep in the context (up to 5,000 keys), lengths that no tile or key block divides (ragged rows,
+// odd row counts for the AVX-512 row pairs), head sizes that take each kernel level and fall back.
+TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExact) {
+  std::vector<TileCase> cases;
+  for (int32_t group : {1, 3, 4}) {
+    for (int32_t hd : {64, 128}) {
+      cases.push_back({group, hd, 0, 1, 16});
+      cases.push_back({group, hd, 0, 37, 16});
+      cases.push_back({group, hd, 3, 8, 5});
+      cases.push_back({group, hd, 250, 61, 16});
+    }
+  }
+  cases.push_back({3, 64, 1021, 13, 7});
+  cases.push_back({4, 128, 1021, 13, 7});
+  cases.push_back({3, 64, 4993, 7, 16});  // context 5,000
+  cases.push_back({1, 128, 4995, 5, 16});
+  cases.push_back({3, 24, 70, 19, 16});  // AVX2 only (24 % 16 != 0)
+  cases.push_back({2, 80, 70, 19, 16});  // AVX-512 with a 16-dim remainder block
+  cases.push_back({1, 20, 9, 11, 4});    // scalar only
+  AttentionTileScratch scratch;          // reused across shapes, as a pool thread's is
+  for (const TileCase& cs : cases) {
+    TileSetup setup(cs);
+    // The forward pass always rounds probabilities to fp16; the unrounded form only on short
+    // contexts (the scalar references are slow).
+    const bool deep = cs.first > 4000;
+    for (bool fp16p : cs.first > 300 ? std::vector<bool>{true} : std::vector<bool>{false, true}) {
+      const auto want = setup.per_token(cs, IsaLevel::kScalar, fp16p);
+      for (IsaLevel isa : runnable_isas()) {
+        const auto got = setup.tiled(cs, isa, fp16p, scratch);
+        const auto simd = isa == IsaLevel::kScalar || deep ? want : setup.per_token(cs, isa, fp16p);
+        const std::string what =
+            std::string(to_string(isa)) + " group=" + std::to_string(cs.group) +
+            " hd=" + std::to_string(cs.hd) + " first=" + std::to_string(cs.first) +
+            " n=" + std::to_string(cs.num_tokens) + " fp16p=" + std::to_string(fp16p);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * got.size())) << what;
+        ASSERT_EQ(0, std::memcmp(simd.data(), got.data(), 4 * got.size())) << what;
+      }
+    }
+  }
+}
+
+// One token's result does not depend on which tile it lands in: a chunk cut into tiles of every
+// size from 1 to 40 gives the same bits. The tiles run first to last, so each one's K/V rows
+// extend what the previous tile of the head converted.
+TEST(AttentionTiled, AnyTileSplitGivesTheSameBits) {
+  const TileCase whole{3, 64, 300, 40, 16};
+  TileSetup setup(whole);
+  AttentionTileScratch scratch;
+  for (IsaLevel isa : runnable_isas()) {
+    const auto want = setup.tiled(whole, isa, true, scratch);
+    for (int32_t size = 1; size <= 40; size += 3) {
+      std::vector<float> got(want.size(), -1.0f);
+      for (int32_t h = 0; h < TileSetup::kKvHeads; ++h) {
+        ConvertedHead converted;
+        for (int32_t i0 = 0; i0 < whole.num_tokens; i0 += size) {
+          setup.run_tile(whole, i0, std::min(size, whole.num_tokens - i0), h, isa, true,
+                         converted, scratch, got.data());
+        }
+      }
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * got.size()))
+          << to_string(isa) << " size=" << size;
+    }
+  }
+}
+
+// Every attention output of a forward pass ("kqv_out", all layers, all steps), read through the
+// forward tap: compared before the int8 quantization of the next matmul, which would hide a
+// one-ulp difference (a token run in the wrong reduction order).
+std::vector<std::vector<float>>* g_attention_outputs = nullptr;
+
+void record_attention(const char* name, int32_t, const float* data, int64_t rows, int64_t cols,
+                      int64_t ld) {
+  if (g_attention_outputs == nullptr || std::strcmp(name, "kqv_out") != 0) return;
+  auto& out = g_attention_outputs->emplace_back();
+  for (int64_t r = 0; r < rows; ++r) out.insert(out.end(), data + r * ld, data + r * ld + cols);
+}
+
+// Runs three steps mixing prompt chunks (one starting deep in its context), generated tokens and
+// a recomputed sequence whose one span holds both (its prompt's tail in chunk order, its
+// generated tokens in decode order); returns every attention output and the logits.
+std::vector<std::vector<float>> run_mixed_steps(const model::LlamaWeights& weights,
+                                                PrefillAttentionPath path) {
+  auto tokens = [](int n, int salt) {
+    std::vector<int32_t> t(n);
+    for (int i = 0; i < n; ++i) t[i] = (7 * i + 13 * salt) % 512;
+    return t;
+  };
+  set_prefill_attention_path(path);
+  CpuBackendConfig cfg;
+  cfg.num_blocks = 160;
+  cfg.num_threads = 2;
+  CpuBackend backend(weights, cfg);  // the best level: kernels at every level are pinned above
+  testing::StepHarness h(cfg.num_blocks, 16);
+  h.add(1, tokens(420, 1));                                     // a long prompt in chunks
+  h.add(2, tokens(42, 2), testing::StepHarness::greedy(), 40);  // prompt 40, then decode
+  h.add(3, tokens(55, 3), testing::StepHarness::greedy(), 50);  // recomputed: 50 + 5
+  h.add(4, tokens(21, 4));
+  std::vector<std::vector<float>> outputs;
+  g_attention_outputs = &outputs;
+  set_forward_tap(record_attention);
+  for (const auto& work : std::vector<std::vector<std::pair<uint64_t, int32_t>>>{
+           {{1, 170}, {2, 40}, {3, 55}}, {{1, 150}, {2, 1}, {4, 21}}, {{2, 1}, {1, 100}}}) {
+    outputs.push_back(backend.compute_logits(h.build(work)));
+  }
+  set_forward_tap(nullptr);
+  g_attention_outputs = nullptr;
+  set_prefill_attention_path(PrefillAttentionPath::kTiled);
+  return outputs;
+}
+
+// The forward pass sends prompt tokens through tiles and generated ones through the per-token
+// decode order, with the same bits as the per-token path everywhere.
+TEST(AttentionTiled, ForwardMixOfPromptTilesAndGeneratedTokensMatchesPerToken) {
+  model::LlamaConfig c = testing::tiny_config();
+  c.n_embd = 192;
+  c.n_head = 6;
+  c.n_head_kv = 2;
+  c.head_dim = 64;
+  c.n_rot = 64;
+  const auto weights = model::make_dummy_weights(c, model::TensorType::kQ4_1, 3);
+  const auto want = run_mixed_steps(weights, PrefillAttentionPath::kPerToken);
+  const auto got = run_mixed_steps(weights, PrefillAttentionPath::kTiled);
+  ASSERT_EQ(want.size(), 3u * (c.n_layer + 1));
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_FALSE(want[i].empty()) << i;
+    ASSERT_EQ(want[i].size(), got[i].size()) << i;
+    ASSERT_EQ(0, std::memcmp(want[i].data(), got[i].data(), 4 * want[i].size()))
+        << "output " << i << " (per step: one per layer, then the logits)";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,923 @@
+#!/usr/bin/env python3
+"""Isolation benchmark (issue 13): does one heavy client hurt everyone else? troupe and llama.cpp's
+llama-server side by side, same model, same threads, each server started fresh for every run.
+
+  BENCH_PY=<a venv with bench/requirements.txt>/bin/python
+  $BENCH_PY bench/isolation_bench.py --peer-bin build-peer-native/bin/llama-server   # everything
+  $BENCH_PY bench/isolation_bench.py --servers troupe --scenario long-prefill \
+      --reps 3 --troupe-bin /path/to/troupe --troupe-config /path/to/its/default.json \
+      --troupe-commit abc1234
+  --troupe-bin / --troupe-config: the binary and the config it understands (an older binary
+  refuses newer keys); --troupe-commit names the output (default: HEAD, which need not be what
+  the binary was built from). --peer-bin: llama-server (default $TROUPE_BENCH_PEER_BIN, else
+  build-peer-native/bin/llama-server as bench/build_peer.sh builds it), run with
+  -np --peer-parallel and -c np x --peer-slot-ctx.
+  Results: bench/results/isolation_<commit>.json (each invocation appended), and a Markdown
+  table per scenario on stdout. Runs alternate servers A B / B A across --reps; every run starts
+  its server fresh and warms it up with one short request.
+
+Scenarios
+  long-prefill  4 streams decode (/v1/completions, stream, temperature 0, ignore_eos); once each
+                has ~20 tokens, one request with a ~3,750-token prompt (checked with /tokenize)
+                and max_tokens 16 arrives. Measured: the streams' inter-token latency (gap between
+                SSE chunks with text) p50/p99/max BEFORE it arrives and DURING its prefill (gaps
+                overlapping send -> its first token); its TTFT; and on the idle server the TTFT
+                of the same prompt alone, before and after the contended run (the lower counts:
+                a busy box must not flatter the ratio). Same body text each time, only the first
+                word differs, so no prefix / slot cache can serve it. Targets: ITL p99 during
+                <= 150 ms, TTFT <= 1.3x alone.
+  flood         client "flood" (Authorization: Bearer flood-key, "user": "flood") keeps 200
+                non-streamed requests (max_tokens 128, ignore_eos) in flight; once the server
+                queues (troupe: num_requests_waiting > 0, llama-server: requests_deferred > 0)
+                and its running count is steady for 3 polls, client "lone" (Bearer lone-key,
+                "user": "lone") sends a short streamed request (max_tokens 8) --lone-n times, one
+                after another. Measured: its TTFT median/max vs the same on the idle server.
+                Target: <= 2x idle. A lone request past --lone-timeout counts as a timeout and
+                ends the series.
+  tokenize-stall (troupe only) while one SSE stream runs, POST /tokenize with an ~8 MB prompt
+                while GET /health is polled every 50 ms. Measured: worst /health latency and the
+                stream's worst ITL overlapping the /tokenize call.
+
+Every run records `uptime`, the load average and CPU steal: read the numbers with the load.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import hashlib
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import serve_bench as sb  # noqa: E402  (aiohttp check, host counters, /metrics parser)
+import side_by_side as sbs  # noqa: E402  (Server, free_port)
+import workloads  # noqa: E402
+
+import aiohttp  # noqa: E402  (serve_bench exits with a hint when it is missing)
+
+DEFAULT_PEER = os.environ.get("TROUPE_BENCH_PEER_BIN",
+                              os.path.join(ROOT, "build-peer-native", "bin", "llama-server"))
+SCENARIOS = ("long-prefill", "flood", "tokenize-stall")
+EXTRA_WORDS = ("river mountain quickly silver ancient market engine yellow winter garden signal "
+               "paper bridge doctor orange planet kitchen window forest letter ocean machine "
+               "village coffee battery yesterday seven twelve hundred purple careful gentle "
+               "strange simple modern quiet bright heavy narrow").split()
+VOCAB = workloads.WORDS + EXTRA_WORDS
+STARTED: list = []   # servers to stop whatever happens
+
+
+# ----------------------------------------------------------------------------- text
+
+def varied_text(rng: random.Random, n_words: int) -> str:
+    """Sentences of 4-14 words from VOCAB, capitalised, with punctuation and some numbers."""
+    out, left = [], n_words
+    while left > 0:
+        k = min(left, rng.randint(4, 14))
+        ws = [rng.choice(VOCAB) if rng.random() > 0.05 else str(rng.randint(2, 999))
+              for _ in range(k)]
+        ws[0] = ws[0].capitalize()
+        if k > 6 and rng.random() < 0.3:
+            ws[k // 2] += ","
+        out.append(" ".join(ws) + rng.choice([".", ".", ".", "?", "!", ";"]))
+        left -= k
+    return " ".join(out)
+
+
+def big_text(n_bytes: int, seed: int) -> str:
+    """~n_bytes of varied text, quickly: 64 KiB of varied_text repeated with a counter."""
+    rng = random.Random(seed)
+    piece = varied_text(rng, 12000)
+    parts, size, i = [], 0, 0
+    while size < n_bytes:
+        s = f"{i} {piece} "
+        parts.append(s)
+        size += len(s)
+        i += 1
+    return "".join(parts)[:n_bytes]
+
+
+# ----------------------------------------------------------------------------- servers
+
+@dataclass
+class Srv:
+    kind: str                  # troupe | llama-server
+    server: sbs.Server
+    model_id: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+def troupe_srv(args, tmp: str, tag: str) -> Srv:
+    with open(args.troupe_config) as f:
+        cfg = json.load(f)
+    cfg["model"] = args.model
+    cfg["cpu"]["threads"] = args.threads
+    cfg["log"]["level"] = "warn"
+    cfg["drain_timeout_ms"] = 2000
+    cfg["admin"]["socket_path"] = os.path.join(tmp, f"{tag}.admin.sock")
+    path = os.path.join(tmp, f"{tag}.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=1)
+    port = sbs.free_port()
+    cmd = [args.troupe_bin, "serve", "--config", path, "--model", args.model, "--port", str(port)]
+    return Srv("troupe", sbs.Server(tag, cmd, port, os.path.join(tmp, f"{tag}.log")))
+
+
+def peer_srv(args, tmp: str, tag: str) -> Srv:
+    port = sbs.free_port()
+    cmd = [args.peer_bin, "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
+           "-t", str(args.threads), "-tb", str(args.threads), "-np", str(args.peer_parallel),
+           "-c", str(args.peer_parallel * args.peer_slot_ctx), "--metrics"]
+    return Srv("llama-server", sbs.Server(tag, cmd, port, os.path.join(tmp, f"{tag}.log")))
+
+
+def start(srv: Srv):
+    STARTED.append(srv)
+    srv.server.start(wait_s=180)
+
+
+def stop(srv: Srv) -> Optional[int]:
+    """Stop it; return the exit code if it had died on its own before (None if it was alive)."""
+    p = srv.server.proc
+    died = p.poll() if p else None
+    srv.server.stop()
+    if srv in STARTED:
+        STARTED.remove(srv)
+    return died
+
+
+def stop_all():
+    for s in list(STARTED):
+        try:
+            stop(s)
+        except Exception as e:  # noqa: BLE001
+            print(f"stopping {s.server.name}: {e}", file=sys.stderr)
+
+
+def log_tail(srv: Srv, n: int = 15) -> list[str]:
+    try:
+        with open(srv.server.log_path, errors="replace") as f:
+            return f.read().splitlines()[-n:]
+    except OSError:
+        return []
+
+
+# ----------------------------------------------------------------------------- HTTP helpers
+
+@dataclass
+class Stream:
+    """One streamed request: when it was sent and when each chunk with text arrived."""
+    sent: float = 0.0
+    times: list = field(default_factory=list)
+    done: bool = False
+    error: str = ""
+    finish: Optional[str] = None
+    text: str = ""
+
+    @property
+    def ttft(self) -> Optional[float]:
+        return self.times[0] - self.sent if self.times else None
+
+
+def headers_for(key: Optional[str]) -> dict:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def completion_body(srv: Srv, prompt: str, max_tokens: int, stream: bool,
+                    user: Optional[str] = None) -> dict:
+    b = {"model": srv.model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+         "stream": stream, "ignore_eos": True}
+    if user:
+        b["user"] = user
+    return b
+
+
+def _sse_chunk(line: bytes, rec: Stream) -> bool:
+    """Handle one SSE line; True at the end of the stream."""
+    if line.startswith(b"error:"):
+        rec.error = line.decode(errors="replace")[:300]
+        return True
+    if not line.startswith(b"data:"):
+        return False
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return True
+    msg = json.loads(data)
+    if "error" in msg:
+        rec.error = str(msg["error"])[:300]
+        return True
+    for ch in msg.get("choices") or []:
+        if ch.get("text"):
+            rec.times.append(time.perf_counter())
+            if len(rec.text) < 200:
+                rec.text += ch["text"]
+        rec.finish = ch.get("finish_reason") or rec.finish
+    return False
+
+
+async def stream_completion(session: aiohttp.ClientSession, srv: Srv, body: dict, rec: Stream,
+                            key: Optional[str] = None):
+    """POST a streamed /v1/completions, filling `rec` as chunks arrive (cancel-safe)."""
+    rec.sent = time.perf_counter()
+    try:
+        async with session.post(srv.url + "/v1/completions", json=body,
+                                headers=headers_for(key)) as resp:
+            if resp.status != 200:
+                rec.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
+                return
+            async for raw in resp.content:
+                line = raw.strip()
+                if line and _sse_chunk(line, rec):
+                    break
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as e:
+        rec.error = f"{type(e).__name__}: {e}"[:300]
+    finally:
+        rec.done = True
+
+
+async def post_json(session, url: str, body: dict, key: Optional[str] = None,
+                    timeout: float = 300.0) -> tuple[int, object]:
+    async with session.post(url, json=body, headers=headers_for(key),
+                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        text = await resp.text()
+        try:
+            return resp.status, json.loads(text)
+        except json.JSONDecodeError:
+            return resp.status, text[:300]
+
+
+async def count_tokens(session, srv: Srv, text: str) -> int:
+    key = "prompt" if srv.kind == "troupe" else "content"
+    status, js = await post_json(session, srv.url + "/tokenize", {key: text})
+    if status != 200 or not isinstance(js, dict):
+        raise RuntimeError(f"{srv.kind} /tokenize: HTTP {status}: {js}")
+    return js.get("count") or len(js["tokens"])
+
+
+async def queue_state(session, srv: Srv) -> dict:
+    """Running / waiting requests from /metrics ({} when unavailable)."""
+    m = await sb.scrape_metrics(session, srv.url)
+    if not m:
+        return {}
+    if srv.kind == "troupe":
+        return {"running": m.get("troupe:num_requests_running"),
+                "waiting": m.get("troupe:num_requests_waiting"),
+                "preemptions_total": m.get("troupe:num_preemptions_total")}
+    return {"running": m.get("llamacpp:requests_processing"),
+            "waiting": m.get("llamacpp:requests_deferred")}
+
+
+async def model_id(session, srv: Srv) -> str:
+    async with session.get(srv.url + "/v1/models") as resp:
+        return (await resp.json())["data"][0]["id"]
+
+
+async def warm_up(session, srv: Srv):
+    rec = Stream()
+    await stream_completion(session, srv, completion_body(srv, "Hello there, how", 8, True), rec)
+    if rec.error or not rec.times:
+        raise RuntimeError(f"warm-up request failed: {rec.error or 'no tokens'}")
+
+
+async def wait_for(cond, timeout: float, what: str, poll: float = 0.01):
+    deadline = time.perf_counter() + timeout
+    while not cond():
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(poll)
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def ms_stats(xs: list[float]) -> dict:
+    if not xs:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    s = sorted(xs)
+    p99 = s[min(len(s) - 1, int(round(0.99 * (len(s) - 1))))]
+    return {"n": len(s), "p50": round(1000 * statistics.median(s), 1),
+            "p99": round(1000 * p99, 1), "max": round(1000 * s[-1], 1)}
+
+
+def gaps(times: list[float]) -> list[tuple[float, float]]:
+    return list(zip(times, times[1:]))
+
+
+def gaps_within(streams: list[Stream], lo: float, hi: float) -> list[float]:
+    return [b - a for r in streams for a, b in gaps(r.times) if a >= lo and b <= hi]
+
+
+def gaps_overlapping(streams: list[Stream], lo: float, hi: float) -> list[float]:
+    return [b - a for r in streams for a, b in gaps(r.times) if b > lo and a < hi]
+
+
+def host_snapshot() -> dict:
+    up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return {"uptime": up, "loadavg": sb.loadavg(), "cpu_stat": sb.read_cpu_stat(),
+            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+# ----------------------------------------------------------------------------- long-prefill
+
+async def fit_prompt(session, srv: Srv, body_words: list[str], tag: str, target: int) -> tuple:
+    """(prompt, tokens): tag + the first n words, n chosen so tokens ~ target (within 1 %)."""
+    n = min(len(body_words), int(target / 1.3))
+    for _ in range(8):
+        prompt = tag + " " + " ".join(body_words[:n])
+        tok = await count_tokens(session, srv, prompt)
+        if abs(tok - target) <= max(8, target // 100) or (n >= len(body_words) and tok < target):
+            return prompt, tok
+        n = min(len(body_words), max(1, int(n * target / tok)))
+    return prompt, tok
+
+
+async def timed_request(session, srv: Srv, prompt: str, max_tokens: int, timeout: float,
+                        key: Optional[str] = None, user: Optional[str] = None) -> Stream:
+    rec = Stream()
+    body = completion_body(srv, prompt, max_tokens, True, user)
+    try:
+        await asyncio.wait_for(stream_completion(session, srv, body, rec, key), timeout)
+    except asyncio.TimeoutError:
+        rec.error = f"timeout after {timeout:.0f}s"
+    return rec
+
+
+async def start_streams(session, srv: Srv, n: int, max_tokens: int, seed: int) -> tuple:
+    rng = random.Random(seed)
+    recs = [Stream() for _ in range(n)]
+    tasks = [asyncio.create_task(stream_completion(
+        session, srv, completion_body(srv, f"Story {seed}-{i}: " + varied_text(rng, 20),
+                                      max_tokens, True), r)) for i, r in enumerate(recs)]
+    return recs, tasks
+
+
+async def cancel_tasks(tasks: list):
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def scen_long_prefill(session, srv: Srv, args, seed: int) -> dict:
+    words = varied_text(random.Random(seed), int(args.long_tokens * 1.2)).split()
+    warm_p, _ = await fit_prompt(session, srv, words, "Draft", args.long_tokens)
+    alone_p, alone_tok = await fit_prompt(session, srv, words, "Summary", args.long_tokens)
+    busy_p, busy_tok = await fit_prompt(session, srv, words, "Report", args.long_tokens)
+    after_p, _ = await fit_prompt(session, srv, words, "Review", args.long_tokens)
+    await timed_request(session, srv, warm_p, args.long_max_tokens, args.request_timeout)
+    alone = await long_alone(session, srv, alone_p, args)
+    recs, tasks = await start_streams(session, srv, args.streams, args.stream_max_tokens, seed)
+    try:
+        await wait_for(lambda: all(len(r.times) >= args.warm_tokens or r.done for r in recs),
+                       args.request_timeout, f"{args.warm_tokens} tokens on every stream")
+        if any(r.done for r in recs):
+            raise RuntimeError("a stream ended early: " + "; ".join(r.error for r in recs))
+        long = await timed_request(session, srv, busy_p, args.long_max_tokens,
+                                   args.request_timeout)
+        await asyncio.sleep(0.3)
+    finally:
+        await cancel_tasks(tasks)
+    alone2 = await long_alone(session, srv, after_p, args)
+    return long_prefill_result(recs, long, [alone, alone2], alone_tok, busy_tok, args)
+
+
+async def long_alone(session, srv: Srv, prompt: str, args) -> Stream:
+    """The long prompt on the idle server (a different first word: no cache can serve it)."""
+    await asyncio.sleep(0.5)
+    rec = await timed_request(session, srv, prompt, args.long_max_tokens, args.request_timeout)
+    if rec.error or rec.ttft is None:
+        raise RuntimeError(f"long request alone failed: {rec.error or 'no tokens'}")
+    return rec
+
+
+def long_prefill_result(recs, long: Stream, alones: list, alone_tok, busy_tok, args) -> dict:
+    """Alone TTFT: the lower of the runs before and after the contended one (box noise must
+    not flatter the ratio)."""
+    if long.error or long.ttft is None:
+        raise RuntimeError(f"long request under load failed: {long.error or 'no tokens'}")
+    t_first_all = max(r.times[0] for r in recs)
+    t_long_first = long.times[0]
+    ended_early = [i for i, r in enumerate(recs) if r.times and r.times[-1] < t_long_first
+                   and r.finish]
+    before = ms_stats(gaps_within(recs, t_first_all, long.sent))
+    during = ms_stats(gaps_overlapping(recs, long.sent, t_long_first))
+    alone_ttft = min(a.ttft for a in alones)
+    ratio = long.ttft / alone_ttft
+    return {
+        "long_prompt_tokens": busy_tok, "alone_prompt_tokens": alone_tok,
+        "itl_before_ms": before, "itl_during_prefill_ms": during,
+        "long_ttft_ms": round(1000 * long.ttft, 1), "alone_ttft_ms": round(1000 * alone_ttft, 1),
+        "alone_ttft_runs_ms": [round(1000 * a.ttft, 1) for a in alones],
+        "ttft_ratio": round(ratio, 2),
+        "stream_tokens": [len(r.times) for r in recs], "streams_ended_early": ended_early,
+        "stream_errors": sorted({r.error for r in recs if r.error}),
+        "long_output_chunks": len(long.times), "long_text": long.text[:80],
+        "target_itl_p99_ok": during["p99"] is not None and during["p99"] <= args.itl_target_ms,
+        "target_ttft_ratio_ok": ratio <= args.ttft_ratio_target,
+    }
+
+
+# ----------------------------------------------------------------------------- flood
+
+@dataclass
+class Flood:
+    sent: int = 0
+    completed: int = 0
+    errors: dict = field(default_factory=dict)
+    stop: bool = False
+
+
+async def flood_worker(session, srv: Srv, fl: Flood, wid: int, args):
+    rng = random.Random(7000 + wid)
+    j = 0
+    while not fl.stop:
+        body = completion_body(srv, f"Flood {wid}-{j}: " + varied_text(rng, 16),
+                               args.flood_max_tokens, False, "flood")
+        j += 1
+        fl.sent += 1
+        try:
+            status, js = await post_json(session, srv.url + "/v1/completions", body,
+                                         "flood-key", timeout=args.request_timeout * 4)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            status = type(e).__name__
+        if status == 200:
+            fl.completed += 1
+        else:
+            fl.errors[str(status)] = fl.errors.get(str(status), 0) + 1
+            await asyncio.sleep(0.2)
+
+
+async def lone_series(session, srv: Srv, args, tag: str, timeout: float) -> list[dict]:
+    rng = random.Random(zlib.crc32(tag.encode()))
+    out = []
+    for k in range(args.lone_n):
+        prompt = f"Lone {tag} {k}: " + varied_text(rng, 10)
+        state = await queue_state(session, srv)
+        rec = await timed_request(session, srv, prompt, 8, timeout, "lone-key", "lone")
+        out.append({"ttft_ms": round(1000 * rec.ttft, 1) if rec.ttft else None,
+                    "e2e_ms": round(1000 * (time.perf_counter() - rec.sent), 1),
+                    "chunks": len(rec.times), "error": rec.error, "queue_at_send": state})
+        if rec.error:
+            break   # a timeout: the next one would wait just as long
+    return out
+
+
+async def wait_saturated(session, srv: Srv, fl: Flood, args) -> dict:
+    """All of the flood sent, a queue behind the server's running set, and the running count
+    steady for 3 polls (admission has settled); at most 90 s."""
+    t0 = time.perf_counter()
+    await wait_for(lambda: fl.sent >= args.flood_inflight, 60, "the flood to be sent")
+    await asyncio.sleep(args.settle_s)
+    seen: list = []
+    while True:
+        state = await queue_state(session, srv)
+        if not state:
+            break                      # no /metrics: --settle-s is all we can do
+        seen.append(state.get("running"))
+        if (state.get("waiting") or 0) > 0 and len(seen) >= 3 and len(set(seen[-3:])) == 1:
+            break
+        if time.perf_counter() - t0 > 90:
+            state["note"] = "not steady after 90 s"
+            break
+        await asyncio.sleep(0.5)
+    state["wait_s"] = round(time.perf_counter() - t0, 1)
+    return state
+
+
+async def scen_flood(session, srv: Srv, args, seed: int) -> dict:
+    idle = await lone_series(session, srv, args, f"idle{seed}", args.request_timeout)
+    fl = Flood()
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as fs:
+        tasks = [asyncio.create_task(flood_worker(fs, srv, fl, i, args))
+                 for i in range(args.flood_inflight)]
+        try:
+            sat = await wait_saturated(session, srv, fl, args)
+            t0, c0 = time.perf_counter(), fl.completed
+            loaded = await lone_series(session, srv, args, f"busy{seed}", args.lone_timeout)
+            flood_rate = (fl.completed - c0) / (time.perf_counter() - t0)
+        finally:
+            fl.stop = True
+            await cancel_tasks(tasks)
+    return flood_result(idle, loaded, sat, fl, flood_rate, args)
+
+
+def ttft_summary(series: list[dict]) -> dict:
+    xs = [x["ttft_ms"] for x in series if x["ttft_ms"] is not None]
+    return {"n": len(xs), "median_ms": round(statistics.median(xs), 1) if xs else None,
+            "max_ms": max(xs) if xs else None,
+            "timeouts": sum(1 for x in series if x["error"].startswith("timeout")),
+            "errors": [x["error"] for x in series if x["error"]]}
+
+
+def flood_result(idle, loaded, sat, fl: Flood, flood_rate, args) -> dict:
+    i, b = ttft_summary(idle), ttft_summary(loaded)
+    ratio = (b["median_ms"] / i["median_ms"]) if b["median_ms"] and i["median_ms"] else None
+    if b["timeouts"]:
+        ratio = None
+    return {"idle": i, "loaded": b, "ttft_median_ratio": round(ratio, 2) if ratio else None,
+            "target_ok": bool(ratio is not None and ratio <= args.flood_ratio_target
+                              and not b["timeouts"]),
+            "lone_timeout_s": args.lone_timeout, "saturation": sat,
+            "flood_sent": fl.sent, "flood_completed": fl.completed,
+            "flood_req_s_during_lone": round(flood_rate, 2), "flood_errors": fl.errors,
+            "idle_series": idle, "loaded_series": loaded}
+
+
+# ----------------------------------------------------------------------------- tokenize-stall
+
+async def health_poller(srv: Srv, out: list, stop: asyncio.Event, period: float):
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                async with s.get(srv.url + "/health",
+                                 timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                    await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                status = type(e).__name__
+            t1 = time.perf_counter()
+            out.append((t0, t1, status))
+            await asyncio.sleep(max(0.0, period - (t1 - t0)))
+
+
+async def big_tokenize(srv: Srv, text: str, timeout: float) -> dict:
+    key = "prompt" if srv.kind == "troupe" else "content"
+    t0 = time.perf_counter()
+    async with aiohttp.ClientSession() as s:
+        try:
+            status, js = await post_json(s, srv.url + "/tokenize", {key: text}, timeout=timeout)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            status, js = type(e).__name__, None
+    t1 = time.perf_counter()
+    count = (js.get("count") or len(js.get("tokens", []))) if isinstance(js, dict) else None
+    err = None if status == 200 else str(js)[:300]
+    return {"t0": t0, "t1": t1, "status": status, "tokens": count, "error": err}
+
+
+async def scen_tokenize_stall(session, srv: Srv, args, seed: int) -> dict:
+    text = big_text(args.tokenize_bytes, seed)
+    recs, tasks = await start_streams(session, srv, 1, args.stall_stream_max_tokens, seed)
+    polls: list = []
+    stop_ev = asyncio.Event()
+    poller = None
+    try:
+        await wait_for(lambda: len(recs[0].times) >= args.warm_tokens or recs[0].done,
+                       args.request_timeout, "the stream's first tokens")
+        poller = asyncio.create_task(health_poller(srv, polls, stop_ev, 0.05))
+        await asyncio.sleep(1.0)
+        tok = await big_tokenize(srv, text, args.request_timeout)
+        await asyncio.sleep(0.5)
+    finally:
+        stop_ev.set()
+        if poller:
+            await asyncio.gather(poller, return_exceptions=True)
+        await cancel_tasks(tasks)
+    return stall_result(recs[0], polls, tok, len(text.encode()))
+
+
+def stall_result(rec: Stream, polls: list, tok: dict, n_bytes: int) -> dict:
+    lo, hi = tok["t0"], tok["t1"]
+    during = [b - a for a, b, _ in polls if b > lo and a < hi]
+    outside = [b - a for a, b, _ in polls if b <= lo]
+    return {"tokenize_bytes": n_bytes, "tokenize_status": tok["status"],
+            "tokenize_tokens": tok["tokens"], "tokenize_error": tok["error"],
+            "tokenize_s": round(hi - lo, 2),
+            "health_during_ms": ms_stats(during), "health_before_ms": ms_stats(outside),
+            "health_non_200": sorted({str(s) for _, _, s in polls if s != 200}),
+            "stream_itl_before_ms": ms_stats(gaps_within([rec], rec.times[0], lo)),
+            "stream_itl_during_ms": ms_stats(gaps_overlapping([rec], lo, hi)),
+            "stream_ended_during": bool(rec.done and rec.times and rec.times[-1] < hi),
+            "stream_error": rec.error}
+
+
+# ----------------------------------------------------------------------------- one run
+
+RUNNERS = {"long-prefill": scen_long_prefill, "flood": scen_flood,
+           "tokenize-stall": scen_tokenize_stall}
+
+
+async def run_scenario(srv: Srv, scen: str, args, seed: int) -> dict:
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=args.request_timeout)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=timeout) as session:
+        srv.model_id = await model_id(session, srv)
+        await warm_up(session, srv)
+        return await asyncio.wait_for(RUNNERS[scen](session, srv, args, seed),
+                                      args.scenario_timeout)
+
+
+def one_run(kind: str, scen: str, rep: int, args, tmp: str) -> dict:
+    tag = f"{kind}-{scen}-{rep}"
+    srv = troupe_srv(args, tmp, tag) if kind == "troupe" else peer_srv(args, tmp, tag)
+    run = {"server": kind, "scenario": scen, "rep": rep, "cmd": srv.server.cmd,
+           "log": srv.server.log_path}
+    h0 = host_snapshot()
+    try:
+        start(srv)
+        run["result"] = asyncio.run(run_scenario(srv, scen, args, args.seed + 100 * rep))
+    except (Exception, SystemExit) as e:  # noqa: BLE001  (one failed run must not end the rest)
+        run["error"] = f"{type(e).__name__}: {e}"[:500]
+    finally:
+        died = stop(srv) if srv.server.proc else None
+    if died is not None:
+        run["server_died"] = {"exit_code": died, "log_tail": log_tail(srv)}
+    h1 = host_snapshot()
+    run["host"] = {"uptime_before": h0["uptime"], "uptime_after": h1["uptime"],
+                   "loadavg_before": h0["loadavg"], "loadavg_after": h1["loadavg"],
+                   "start": h0["time"], "end": h1["time"],
+                   **sb.steal_between(h0["cpu_stat"], h1["cpu_stat"])}
+    return run
+
+
+# ----------------------------------------------------------------------------- reporting
+
+def _f(x, unit=""):
+    return "-" if x is None else f"{x}{unit}"
+
+
+def _trip(d: dict) -> str:
+    return f"{_f(d['p50'])} / {_f(d['p99'])} / {_f(d['max'])}"
+
+
+def _load(run: dict) -> str:
+    h = run["host"]
+    return f"{h['loadavg_before'][0]:.2f}→{h['loadavg_after'][0]:.2f}"
+
+
+def _err_row(run: dict, ncols: int) -> str:
+    msg = run.get("error", "")
+    if "server_died" in run:
+        msg += f" (server exit {run['server_died']['exit_code']})"
+    cells = [run["server"], str(run["rep"]), "**" + msg.replace("|", "/")[:200] + "**"]
+    return "| " + " | ".join(cells + [""] * (ncols - 4) + [_load(run)]) + " |"
+
+
+def table_long(runs: list[dict]) -> str:
+    head = ["server", "rep", "prompt tok", "ITL before p50/p99/max ms",
+            "ITL during prefill p50/p99/max ms (n)", "long TTFT ms", "alone TTFT ms",
+            "TTFT ratio", "ITL p99 ≤ 150", "ratio ≤ 1.3", "load1 before→after"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        r = run.get("result")
+        if not r:
+            lines.append(_err_row(run, len(head)))
+            continue
+        d = r["itl_during_prefill_ms"]
+        lines.append("| " + " | ".join([
+            run["server"], str(run["rep"]), str(r["long_prompt_tokens"]),
+            _trip(r["itl_before_ms"]), f"{_trip(d)} ({d['n']})", _f(r["long_ttft_ms"]),
+            _f(r["alone_ttft_ms"]), _f(r["ttft_ratio"]),
+            "yes" if r["target_itl_p99_ok"] else "**no**",
+            "yes" if r["target_ttft_ratio_ok"] else "**no**", _load(run)]) + " |")
+    return "\n".join(lines)
+
+
+def table_flood(runs: list[dict]) -> str:
+    head = ["server", "rep", "idle TTFT med/max ms", "flooded TTFT med/max ms", "ratio",
+            "≤ 2x", "queue at lone send (run/wait)", "flood done / errors", "load1 before→after"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        r = run.get("result")
+        if not r:
+            lines.append(_err_row(run, len(head)))
+            continue
+        i, b = r["idle"], r["loaded"]
+        busy = f"{_f(b['median_ms'])} / {_f(b['max_ms'])}"
+        if b["timeouts"]:
+            busy += f" ({b['timeouts']} timeout > {r['lone_timeout_s']:.0f} s)"
+        q = (r["loaded_series"] or [{}])[0].get("queue_at_send", {})
+        lines.append("| " + " | ".join([
+            run["server"], str(run["rep"]), f"{_f(i['median_ms'])} / {_f(i['max_ms'])}", busy,
+            _f(r["ttft_median_ratio"]), "yes" if r["target_ok"] else "**no**",
+            f"{_f(q.get('running'))} / {_f(q.get('waiting'))}",
+            f"{r['flood_completed']} / {sum(r['flood_errors'].values())}", _load(run)]) + " |")
+    return "\n".join(lines)
+
+
+def table_stall(runs: list[dict]) -> str:
+    head = ["server", "rep", "/tokenize (bytes → tokens, s)", "/health during: n, p50/p99/max ms",
+            "/health before max ms", "stream ITL before p50/p99/max ms",
+            "stream worst ITL during ms", "load1 before→after"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        r = run.get("result")
+        if not r:
+            lines.append(_err_row(run, len(head)))
+            continue
+        hd = r["health_during_ms"]
+        tk = f"{r['tokenize_bytes']} → {_f(r['tokenize_tokens'])} (HTTP {r['tokenize_status']}" \
+             f", {r['tokenize_s']} s)"
+        lines.append("| " + " | ".join([
+            run["server"], str(run["rep"]), tk, f"{hd['n']}, {_trip(hd)}",
+            _f(r["health_before_ms"]["max"]), _trip(r["stream_itl_before_ms"]),
+            _f(r["stream_itl_during_ms"]["max"]), _load(run)]) + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"long-prefill": table_long, "flood": table_flood, "tokenize-stall": table_stall}
+
+
+def markdown(runs: list[dict]) -> str:
+    out = []
+    for scen in SCENARIOS:
+        rs = [r for r in runs if r["scenario"] == scen]
+        if rs:
+            out.append(f"### {scen}\n\n{TABLES[scen](rs)}\n")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def git(*a) -> str:
+    return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def file_sha1(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()[:12]
+
+
+def binary_info(path: str) -> dict:
+    return {"path": path, "mtime": time.strftime(
+        "%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(path)))}
+
+
+def peer_build_info(peer_bin: str) -> dict:
+    cache = os.path.join(os.path.dirname(os.path.dirname(peer_bin)), "CMakeCache.txt")
+    info = binary_info(peer_bin)
+    try:
+        with open(cache) as f:
+            for line in f:
+                if line.startswith(("GGML_NATIVE:", "GGML_AVX2:", "GGML_AVX512:",
+                                    "CMAKE_BUILD_TYPE:")):
+                    k, v = line.strip().split("=", 1)
+                    info[k.split(":")[0]] = v
+    except OSError:
+        info["note"] = "no CMakeCache.txt next to the binary"
+    return info
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = ap.add_argument
+    a("--servers", default="troupe,llama-server", help="comma list: troupe, llama-server")
+    a("--scenario", default=",".join(SCENARIOS), help="comma list of " + ", ".join(SCENARIOS))
+    a("--troupe-bin", default=os.path.join(ROOT, "build", "bin", "troupe"))
+    a("--troupe-commit", default="",
+      help="commit the troupe binary was built from: recorded and names the output file "
+           "(default: HEAD now; the binary may be older or newer, its mtime is recorded too)")
+    a("--troupe-config", default=os.path.join(ROOT, "configs", "default.json"),
+      help="base config; cpu.threads, log level, admin socket and drain time are overridden")
+    a("--peer-bin", default=DEFAULT_PEER)
+    a("--peer-parallel", type=int, default=16, help="llama-server -np (slots)")
+    a("--peer-slot-ctx", type=int, default=4096, help="context per slot; -c = np x this")
+    a("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    a("--threads", type=int, default=2)
+    a("--reps", type=int, default=1)
+    a("--seed", type=int, default=0)
+    a("--out", default="", help="JSON (default bench/results/isolation_<sha>.json; appended)")
+    a("--from-json", default="", help="no runs: print the tables of every invocation in FILE")
+    g = ap.add_argument_group("long-prefill")
+    g.add_argument("--streams", type=int, default=4)
+    g.add_argument("--warm-tokens", type=int, default=20)
+    g.add_argument("--stream-max-tokens", type=int, default=1024)
+    g.add_argument("--long-tokens", type=int, default=3750)
+    g.add_argument("--long-max-tokens", type=int, default=16)
+    g.add_argument("--itl-target-ms", type=float, default=150.0)
+    g.add_argument("--ttft-ratio-target", type=float, default=1.3)
+    g = ap.add_argument_group("flood")
+    g.add_argument("--flood-inflight", type=int, default=200)
+    g.add_argument("--flood-max-tokens", type=int, default=128)
+    g.add_argument("--lone-n", type=int, default=5)
+    g.add_argument("--lone-timeout", type=float, default=300.0)
+    g.add_argument("--settle-s", type=float, default=3.0)
+    g.add_argument("--flood-ratio-target", type=float, default=2.0)
+    g = ap.add_argument_group("tokenize-stall")
+    g.add_argument("--tokenize-bytes", type=int, default=8_000_000,
+                   help="prompt size (the JSON body must stay under http.max_body_bytes)")
+    g.add_argument("--stall-stream-max-tokens", type=int, default=6000)
+    g = ap.add_argument_group("limits")
+    g.add_argument("--request-timeout", type=float, default=300.0)
+    g.add_argument("--scenario-timeout", type=float, default=1200.0)
+    return ap.parse_args()
+
+
+def check_args(args) -> tuple[list[str], list[str]]:
+    servers = [s for s in args.servers.split(",") if s]
+    scens = [s for s in args.scenario.split(",") if s]
+    for s in servers:
+        if s not in ("troupe", "llama-server"):
+            raise SystemExit(f"unknown server {s!r} (troupe, llama-server)")
+    for s in scens:
+        if s not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {s!r} ({', '.join(SCENARIOS)})")
+    binary = {"troupe": args.troupe_bin, "llama-server": args.peer_bin}
+    for s in servers:
+        if not os.access(binary[s], os.X_OK):
+            raise SystemExit(f"{s}: no executable at {binary[s]} (see the docstring / --help)")
+    if not os.path.exists(args.model):
+        raise SystemExit(f"no model at {args.model}")
+    return servers, scens
+
+
+def plan(servers: list[str], scens: list[str], reps: int) -> list[tuple]:
+    """(server, scenario, rep) in run order: servers alternate A B, then B A, ..."""
+    out = []
+    for rep in range(reps):
+        order = servers if rep % 2 == 0 else servers[::-1]
+        for scen in scens:
+            for s in order:
+                if scen == "tokenize-stall" and s != "troupe":
+                    continue
+                out.append((s, scen, rep))
+    return out
+
+
+def save(path: str, invocation: dict):
+    old = []
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                old = json.load(f).get("invocations", [])
+        except (OSError, json.JSONDecodeError, AttributeError):
+            old = []
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"invocations": old + [invocation]}, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def interrupted(signum, _frame):
+    for sig in (signal.SIGTERM, signal.SIGINT):   # a second signal must not cut the cleanup
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(f"signal {signum}")
+
+
+def print_json_tables(path: str):
+    with open(path) as f:
+        for inv in json.load(f)["invocations"]:
+            m = inv["meta"]
+            print(f"## {m['date']}: troupe {m.get('troupe_commit')} "
+                  f"({(m.get('troupe_bin') or {}).get('path')})\n")
+            print(markdown(inv["runs"]))
+
+
+def main():
+    args = parse_args()
+    if args.from_json:
+        return print_json_tables(args.from_json)
+    servers, scens = check_args(args)
+    sha = args.troupe_commit or git("rev-parse", "--short", "HEAD")
+    out = args.out or os.path.join(HERE, "results", f"isolation_{sha}.json")
+    tmp = tempfile.mkdtemp(prefix="troupe-iso-")
+    meta = {"argv": sys.argv, "troupe_commit": sha, "head": git("rev-parse", "--short", "HEAD"),
+            "dirty_files": len(git("status", "--porcelain").splitlines()),
+            "troupe_bin": binary_info(args.troupe_bin) if "troupe" in servers else None,
+            "peer": peer_build_info(args.peer_bin) if "llama-server" in servers else None,
+            "script_sha1": file_sha1(__file__),
+            "model": args.model, "threads": args.threads, "nproc": os.cpu_count(),
+            "logs": tmp, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    atexit.register(stop_all)
+    for sig in (signal.SIGTERM, signal.SIGINT):   # not SystemExit: one_run catches that
+        signal.signal(sig, interrupted)
+    print(f"logs and configs in {tmp}", file=sys.stderr)
+    runs: list[dict] = []
+    try:
+        for kind, scen, rep in plan(servers, scens, args.reps):
+            print(f"--- {scen} on {kind} (rep {rep}); {host_snapshot()['uptime']}",
+                  file=sys.stderr, flush=True)
+            runs.append(one_run(kind, scen, rep, args, tmp))
+            print(markdown([runs[-1]]).strip().splitlines()[-1], file=sys.stderr, flush=True)
+    finally:
+        stop_all()
+        if runs:
+            save(out, {"meta": meta, "runs": runs})
+            print(f"results: {out}", file=sys.stderr)
+    print(markdown(runs))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Interrupted as e:
+        sys.exit(f"interrupted ({e}); servers stopped, finished runs saved")
