@@ -22,11 +22,11 @@
 // Step-time budget (config.max_step_ms > 0 and a usable StepCostModel, see
 // step_cost_model.hpp): when the step decodes, prefill chunks (2 and 3) are cut so that the
 // step's predicted time stays under max_step_ms, decode tokens being never cut. Even when the
-// decodes alone fill the budget, one running prefill advances a block every step (nobody
-// starves), the first in fair order (priority, then the client running the fewest sequences,
-// then arrival), and so may one admission that comes before it in that order; while requests
-// wait for admission a running prefill takes at most half of the time left, so a short prompt
-// is not queued behind a long one. With nothing decoding, prefills run at full size.
+// decodes alone fill the budget, one running prefill advances every step (nobody starves: a
+// block, or what a quarter of max_step_ms buys if more), the first in fair order (priority,
+// then the client running the fewest sequences, then arrival), and so may one admission that
+// comes before it in that order; while requests wait for admission a running prefill takes at
+// most half of the time left, so a short prompt is not queued behind a long one. With nothing decoding, prefills run at full size.
 //
 // Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
 // cancel()/finish()/add_request() may come at any point, also while a step is in flight.

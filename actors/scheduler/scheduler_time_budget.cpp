@@ -14,6 +14,27 @@ namespace {
 // one gets its first token within a few steps instead of after the whole long prefill.
 constexpr double kRunningPrefillShareWhileOthersWait = 0.5;
 
+// When the decodes alone fill the budget, the prefill that must still progress may add this
+// share of max_step_ms to the step (at least a block): a short prompt then finishes in one
+// step instead of one block per step, for a bounded overrun of everyone's inter-token latency.
+constexpr double kMinProgressShareOfBudget = 0.25;
+
+// The largest n in [0, max_n] with fits(n), for fits monotone (true up to some n, then false).
+template <typename Fits>
+int32_t largest_fitting(int32_t max_n, Fits fits) {
+  int32_t fitting = 0;
+  for (int32_t low = 1, high = max_n; low <= high;) {
+    const int32_t mid = low + (high - low) / 2;
+    if (fits(mid)) {
+      fitting = mid;
+      low = mid + 1;
+    } else {
+      high = mid - 1;
+    }
+  }
+  return fitting;
+}
+
 }  // namespace
 
 void Scheduler::start_time_budget(Draft& draft) const {
@@ -78,24 +99,19 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
     limit_ms = base_ms + std::max(0.0, limit_ms - base_ms) * kRunningPrefillShareWhileOthersWait;
   }
   const int32_t end_of_sequence = seq.num_tokens();
-  auto fits = [&](int32_t n) {
+  auto predict_with = [&](int32_t n) {
     StepShape shape = base;
     shape += span_shape(first_position, n, first_position + n == end_of_sequence);
-    return step_cost_.predict_ms(shape) <= limit_ms;
+    return step_cost_.predict_ms(shape);
   };
-  // The predicted time grows with n: binary search for the largest n that fits.
-  int32_t fitting = 0;
-  for (int32_t low = 1, high = num_tokens; low <= high;) {
-    const int32_t mid = low + (high - low) / 2;
-    if (fits(mid)) {
-      fitting = mid;
-      low = mid + 1;
-    } else {
-      high = mid - 1;
-    }
-  }
+  // The predicted time grows with n.
+  int32_t fitting = largest_fitting(num_tokens, [&](int32_t n) { return predict_with(n) <= limit_ms; });
   if (fitting == 0 && gets_min_progress(draft, seq, admitting)) {
-    fitting = std::min(num_tokens, config_.block_size);
+    const double allowance_ms = config_.max_step_ms * kMinProgressShareOfBudget;
+    fitting = std::max(std::min(num_tokens, config_.block_size),
+                       largest_fitting(num_tokens, [&](int32_t n) {
+                         return predict_with(n) - base_ms <= allowance_ms;
+                       }));
   }
   if (fitting < num_tokens) draft.time_cut = true;
   return fitting;

@@ -127,7 +127,7 @@ TEST(SchedulerTimeBudgetTest, NoUsableModelOrNoBudgetMeansTokenBudgetOnly) {
   }
 }
 
-TEST(SchedulerTimeBudgetTest, WhenDecodesAloneFillTheBudgetThePromptStillAdvancesABlock) {
+TEST(SchedulerTimeBudgetTest, WhenDecodesAloneFillTheBudgetThePromptStillAdvances) {
   SchedulerHarness h(budget_config());
   StepCostModel slow = test_machine();
   slow.fixed_ms = 150;  // every step is over budget already
@@ -135,20 +135,32 @@ TEST(SchedulerTimeBudgetTest, WhenDecodesAloneFillTheBudgetThePromptStillAdvance
   start_four_streams(h);
   h.add(9, token_range(100, 1000), 4);
   h.add(10, token_range(100, 2000), 4);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 2; ++i) {
     const auto plan = h.step();
     ASSERT_TRUE(plan);
-    // The first prefill of the step advances one block; the second waits its turn.
+    // The first prefill of the step advances by what a quarter of the budget buys (at 0.5 ms a
+    // token and 1e-4 ms a (query, key) pair: 49 tokens, more than a block); the second waits.
     const auto* first = slice_of(*plan, 9);
     ASSERT_NE(first, nullptr);
-    EXPECT_EQ(first->num_tokens, 16);
+    EXPECT_EQ(first->num_tokens, 49);
     EXPECT_EQ(slice_of(*plan, 10), nullptr);
   }
+  // A budget so small that a quarter of it buys less than a block: still a block.
+  auto tiny = budget_config();
+  tiny.max_step_ms = 10;
+  SchedulerHarness t(tiny);
+  t.scheduler.set_step_cost_model(slow);
+  start_four_streams(t);
+  t.add(9, token_range(100, 1000), 4);
+  const auto plan = t.step();
+  ASSERT_TRUE(plan);
+  ASSERT_NE(slice_of(*plan, 9), nullptr);
+  EXPECT_EQ(slice_of(*plan, 9)->num_tokens, 16);
 }
 
-// Every step is over budget, so prefills advance only by the minimum block. A client that floods
-// has four streams decoding and four prompts prefilling in every slot; a newcomer's short prompt
-// must get that block (fair order: its client runs nothing), not wait behind all four prompts.
+// Every step is over budget, so prefills advance only by the minimum progress. A client that
+// floods has four streams decoding and four prompts prefilling in every slot; a newcomer's short
+// prompt must get that progress (fair order: its client runs nothing), not wait behind them.
 TEST(SchedulerTimeBudgetTest, WhenTheBudgetIsSpentTheMinimumProgressGoesToTheLeastLoadedClient) {
   auto config = budget_config();
   config.max_num_seqs = 8;
@@ -169,9 +181,8 @@ TEST(SchedulerTimeBudgetTest, WhenTheBudgetIsSpentTheMinimumProgressGoesToTheLea
   h.scheduler.set_step_cost_model(slow);
   for (int i = 0; i < 3; ++i) h.step();
   h.add(20, token_range(30, 50000), 4, Priority::kNormal, false, "lone");
-  // One step admits it (a flood sequence makes room) with a block, the next finishes its
-  // 30 tokens and samples: two steps, where arrival order would take the four prompts' ~360.
-  h.step();
+  // One step admits it (a flood sequence makes room) and computes its 30 tokens (what a quarter
+  // of the budget buys), where arrival order would wait hundreds of steps for the four prompts.
   h.step();
   EXPECT_FALSE(h.outputs[20].empty());
   h.run_until_idle(4000);
