@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "scheduler_harness.hpp"
@@ -121,6 +122,15 @@ TEST(SchedulerTest, DecodeIsBudgetedFirstAndPrefillFillsTheRest) {
   EXPECT_EQ(slice_of(*plan, 9)->num_tokens, 13);
   EXPECT_EQ(h.scheduler.stats().last_step_num_tokens, 16);
   EXPECT_EQ(h.scheduler.stats().last_step_num_seqs, 4);
+  // Now the long prompt is a running prefill that alone could take the whole budget: the
+  // decodes still come first, every step, and it gets what they leave.
+  for (int i = 0; i < 3; ++i) {
+    const auto next = h.step();
+    ASSERT_TRUE(next.has_value());
+    EXPECT_EQ(next->num_decode_tokens, 3) << "step " << i;
+    ASSERT_NE(slice_of(*next, 9), nullptr);
+    EXPECT_EQ(slice_of(*next, 9)->num_tokens, 13) << "step " << i;
+  }
 }
 
 TEST(SchedulerTest, MaxNumSeqsCapsTheBatchAndTheRestWait) {
@@ -411,6 +421,35 @@ TEST(SchedulerTest, HigherPriorityPreemptsTheLowestPriorityLatestArrival) {
   h.run_until_idle();
   for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
   EXPECT_EQ(h.scheduler.stats().num_preemptions, 1u);
+}
+
+// A preempted request keeps its place: it resumes before requests of its priority (and client)
+// that arrived after it and were already waiting when it was preempted.
+TEST(SchedulerTest, APreemptedRequestResumesBeforeLaterArrivals) {
+  auto config = small_config();
+  config.max_num_seqs = 2;
+  SchedulerHarness h(config);
+  h.add(1, token_range(20, 100), 30);
+  h.add(2, token_range(20, 200), 30);
+  h.step();
+  h.step();
+  h.add(3, token_range(20, 300), 30);  // waits: both slots taken
+  h.add(4, token_range(20, 400), 2, Priority::kHigh);
+  const auto plan = h.step();
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->preempted, std::vector<RequestId>{2});
+  // Request 4 finishes after its two tokens; the freed slot goes to 2, not to 3.
+  std::optional<StepPlan> resumed;
+  for (int i = 0; i < 5 && !resumed; ++i) {
+    auto next = h.step();
+    ASSERT_TRUE(next);
+    if (slice_of(*next, 2) != nullptr || slice_of(*next, 3) != nullptr) resumed = std::move(next);
+  }
+  ASSERT_TRUE(resumed);
+  EXPECT_NE(slice_of(*resumed, 2), nullptr);
+  EXPECT_EQ(slice_of(*resumed, 3), nullptr);
+  h.run_until_idle();
+  for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
 }
 
 TEST(SchedulerTest, EqualPriorityNeverPreemptsAndPreemptedRequestsCanBeCancelled) {

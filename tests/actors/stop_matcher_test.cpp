@@ -43,6 +43,32 @@ TEST(StopMatcher, EarliestMatchWinsAndCanIncludeTheStopString) {
   EXPECT_EQ(r.text, "line\n\n");
 }
 
+// One token can hold a stop string twice ("\n\n" for stop "\n"): the text ends before the
+// first, or a newline leaks.
+TEST(StopMatcher, AStopStringTwiceInOnePieceStopsAtTheFirst) {
+  StopMatcher m({"\n"});
+  auto r = m.push("a\n\nb");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "a");
+  StopMatcher at_start({"\n"});
+  r = at_start.push("\n\n");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "");
+  StopMatcher inclusive({"\n"}, /*include_stop_string=*/true);
+  EXPECT_EQ(inclusive.push("a\n\nb").text, "a\n");
+}
+
+// Two stop strings matching at one position: with the stop string included in the output, the
+// longer one is what the text ends with, whatever their order in the request.
+TEST(StopMatcher, AtOnePositionTheLongerStopStringWins) {
+  StopMatcher m({"ab", "abc"}, /*include_stop_string=*/true);
+  auto r = m.push("xxabcd");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "xxabc");
+  StopMatcher reversed({"abc", "ab"}, /*include_stop_string=*/true);
+  EXPECT_EQ(reversed.push("xxabcd").text, "xxabc");
+}
+
 TEST(StopMatcher, MatchesAcrossManySmallPieces) {
   StopMatcher m({"<|end|>"});
   std::string out;

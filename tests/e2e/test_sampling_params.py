@@ -68,6 +68,24 @@ def test_min_tokens_holds_back_the_end_of_generation(client):
     assert long.choices[0].message.content.startswith(short.choices[0].message.content)
 
 
+def test_include_stop_str_in_output_keeps_the_stop_string(client):
+    greedy = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=24,
+                                       temperature=0).choices[0].text
+    words = greedy.split()
+    assert len(words) >= 4, greedy
+    stop = " " + words[2]   # a stop string that occurs in the greedy text, not at its start
+    cut = greedy[:greedy.index(stop)]
+    plain = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=24,
+                                      temperature=0, stop=[stop])
+    assert plain.choices[0].text == cut
+    assert plain.choices[0].finish_reason == "stop"
+    kept = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=24,
+                                     temperature=0, stop=[stop],
+                                     extra_body={"include_stop_str_in_output": True})
+    assert kept.choices[0].text == cut + stop
+    assert kept.choices[0].finish_reason == "stop"
+
+
 def test_invalid_values_are_400_naming_the_field(client):
     cases = [
         (dict(logit_bias={"5": 101}), "logit_bias"),
