@@ -173,14 +173,17 @@ TEST_F(RealModel, QuantizedPathTracksF32Dequantized) {
     std::printf("  id %6d f32 %8.4f q8 %8.4f\n", order[i], a[order[i]], b[order[i]]);
   }
   std::printf("top-10 logits, int8 vs f32 activations (relative to top-1): max |diff| %.4f\n", worst);
-  // Measured ~0.4-0.6: SmolLM2's outlier channels make per-block int8 activations coarse; ggml
-  // quantizes activations the same way (Q8_0/Q8_1), so llama.cpp carries the same noise.
-  EXPECT_LT(worst, 1.0);
+  // Measured 0.24 (SmolLM2's outlier channels make per-block int8 activations coarse; ggml
+  // quantizes activations the same way, Q8_0/Q8_1, so llama.cpp carries the same noise). The
+  // bound sits just above it, so a regression in the int8 path cannot hide in the slack.
+  EXPECT_LT(worst, 0.3);
 }
 
-// llama.cpp's greedy continuations: >= 18 of 20 prompts identical over 64 tokens; where one
-// diverges, llama.cpp's top two logits at that step must be a near tie. All 20 prompts run
-// together, as continuous batching would run them.
+// llama.cpp's greedy continuations: all 20 prompts identical over 64 tokens, and the first
+// step's top-5 logits within 1e-3 of llama.cpp's (measured 1e-4). All 20 prompts run together,
+// as continuous batching would run them. When one diverges, the message gives llama.cpp's top-2
+// gap at that step (a near tie points at rounding, a wide gap at a bug) and
+// build/tests/parity_probe dumps the intermediates to compare.
 TEST_F(RealModel, MatchesLlamaCppGreedyReference) {
   const auto ref_path = std::filesystem::path(TROUPE_SOURCE_DIR) / "tests" / "reference" / "smollm2_greedy.json";
   if (!std::filesystem::exists(ref_path)) GTEST_SKIP() << "no " << ref_path;
@@ -227,6 +230,7 @@ TEST_F(RealModel, MatchesLlamaCppGreedyReference) {
       }
     }
     std::printf("first-step top-5 logits vs llama.cpp (relative to top-1): mean |diff| %.4f, max %.4f\n", total / n, worst);
+    EXPECT_LT(worst, 1e-3);
     StepResult r;
     for (size_t i = 0; i < prompts.size(); ++i) {
       r.tokens.push_back({i, static_cast<int32_t>(std::max_element(logits.begin() + i * 49152, logits.begin() + (i + 1) * 49152) - logits.begin() - i * 49152), 0.0f, {}});
@@ -250,54 +254,12 @@ TEST_F(RealModel, MatchesLlamaCppGreedyReference) {
     }
     const auto& top = prompts[i].top[k];
     const double gap = top[0].second - top[1].second;
-    EXPECT_LT(gap, 0.25) << "prompt " << i << " diverges at step " << k << ": ours " << gen[k]
-                         << ", llama.cpp " << prompts[i].generated[k] << " (top-2 gap " << gap << ")";
-    std::printf("prompt %zu diverges at step %zu (llama.cpp top-2 gap %.4f)\n", i, k, gap);
+    ADD_FAILURE() << "prompt " << i << " diverges at step " << k << ": ours " << gen[k]
+                  << ", llama.cpp " << prompts[i].generated[k] << " (llama.cpp top-2 gap " << gap
+                  << ")";
   }
   std::printf("identical greedy continuations: %d of %zu\n", identical, prompts.size());
-  EXPECT_GE(identical, 18);
-}
-
-// Parity probe (not a check): with TROUPE_PARITY_DUMP=DIR and TROUPE_PARITY_PROMPT=N, writes
-// every tapped intermediate of reference prompt N's prefill to DIR/<name>-<layer>.f32 (rows x
-// cols, float32) and the logits to DIR/logits.f32, for comparison with llama.cpp's cb_eval dump.
-std::string g_parity_dir;
-void parity_tap(const char* name, int32_t layer, const float* data, int64_t rows, int64_t cols,
-                int64_t ld) {
-  const std::string path = g_parity_dir + "/" + name + "-" + std::to_string(layer) + ".f32";
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return;
-  for (int64_t r = 0; r < rows; ++r) std::fwrite(data + r * ld, sizeof(float), cols, f);
-  std::fclose(f);
-}
-
-TEST_F(RealModel, ParityProbeDump) {
-  const char* dir = std::getenv("TROUPE_PARITY_DUMP");
-  if (dir == nullptr) GTEST_SKIP() << "set TROUPE_PARITY_DUMP";
-  const auto ref_path = std::filesystem::path(TROUPE_SOURCE_DIR) / "tests" / "reference" / "smollm2_greedy.json";
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc = parser.load(ref_path.string());
-  const char* which = std::getenv("TROUPE_PARITY_PROMPT");
-  const size_t n = which != nullptr ? std::strtoul(which, nullptr, 10) : 0;
-  std::vector<int32_t> ids;
-  for (int64_t v : doc["prompts"].get_array().at(n)["prompt_ids"].get_array()) ids.push_back(static_cast<int32_t>(v));
-  StepHarness h(2048, 16);
-  h.add(0, ids);
-  g_parity_dir = dir;
-  std::vector<float> logits;
-  if (std::getenv("TROUPE_PARITY_DECODE") != nullptr) {  // dump the first decode step instead
-    const auto first = backend_->compute_logits(h.build({{0, static_cast<int32_t>(ids.size())}}));
-    StepResult r;
-    r.tokens.push_back({0, static_cast<int32_t>(std::max_element(first.begin(), first.end()) - first.begin()), 0.0f, {}});
-    h.accept(r);
-    set_forward_tap(parity_tap);
-    logits = backend_->compute_logits(h.build({{0, 1}}));
-  } else {
-    set_forward_tap(parity_tap);
-    logits = backend_->compute_logits(h.build({{0, static_cast<int32_t>(ids.size())}}));
-  }
-  set_forward_tap(nullptr);
-  parity_tap("logits", -1, logits.data(), 1, 49152, 49152);
+  EXPECT_EQ(identical, static_cast<int>(prompts.size()));
 }
 
 TEST(LlamaWeights, MisShapedTensorIsNamed) {
@@ -316,7 +278,7 @@ TEST(LlamaWeights, MisShapedTensorIsNamed) {
 }
 
 TEST(DummyWeights, NamedShapesAndTypes) {
-  for (const std::string& name : {"smollm2-135m", "llama-3.2-1b", "llama-3-8b"}) {
+  for (const char* name : {"smollm2-135m", "llama-3.2-1b", "llama-3-8b"}) {
     const auto c = model::LlamaConfig::named_shape(name);
     ASSERT_TRUE(c) << name;
     EXPECT_NO_THROW(c->validate());
