@@ -8,15 +8,22 @@
 namespace troupe::app {
 namespace {
 
-std::variant<Command, UsageError> parse_serve(const std::vector<std::string>& args, size_t first) {
-  ServeOptions options;
-  const std::map<std::string, std::optional<std::string> ServeOptions::*> flags = {
+using ServeFlags = std::map<std::string, std::optional<std::string> ServeOptions::*>;
+
+const ServeFlags& serve_flags() {
+  static const ServeFlags flags = {
       {"--config", &ServeOptions::config_path}, {"--model", &ServeOptions::model},
       {"--model-id", &ServeOptions::model_id},  {"--host", &ServeOptions::host},
       {"--port", &ServeOptions::port},          {"--backend", &ServeOptions::backend},
       {"--log-level", &ServeOptions::log_level},
       {"--admin-socket", &ServeOptions::admin_socket},
   };
+  return flags;
+}
+
+std::variant<Command, UsageError> parse_serve(const std::vector<std::string>& args, size_t first) {
+  ServeOptions options;
+  const ServeFlags& flags = serve_flags();
   for (size_t i = first; i < args.size(); ++i) {
     std::string flag = args[i];
     std::optional<std::string> inline_value;
@@ -98,9 +105,16 @@ config error.
 )";
 }
 
+std::vector<std::string> serve_flag_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, member] : serve_flags()) names.push_back(name);
+  return names;
+}
+
 std::string serve_usage_text() {
   return R"(Usage: troupe serve [--config FILE] [--model PATH] [--model-id NAME] [--host H]
                     [--port P] [--backend cpu|cuda|auto] [--log-level L]
+                    [--admin-socket PATH]
 
   --config FILE      JSON config (configs/default.json documents every key); flags override it
   --model PATH       GGUF model file (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -109,6 +123,8 @@ std::string serve_usage_text() {
   --port P           listen port (default 8080; 0 picks a free one)
   --backend B        cpu, cuda or auto (CUDA when a device is present, else CPU)
   --log-level L      trace, debug, info, warn, error, critical or off
+  --admin-socket P   the admin Unix socket (default $XDG_RUNTIME_DIR/troupe.sock, else
+                     /tmp/troupe-$UID/troupe.sock); `troupe admin --socket P` talks to it
 )";
 }
 

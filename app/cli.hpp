@@ -52,6 +52,8 @@ std::variant<Command, UsageError> parse_command_line(const std::vector<std::stri
 
 std::string usage_text();
 std::string serve_usage_text();
+// Every option `troupe serve` accepts (the help text must name each).
+std::vector<std::string> serve_flag_names();
 std::string generate_usage_text();
 
 }  // namespace troupe::app

@@ -30,5 +30,13 @@ TEST(CommandLine, UsageErrors) {
   EXPECT_NE(std::get<UsageError>(missing).message.find("--port needs a value"), std::string::npos);
 }
 
+TEST(CliTest, ServeHelpNamesEveryOption) {
+  const std::string help = serve_usage_text();
+  for (const std::string& flag : serve_flag_names()) {
+    EXPECT_NE(help.find(flag), std::string::npos) << flag << " is missing from troupe serve --help";
+  }
+  EXPECT_GE(serve_flag_names().size(), 8u);
+}
+
 }  // namespace
 }  // namespace troupe::app

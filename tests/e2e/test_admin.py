@@ -1,5 +1,5 @@
 """The admin socket and `troupe admin` end to end (issue 7, DESIGN.md §4 "Admin socket"), against a
-real `troupe serve --admin-socket PATH`. Skipped until app/serve.cpp accepts --admin-socket."""
+real `troupe serve --admin-socket PATH`."""
 import json
 import os
 import socket
@@ -52,12 +52,7 @@ def admin_cli(sock_path, *args, timeout=60):
 
 def start_with_admin(start_server, sock_path, *extra):
     s = start_server("--admin-socket", str(sock_path), *extra)
-    try:
-        s.wait_ready()
-    except RuntimeError:
-        if s.process.returncode == 2 and "--admin-socket" in s.read_log():
-            pytest.skip("troupe serve does not accept --admin-socket yet (app/serve.cpp wiring)")
-        raise
+    s.wait_ready()
     deadline = time.time() + 10
     while not sock_path.exists() and time.time() < deadline:
         time.sleep(0.05)
