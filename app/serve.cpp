@@ -154,6 +154,8 @@ int run_serve(const ServeOptions& options) {
   // upgrades get 503.
   state->phase.store(net::ServerPhase::kDraining, std::memory_order_release);
   server.begin_shutdown();
+  spdlog::info("draining: new requests get 503; in-flight ones have {} ms to finish",
+               config.drain_timeout.count());
   if (!engine->drain(config.drain_timeout)) {
     spdlog::warn("drain timed out after {} ms; cancelled what was left", config.drain_timeout.count());
   }

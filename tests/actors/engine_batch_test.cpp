@@ -54,7 +54,12 @@ TEST(EngineUnderLoad, CriticalRequestOvertakesLowPriorityWork) {
     low.push_back(std::make_shared<RecordingSink>());
     engine->submit(std::move(request), low.back());
   }
-  while (low.back()->num_deltas() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // Until the last low-priority request is decoding (a bound only as a failure guard).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (low.back()->num_deltas() < 2) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the low-priority requests never ran";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 
   GenerateRequest urgent = greedy_chat("Name a color.", 4);
   urgent.priority = Priority::kCritical;

@@ -116,7 +116,11 @@ def test_drain_deadline_error_frame_then_going_away_and_late_upgrade_refused(sta
             first = await recv_json(ws)
             sent = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.5)  # the signal is handled; the drain has 2.5 s to go
+            # Wait for the drain to begin (the server logs it once new requests get 503).
+            deadline = time.monotonic() + 30
+            while "draining:" not in server.read_log():
+                assert time.monotonic() < deadline, server.read_log()
+                await asyncio.sleep(0.02)
             with pytest.raises(InvalidStatus) as refused:
                 async with connect(ws_url(server), open_timeout=30):
                     pass
