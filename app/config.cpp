@@ -244,6 +244,12 @@ engine::EngineConfig engine_config_of(const ServerConfig& config) {
   return e;
 }
 
+net::HttpServerConfig http_server_config_of(const ServerConfig& config) {
+  net::HttpServerConfig http = config.http;
+  http.max_stream_buffer_bytes = config.api.max_stream_buffer_bytes;
+  return http;
+}
+
 std::string_view to_string(BackendChoice choice) {
   switch (choice) {
     case BackendChoice::kAuto: return "auto";

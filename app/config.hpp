@@ -48,6 +48,9 @@ struct ServerConfig {
 
 // The engine's config from the server's.
 engine::EngineConfig engine_config_of(const ServerConfig& config);
+// The HTTP server's config: `http`, plus the API limits enforced by the server itself
+// (api.max_stream_buffer_bytes: unsent streamed bytes before a slow client is dropped).
+net::HttpServerConfig http_server_config_of(const ServerConfig& config);
 
 // Parses a JSON config document over the defaults in `base`. Throws ConfigError.
 ServerConfig parse_config(std::string_view json, ServerConfig base = {});

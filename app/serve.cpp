@@ -126,9 +126,11 @@ int run_serve(const ServeOptions& options) {
   net::add_info_routes(*router, *state);
   net::add_openai_routes(*router, *engine, *state, config.api);
   net::add_web_page_routes(*router);
-  net::HttpServer server(config.http, router);
+  net::HttpServer server(http_server_config_of(config), router);
   net::WsChatConfig ws_chat;
   ws_chat.api = config.api;
+  // One limit for every streaming surface: a WebSocket reader that slow is dropped too.
+  ws_chat.max_pending_bytes = config.api.max_stream_buffer_bytes;
   ws_chat.served_model_id = m.id;
   server.add_websocket_route("/v1/chat/ws", net::ws_chat_factory(*engine, ws_chat));
   try {

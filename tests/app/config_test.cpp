@@ -45,6 +45,15 @@ TEST(Config, ReadsEveryKey) {
   EXPECT_EQ(c.http.ws_close_timeout.count(), 40);
 }
 
+// api.max_stream_buffer_bytes is the one documented limit for slow streaming readers: it must
+// reach the HTTP server (SSE) — it once was parsed and read by nobody.
+TEST(Config, TheStreamBufferLimitReachesTheHttpServer) {
+  const ServerConfig c = parse_config(R"({"api": {"max_stream_buffer_bytes": 65536}})");
+  EXPECT_EQ(c.api.max_stream_buffer_bytes, 65536u);
+  EXPECT_EQ(http_server_config_of(c).max_stream_buffer_bytes, 65536u);
+  EXPECT_EQ(http_server_config_of(parse_config("{}")).max_stream_buffer_bytes, 8u << 20);
+}
+
 TEST(Config, ErrorsNameTheKey) {
   expect_config_error(R"({"modle": "x"})", "modle: unknown config key");
   expect_config_error(R"({"http": {"prot": 1}})", "http.prot: unknown config key");
