@@ -28,7 +28,11 @@ def test_n3_seeded_is_reproducible_with_summed_usage(client):
     assert again.usage.completion_tokens == first.usage.completion_tokens
     # choice 0 samples with seed 7, as the n = 1 request does
     assert first.choices[0].message.content == single.choices[0].message.content
-    # seed + i: the choices differ (12 tokens at temperature 1 colliding is vanishingly rare)
+    # seed + i: choice i samples exactly as an n = 1 request with seed 7 + i does
+    for i in (1, 2):
+        alone = chat(client, temperature=1, seed=7 + i, max_tokens=12)
+        assert first.choices[i].message.content == alone.choices[0].message.content, i
+    # ... so the choices differ (12 tokens at temperature 1 colliding is vanishingly rare)
     assert len({c.message.content for c in first.choices}) > 1
 
 
