@@ -26,19 +26,17 @@ from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
-def chatml(messages, add_generation_prompt=True):
-    """SmolLM2's HF Jinja template: default system prompt when the first message is not system."""
-    out = ""
-    if messages and messages[0]["role"] != "system":
-        out += "<|im_start|>system\n" + SMOLLM_SYSTEM + "<|im_end|>\n"
-    for m in messages:
-        out += "<|im_start|>" + m["role"] + "\n" + m["content"] + "<|im_end|>\n"
-    if add_generation_prompt:
-        out += "<|im_start|>assistant\n"
-    return out
+def chatml(llm, messages, add_generation_prompt=True):
+    """The prompt text SmolLM2's own Jinja chat template (from the GGUF) renders, as transformers
+    renders it (jinja2 with trim_blocks and lstrip_blocks): its default system prompt when the
+    first message is not system. tests/e2e/test_reference_template.py checks the stored texts."""
+    import jinja2
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    template = env.from_string(llm.metadata["tokenizer.chat_template"])
+    return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                           bos_token="", eos_token="")
 
 
 def corpus():
@@ -178,15 +176,16 @@ def greedy_prompts():
     ]
     for r in raws:
         prompts.append({"kind": "raw", "text": r})
-    for p in prompts:
-        if p["kind"] == "chat":
-            p["text"] = chatml(p["messages"], add_generation_prompt=True)
     return prompts
 
 
 def greedy(llm, n_gen=64, top_n=5):
     results = []
-    for p in greedy_prompts():
+    prompts = greedy_prompts()
+    for p in prompts:
+        if p["kind"] == "chat":
+            p["text"] = chatml(llm, p["messages"], add_generation_prompt=True)
+    for p in prompts:
         ids = llm.tokenize(p["text"].encode("utf-8"), add_bos=False, special=True)
         llm.reset()
         llm.eval(ids)
