@@ -52,11 +52,16 @@ TEST(Engine, CancelMidGenerationFreesEverything) {
   request.stop.max_tokens = 2000;
   const RequestId id = engine->submit(std::move(request), sink);
   while (sink->num_deltas() < 2 && !sink->ended()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const uint64_t generated_at_cancel = engine->stats().generation_tokens_total;
   engine->cancel(id);
   ASSERT_TRUE(sink->wait());
   ASSERT_TRUE(sink->completion());
   EXPECT_EQ(sink->completion()->finish_reason, "cancelled");
+  EXPECT_LT(sink->completion()->usage.completion_tokens, 2000);
   EXPECT_TRUE(wait_idle(*engine));
+  // Cancelled means the generation stopped: at most the tokens of steps already planned, not the
+  // rest of its 2,000 (which a fast machine could finish within wait_idle's 30 s).
+  EXPECT_LT(engine->stats().generation_tokens_total - generated_at_cancel, 16u);
   engine->cancel(id);  // unknown by now: ignored
   engine->cancel(999999);
 }
@@ -93,9 +98,12 @@ TEST(Engine, ASinkThatClosesCancelsItsRequest) {
   while (sink->num_deltas() < 3 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  const uint64_t generated_at_close = engine->stats().generation_tokens_total;
   ASSERT_TRUE(wait_idle(*engine));
   EXPECT_EQ(sink->num_deltas(), 3);  // nothing after the client went away
   EXPECT_FALSE(sink->ended());       // and no final call either: nobody is listening
+  // The generation stopped when the sink closed (a few planned steps at most), not at 2,000.
+  EXPECT_LT(engine->stats().generation_tokens_total - generated_at_close, 16u);
 }
 
 // The text a greedy chat request produces without any stop condition.

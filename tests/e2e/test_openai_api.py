@@ -114,6 +114,7 @@ def test_dropped_streams_free_everything(server):
         sockets.append(s)
     for s in sockets[:5]:
         assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    generated_at_drop = metric(server, "troupe:generation_tokens_total")
     for s in sockets:
         s.close()
     deadline = time.time() + 60
@@ -126,4 +127,8 @@ def test_dropped_streams_free_everything(server):
     assert metric(server, "vllm:num_requests_running") == 0
     assert metric(server, "vllm:num_requests_waiting") == 0
     assert metric(server, "troupe:kv_blocks_used") == 0
+    # Cancelled, not merely finished by now: after the drop each stream may produce the few
+    # tokens of steps already planned, never its 2,000 (50 x 2,000 = 100k had they run on).
+    generated_after_drop = metric(server, "troupe:generation_tokens_total") - generated_at_drop
+    assert generated_after_drop < 50 * 64, generated_after_drop
     assert requests.get(server.base_url + "/health", timeout=5).status_code == 200
