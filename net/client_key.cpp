@@ -1,6 +1,8 @@
 // client_key(): API key, else user, else connection (see client_key.hpp).
 #include "net/client_key.hpp"
 
+#include "net/api_keys.hpp"
+
 #include <cstdint>
 #include <random>
 
@@ -31,20 +33,6 @@ uint64_t salted_hash(std::string_view key) {
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;
   return h;
-}
-
-// The bearer token of an Authorization value; empty when it is not "Bearer <token>".
-std::string_view bearer_token(std::string_view authorization) {
-  constexpr std::string_view kScheme = "bearer ";
-  if (authorization.size() <= kScheme.size()) return {};
-  for (size_t i = 0; i < kScheme.size(); ++i) {
-    const char c = authorization[i];
-    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != kScheme[i]) return {};
-  }
-  std::string_view token = authorization.substr(kScheme.size());
-  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
-  return token;
 }
 
 // At most kMaxUserBytes, cut at a UTF-8 character boundary.

@@ -15,3 +15,6 @@ troupe_add_test(NAME net_openai_test
     ${CMAKE_CURRENT_LIST_DIR}/openai_server_test.cpp
   LIBS troupe_net
   LABELS "unit;net")
+
+troupe_add_test(NAME api_keys_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_keys_test.cpp
+  LIBS troupe_api_keys LABELS "unit;net")

@@ -1,0 +1,76 @@
+// API keys (issue 16): who may use the API. Keys come from `--api-key KEY` (repeatable), the
+// file named by api.keys_file and the TROUPE_API_KEY environment variable. A keys file holds one
+// key per line, optionally named ("NAME:KEY", NAME of [A-Za-z0-9_.-], at most 64 characters);
+// blank lines and lines starting with '#' are skipped. An unnamed key is called "key-N" (N its
+// position, from 1).
+//
+// A presented key is compared with every configured key in constant time: both sides are
+// reduced to SHA-256 digests and compared with CRYPTO_memcmp, so neither a key's bytes nor its
+// length leak through timing. The keys themselves never leave this class; callers get the
+// key's name (for logs, metrics labels and the fairness client).
+//
+// Thread-safety: build once at start; authenticate() is const and may run on every io thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe::net {
+
+// A malformed key, name or keys file: an error at start, naming the source and line.
+class ApiKeyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ApiKeys {
+ public:
+  ApiKeys() = default;  // no keys: authentication is off
+
+  // All keys from every source (empty arguments: that source adds nothing). Throws
+  // ApiKeyError for a malformed key, a duplicate name, or an unreadable file.
+  static ApiKeys from_sources(const std::vector<std::string>& flag_keys,
+                              const std::optional<std::filesystem::path>& keys_file,
+                              std::string_view environment_key);
+  // One key per entry of `lines`, as in a keys file; `source` names them in errors.
+  void add_lines(std::string_view text, std::string_view source);
+  void add(std::string name, std::string_view key, std::string_view source);
+
+  bool empty() const { return keys_.empty(); }
+  size_t size() const { return keys_.size(); }
+
+  // The name of the configured key equal to `presented`, else nullopt. Constant time in the
+  // bytes of `presented` and of every key.
+  std::optional<std::string> authenticate(std::string_view presented) const;
+
+ private:
+  using Digest = std::array<unsigned char, 32>;
+  struct Stored {
+    std::string name;
+    Digest digest;
+  };
+  static Digest digest_of(std::string_view bytes);
+
+  std::vector<Stored> keys_;
+};
+
+// The token of an `Authorization: Bearer <token>` value (scheme case-insensitive, surrounding
+// spaces trimmed); empty when the value is not a bearer credential.
+std::string_view bearer_token(std::string_view authorization);
+
+// A `Sec-WebSocket-Protocol` offer split into the key a browser carries as "bearer.<key>" (it
+// cannot set Authorization on a WebSocket) and the other, non-secret protocols, which are the
+// only ones a server may echo back.
+struct WebSocketProtocolOffer {
+  std::string key;  // empty: none offered
+  std::vector<std::string> others;
+};
+WebSocketProtocolOffer split_websocket_protocols(std::string_view header);
+
+}  // namespace troupe::net

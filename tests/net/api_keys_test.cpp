@@ -1,0 +1,85 @@
+// ApiKeys (issue 16): sources, names, file format, constant-time authentication, and the two
+// places a key travels (Authorization: Bearer, Sec-WebSocket-Protocol "bearer.<key>").
+#include "net/api_keys.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace troupe::net {
+namespace {
+
+TEST(ApiKeys, NoKeysMeansAuthenticationIsOff) {
+  const ApiKeys keys;
+  EXPECT_TRUE(keys.empty());
+  EXPECT_FALSE(keys.authenticate("anything"));
+}
+
+TEST(ApiKeys, AuthenticatesOnlyTheExactKeyAndGivesItsName) {
+  ApiKeys keys;
+  keys.add("alice", "sk-alice-0123456789", "test");
+  keys.add({}, "sk-anon-abcdef", "test");
+  EXPECT_EQ(keys.authenticate("sk-alice-0123456789"), "alice");
+  EXPECT_EQ(keys.authenticate("sk-anon-abcdef"), "key-2");
+  EXPECT_FALSE(keys.authenticate("sk-alice-012345678"));    // a prefix
+  EXPECT_FALSE(keys.authenticate("sk-alice-0123456789x"));  // longer
+  EXPECT_FALSE(keys.authenticate("SK-ALICE-0123456789"));   // keys are case-sensitive
+  EXPECT_FALSE(keys.authenticate(""));
+}
+
+TEST(ApiKeys, KeysFileLinesNamesCommentsAndErrors) {
+  ApiKeys keys;
+  keys.add_lines("# operators\n\nalice: sk-a\r\nsk-unnamed\na/b:sk-odd\n", "keys.txt");
+  EXPECT_EQ(keys.size(), 3u);
+  EXPECT_EQ(keys.authenticate("sk-a"), "alice");
+  EXPECT_EQ(keys.authenticate("sk-unnamed"), "key-2");
+  // "a/b" is not a name, so the whole line is the key.
+  EXPECT_EQ(keys.authenticate("a/b:sk-odd"), "key-3");
+  try {
+    ApiKeys bad;
+    bad.add_lines("alice:sk-1\nbob:has space\n", "keys.txt");
+    FAIL() << "expected an error";
+  } catch (const ApiKeyError& e) {
+    EXPECT_NE(std::string(e.what()).find("keys.txt line 2"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("has space"), std::string::npos) << "a key in an error";
+  }
+  ApiKeys twice;
+  EXPECT_THROW(twice.add_lines("a:k1\na:k2\n", "f"), ApiKeyError);
+}
+
+TEST(ApiKeys, FromEverySource) {
+  const auto path = std::filesystem::temp_directory_path() / "troupe_api_keys_test.txt";
+  std::ofstream(path) << "ops:sk-file\n";
+  const ApiKeys keys = ApiKeys::from_sources({"sk-flag"}, path, "sk-env\n");
+  EXPECT_EQ(keys.size(), 3u);
+  EXPECT_EQ(keys.authenticate("sk-flag"), "key-1");
+  EXPECT_EQ(keys.authenticate("sk-env"), "key-2");
+  EXPECT_EQ(keys.authenticate("sk-file"), "ops");
+  std::filesystem::remove(path);
+  EXPECT_THROW(ApiKeys::from_sources({}, path, ""), ApiKeyError);  // unreadable file
+  EXPECT_THROW(ApiKeys::from_sources({""}, std::nullopt, ""), ApiKeyError);
+}
+
+TEST(BearerToken, ParsesTheSchemeCaseInsensitively) {
+  EXPECT_EQ(bearer_token("Bearer sk-1"), "sk-1");
+  EXPECT_EQ(bearer_token("bearer   sk-1  "), "sk-1");
+  EXPECT_EQ(bearer_token("BEARER sk-1"), "sk-1");
+  EXPECT_EQ(bearer_token("Basic dXNlcjpwYXNz"), "");
+  EXPECT_EQ(bearer_token("Bearer"), "");
+  EXPECT_EQ(bearer_token(""), "");
+}
+
+TEST(WebSocketProtocols, TheKeyIsSplitFromWhatMayBeEchoed) {
+  const auto offer = split_websocket_protocols("troupe.chat.v1, bearer.sk-secret");
+  EXPECT_EQ(offer.key, "sk-secret");
+  EXPECT_EQ(offer.others, std::vector<std::string>{"troupe.chat.v1"});
+  const auto none = split_websocket_protocols("a,b");
+  EXPECT_TRUE(none.key.empty());
+  EXPECT_EQ(none.others, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(split_websocket_protocols("bearer.").key.empty());
+}
+
+}  // namespace
+}  // namespace troupe::net
