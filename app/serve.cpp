@@ -124,13 +124,16 @@ int run_serve(const ServeOptions& options) {
 
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, *state);
-  net::add_openai_routes(*router, *engine, *state, config.api);
+  // One set of request counters for every surface: /metrics counts WebSocket chats too.
+  auto serving_metrics = std::make_shared<net::ServingMetrics>();
+  net::add_openai_routes(*router, *engine, *state, config.api, serving_metrics);
   net::add_web_page_routes(*router);
   net::HttpServer server(config.http, router);
   net::WsChatConfig ws_chat;
   ws_chat.api = config.api;
   ws_chat.served_model_id = m.id;
-  server.add_websocket_route("/v1/chat/ws", net::ws_chat_factory(*engine, ws_chat));
+  server.add_websocket_route("/v1/chat/ws",
+                             net::ws_chat_factory(*engine, ws_chat, serving_metrics));
   try {
     server.start();
   } catch (const std::system_error& e) {

@@ -65,9 +65,13 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
     Clock::time_point submitted_at;
     std::optional<Clock::time_point> first_scheduled_at;
     std::optional<Clock::time_point> first_token_at;
-    // The sink got its final call (stop string matched, or the client is gone); waiting only
-    // for the scheduler to confirm the end before forgetting the request.
+    // The sink got its final call (a stop string matched, or an error); waiting only for the
+    // scheduler to confirm the end before forgetting the request.
     bool closed = false;
+    // on_delta said the client is gone: it gets no more deltas, but its final on_finish
+    // ("cancelled", once the scheduler confirms) still comes, so that net can account for
+    // every request (issue 14: dropped streams used to leave no log line and no metric).
+    bool client_gone = false;
     bool building = true;             // its prompt is on a worker; the scheduler has not seen it
     bool cancelled_building = false;  // ... and a cancel came meanwhile
   };

@@ -177,7 +177,8 @@ TEST(Metrics, HistogramAndExposition) {
   done.finish_reason = "stop";
   done.usage.completion_tokens = 2;
   done.timings.time_to_first_token_ms = 30;
-  serving.record_finish(done);
+  serving.observe_latencies(done);
+  serving.count_finished(done.finish_reason);
   const std::string text = render_metrics(stats, serving, "M");
   for (const char* needle :
        {"vllm:num_requests_running{model_name=\"M\"} 3\n",
