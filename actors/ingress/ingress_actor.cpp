@@ -21,7 +21,8 @@ double milliseconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-RequestError error_for(scheduler::AddResult result) {
+// `input_field`: the request field holding the prompt ("messages" or "prompt").
+RequestError error_for(scheduler::AddResult result, std::string_view input_field) {
   using scheduler::AddResult;
   switch (result) {
     case AddResult::kQueueFull:
@@ -33,8 +34,9 @@ RequestError error_for(scheduler::AddResult result) {
     case AddResult::kNeverFits:
       return {ErrorCode::kPromptTooLong,
               fmt::format("the request cannot fit in the KV cache ({})", scheduler::to_string(result)),
-              "messages"};
-    case AddResult::kEmptyPrompt: return {ErrorCode::kInvalidRequest, "the prompt is empty", "prompt"};
+              std::string(input_field)};
+    case AddResult::kEmptyPrompt:
+      return {ErrorCode::kInvalidRequest, "the prompt is empty", std::string(input_field)};
     case AddResult::kInvalidMaxTokens:
       return {ErrorCode::kInvalidRequest, "max_tokens must be at least 1", "max_tokens"};
     case AddResult::kDuplicateId:
@@ -144,6 +146,7 @@ void IngressActor::on_submit(Submit& submit) {
       .want_logprobs = request.sampling.logprobs,
       .top_logprobs = request.sampling.top_logprobs,
       .min_tokens = request.sampling.min_tokens,
+      .input_field = request.messages.empty() ? "prompt" : "messages",
       .submitted_at = submit.submitted_at,
   };
   live_.emplace(submit.request_id, std::move(live));
@@ -336,7 +339,10 @@ void IngressActor::on_refused(const AdmissionRefused& refusal) {
   auto it = live_.find(refusal.request_id);
   if (it == live_.end()) return;
   ++num_refused_;
-  if (!it->second.closed) it->second.sink->on_error(refusal.request_id, error_for(refusal.result));
+  if (!it->second.closed) {
+    it->second.sink->on_error(refusal.request_id,
+                              error_for(refusal.result, it->second.input_field));
+  }
   live_.erase(it);
 }
 

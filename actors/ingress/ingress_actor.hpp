@@ -60,6 +60,7 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
     bool want_logprobs = false;
     int32_t top_logprobs = 0;
     int32_t min_tokens = 0;  // stop strings count only once more tokens than this exist
+    const char* input_field = "messages";  // the field errors about the prompt name
     int32_t num_prompt_tokens = 0;
     int32_t num_generated_tokens = 0;
     Clock::time_point submitted_at;

@@ -214,6 +214,33 @@ TEST(Engine, BadRequestsGetErrorsNamingTheField) {
   EXPECT_EQ(empty_sink->error()->code, ErrorCode::kInvalidRequest);
 }
 
+// Issue 14: a request that can never fit in the KV pool (though it fits the context) named
+// "messages" even on /v1/completions; the field is the one that holds its prompt.
+TEST(Engine, ARequestThatNeverFitsTheKvNamesItsPromptField) {
+  TROUPE_REQUIRE_MODEL();
+  EngineConfig config = test_config();
+  config.scheduler.num_blocks = 4;  // 64 tokens of KV in all; the context stays the model's
+  auto engine = Engine::start(config);
+  std::string long_text;  // ~120 tokens: more than the pool, far less than the context
+  for (int i = 0; i < 40; ++i) long_text += "knight castle dragon ";
+
+  GenerateRequest completion = greedy_chat("unused", 4);
+  completion.messages.clear();
+  completion.prompt_text = long_text;
+  auto completion_sink = std::make_shared<RecordingSink>();
+  engine->submit(std::move(completion), completion_sink);
+  ASSERT_TRUE(completion_sink->wait());
+  ASSERT_TRUE(completion_sink->error());
+  EXPECT_EQ(completion_sink->error()->code, ErrorCode::kPromptTooLong);
+  EXPECT_EQ(completion_sink->error()->param, "prompt") << completion_sink->error()->message;
+
+  auto chat_sink = std::make_shared<RecordingSink>();
+  engine->submit(greedy_chat(long_text, 4), chat_sink);
+  ASSERT_TRUE(chat_sink->wait());
+  ASSERT_TRUE(chat_sink->error());
+  EXPECT_EQ(chat_sink->error()->param, "messages") << chat_sink->error()->message;
+}
+
 TEST(Engine, UserTextCannotInjectSpecialTokens) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());

@@ -127,3 +127,29 @@ def test_completions_echo(server, echo, status):
         assert r.status_code == 200, r.text
     else:
         assert_error(r, 400, "echo")
+
+
+def test_max_tokens_at_int32_max_is_400_with_the_true_total(server):
+    import json
+    r = post(server, "/v1/completions",
+             json.dumps({"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2147483647}))
+    assert_error(r, 400, "max_tokens")
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "2147483647 for the completion" in error["message"], error
+    assert "-" not in error["message"], error
+
+
+def test_never_fits_the_kv_cache_names_the_prompt_field(start_server, tmp_path):
+    """A prompt that fits the context but not the whole KV pool (8 blocks of 16 tokens here)."""
+    import json
+    config = tmp_path / "small-kv.json"
+    config.write_text(json.dumps({"scheduler": {"num_blocks": 8}}))
+    small = start_server("--config", str(config)).wait_ready()
+    long_text = "knight castle dragon " * 60  # ~180 tokens: more than 128, far less than 8192
+    r = post(small, "/v1/completions",
+             json.dumps({"model": MODEL_ID, "prompt": long_text, "max_tokens": 4}))
+    assert_error(r, 400, "prompt")
+    r = post(small, CHAT, json.dumps({"model": MODEL_ID, "max_tokens": 4,
+                                      "messages": [{"role": "user", "content": long_text}]}))
+    assert_error(r, 400, "messages")
