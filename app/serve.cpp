@@ -124,7 +124,9 @@ int run_serve(const ServeOptions& options) {
 
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, *state);
-  net::add_openai_routes(*router, *engine, *state, config.api);
+  // One set of request counters for every surface: /metrics counts WebSocket chats too.
+  auto serving_metrics = std::make_shared<net::ServingMetrics>();
+  net::add_openai_routes(*router, *engine, *state, config.api, serving_metrics);
   net::add_web_page_routes(*router);
   net::HttpServer server(http_server_config_of(config), router);
   net::WsChatConfig ws_chat;
@@ -132,7 +134,8 @@ int run_serve(const ServeOptions& options) {
   // One limit for every streaming surface: a WebSocket reader that slow is dropped too.
   ws_chat.max_pending_bytes = config.api.max_stream_buffer_bytes;
   ws_chat.served_model_id = m.id;
-  server.add_websocket_route("/v1/chat/ws", net::ws_chat_factory(*engine, ws_chat));
+  server.add_websocket_route("/v1/chat/ws",
+                             net::ws_chat_factory(*engine, ws_chat, serving_metrics));
   try {
     server.start();
   } catch (const std::system_error& e) {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <mutex>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "net/batch_codec.hpp"
@@ -95,6 +96,15 @@ class BatchRun {
   bool ended_ = false;
 };
 
+// Each item is a request of its own for the access log and the metrics.
+std::shared_ptr<RequestRecord> item_record(const OpenAiContext& context, std::string id,
+                                           const BatchItem& item) {
+  return std::make_shared<RequestRecord>(
+      context.metrics,
+      RequestLabel{"batch", "/v1/batch", std::move(id),
+                   fmt::format("custom_id={}", item.custom_id)});
+}
+
 // One item's sink: collects the whole answer, then hands its output line to the run.
 class BatchItemSink final : public engine::RequestSink {
  public:
@@ -111,6 +121,7 @@ class BatchItemSink final : public engine::RequestSink {
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
     identity_.model = context_->state.model.id;
+    record_ = item_record(*context_, identity_.id, item_);
   }
 
   bool on_delta(engine::RequestId, engine::TokenDelta delta) override {
@@ -120,16 +131,18 @@ class BatchItemSink final : public engine::RequestSink {
     }
     return !run_->out().client_gone();
   }
-  void on_finish(engine::RequestId, engine::Completion completion) override {
-    context_->metrics.record_finish(completion);
+  void on_finish(engine::RequestId request_id, engine::Completion completion) override {
+    record_->note_request_id(request_id);
+    record_->finish(completion, run_->out().client_gone());
     const ChunkContent content{text_, tokens_, item_.request->generate.sampling.logprobs, 0};
     run_->complete(index_, batch_result_json(item_, 200, identity_.id,
                                              completion_json(identity_, content, completion,
                                                              token_text_)));
   }
-  void on_error(engine::RequestId, engine::RequestError error) override {
-    context_->metrics.record_error();
-    const ApiError api = api_error_from(error);
+  void on_error(engine::RequestId request_id, engine::RequestError error) override {
+    const ApiError api = api_error_for(identity_.kind, error);
+    record_->note_request_id(request_id);
+    record_->fail(api, run_->out().client_gone());
     run_->complete(index_, batch_result_json(item_, api.status, identity_.id,
                                              error_response(api).body));
   }
@@ -141,6 +154,7 @@ class BatchItemSink final : public engine::RequestSink {
   BatchItem item_;
   TokenTextFn token_text_;
   ResponseIdentity identity_;
+  std::shared_ptr<RequestRecord> record_;
   std::string text_;
   std::vector<engine::TokenInfo> tokens_;
 };
@@ -152,7 +166,7 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   auto parsed = parse_batch(request.body, request.header("Content-Type"),
                             context->state.model.id, context->config);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
-    spdlog::info("http /v1/batch status={} {}", error->status, error->message);
+    context->record("/v1/batch", "-")->fail(*error);
     out->respond(error_response(*error));
     return;
   }
@@ -170,7 +184,12 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
     if (batch.items[i].request) {
       valid.push_back(i);
     } else {
-      run->complete(i, batch_failed_item_json(batch.items[i]));
+      const BatchItem& item = batch.items[i];
+      const ApiError fallback{400, "invalid batch item"};
+      item_record(*context, "-", item)
+          ->fail(item.response_error ? *item.response_error
+                                     : item.line_error ? *item.line_error : fallback);
+      run->complete(i, batch_failed_item_json(item));
     }
   }
   auto ids = std::make_shared<std::vector<engine::RequestId>>();
@@ -182,7 +201,8 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
     auto sink = std::make_shared<BatchItemSink>(context, run, i, std::move(batch.items[i]));
     ids->push_back(context->engine.submit(std::move(generate), std::move(sink)));
   }
-  spdlog::info("http /v1/batch items={} submitted={}", num_items, valid.size());
+  // Not an access line: each item gets its own when it ends.
+  spdlog::info("batch /v1/batch received items={} submitted={}", num_items, valid.size());
   out->on_client_gone([context, ids] {
     for (const engine::RequestId id : *ids) context->engine.cancel(id);
   });

@@ -78,21 +78,25 @@ ServingMetrics::ServingMetrics()
       e2e_latency_s(request_buckets()),
       queue_time_s(request_buckets()) {}
 
-void ServingMetrics::record_finish(const engine::Completion& completion) {
+void ServingMetrics::observe_latencies(const engine::Completion& completion) {
   const engine::Timings& t = completion.timings;
   if (completion.usage.completion_tokens > 0) {
     time_to_first_token_s.observe(t.time_to_first_token_ms / 1000.0);
   }
   e2e_latency_s.observe(t.total_ms / 1000.0);
   queue_time_s.observe(t.queue_ms / 1000.0);
-  if (completion.finish_reason == "stop") {
+}
+
+void ServingMetrics::count_finished(std::string_view finish_reason) {
+  if (finish_reason == "stop") {
     finished_stop.fetch_add(1, std::memory_order_relaxed);
-  } else if (completion.finish_reason == "length") {
+  } else if (finish_reason == "length") {
     finished_length.fetch_add(1, std::memory_order_relaxed);
   } else {
     finished_cancelled.fetch_add(1, std::memory_order_relaxed);
   }
 }
+
 
 void PrometheusText::header(std::string_view name, std::string_view help, std::string_view type) {
   out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
@@ -193,11 +197,13 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   p.counter("troupe:num_steps_total", "Engine steps.", double(s.num_steps));
   p.counter("troupe:requests_refused_total", "Requests refused (queue full, draining).",
             double(s.num_requests_refused));
-  p.counter("troupe:request_success_total", "HTTP requests finished, by finish reason.",
+  p.counter("troupe:request_success_total",
+            "Requests finished (HTTP, WebSocket, batch items), by finish reason.",
             {{{{"finished_reason", "stop"}}, double(serving.finished_stop.load())},
              {{{"finished_reason", "length"}}, double(serving.finished_length.load())},
              {{{"finished_reason", "cancelled"}}, double(serving.finished_cancelled.load())}});
-  p.counter("troupe:request_failure_total", "HTTP requests that ended in an error.",
+  p.counter("troupe:request_failure_total",
+            "Requests that ended in an error or were refused (HTTP, WebSocket, batch items).",
             double(serving.failed.load()));
   p.histogram("troupe:time_to_first_token_seconds", "Time to first token.",
               serving.time_to_first_token_s.snapshot());

@@ -1,4 +1,5 @@
-// Serving metrics kept by the HTTP front (latency histograms fed from each request's sink) and
+// Serving metrics kept by the front (latency histograms and request counters fed from each
+// request's RequestRecord, on every surface: HTTP, WebSocket, batch) and
 // the Prometheus text exposition of them together with the engine's own counters (/metrics).
 //
 // Thread-safety: Histogram and ServingMetrics are lock-free and may be updated from any thread;
@@ -50,8 +51,12 @@ struct ServingMetrics {
   std::atomic<uint64_t> finished_cancelled{0};
   std::atomic<uint64_t> failed{0};
 
-  void record_finish(const engine::Completion& completion);
-  void record_error() { failed.fetch_add(1, std::memory_order_relaxed); }
+  // The latency histograms of one finished engine request.
+  void observe_latencies(const engine::Completion& completion);
+  // The request counters. RequestRecord (net/request_record.hpp) is their only caller, so that
+  // each request is counted exactly once.
+  void count_finished(std::string_view finish_reason);
+  void count_failed() { failed.fetch_add(1, std::memory_order_relaxed); }
 };
 
 // Prometheus text exposition format 0.0.4.

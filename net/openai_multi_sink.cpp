@@ -1,8 +1,7 @@
 #include "net/openai_multi_sink.hpp"
 
+#include <algorithm>
 #include <random>
-
-#include <spdlog/spdlog.h>
 
 namespace troupe::net {
 namespace {
@@ -17,12 +16,13 @@ uint64_t random_seed() {
 MultiChoiceResponse::MultiChoiceResponse(std::shared_ptr<OpenAiContext> context,
                                          std::shared_ptr<ResponseStream> out,
                                          ResponseIdentity identity, SinkOptions options,
-                                         int32_t num_choices)
+                                         int32_t num_choices, std::shared_ptr<RequestRecord> record)
     : context_(std::move(context)),
       out_(std::move(out)),
       identity_(std::move(identity)),
       options_(std::move(options)),
       token_text_(context_->token_text()),
+      record_(std::move(record)),
       choices_(static_cast<size_t>(num_choices)) {}
 
 void MultiChoiceResponse::start(const engine::GenerateRequest& request, bool has_seed) {
@@ -109,7 +109,7 @@ void MultiChoiceResponse::on_finish(int32_t index, engine::Completion completion
 }
 
 void MultiChoiceResponse::take_finish(int32_t index, engine::Completion completion) {
-  context_->metrics.record_finish(completion);
+  record_->observe(completion);
   Choice& choice = choices_[static_cast<size_t>(index)];
   choice.done = true;
   choice.finish_reason = completion.finish_reason;
@@ -129,7 +129,7 @@ void MultiChoiceResponse::take_finish(int32_t index, engine::Completion completi
 
 void MultiChoiceResponse::finish_all() {
   const engine::Usage usage = total_usage();
-  log_access(200, usage, choices_[0].finish_reason);
+  record_->finish(overall_finish_reason(), usage, out_->client_gone());
   if (!options_.stream) {
     std::vector<ChoiceOutput> outputs;
     outputs.reserve(choices_.size());
@@ -166,12 +166,8 @@ void MultiChoiceResponse::on_error(int32_t index, engine::RequestError error) {
     failed_ = true;
     failed_choice_ = index;
     ids = request_ids_;
-    context_->metrics.record_error();
-    ApiError api = api_error_from(error);
-    if (api.param.empty() && error.code == engine::ErrorCode::kPromptTooLong) {
-      api.param = identity_.kind == ApiKind::kChat ? "messages" : "prompt";
-    }
-    log_access(api.status, {}, api.code);
+    const ApiError api = api_error_for(identity_.kind, error);
+    record_->fail(api, out_->client_gone());
     if (!stream_started_) {
       out_->respond(engine_error_response(api));
     } else {
@@ -189,16 +185,14 @@ void MultiChoiceResponse::cancel_all_but(int32_t choice,
   }
 }
 
-void MultiChoiceResponse::log_access(int status, const engine::Usage& usage,
-                                     std::string_view finish) const {
-  const double total_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_)
-          .count();
-  spdlog::info(
-      "http {} id={} n={} status={} prompt_tokens={} completion_tokens={} total_ms={:.1f} "
-      "finish={}{}",
-      options_.route, identity_.id, choices_.size(), status, usage.prompt_tokens,
-      usage.completion_tokens, total_ms, finish, out_->client_gone() ? " client_gone" : "");
+std::string_view MultiChoiceResponse::overall_finish_reason() const {
+  const auto any = [this](std::string_view reason) {
+    return std::any_of(choices_.begin(), choices_.end(),
+                       [reason](const Choice& choice) { return choice.finish_reason == reason; });
+  };
+  if (any("cancelled")) return "cancelled";
+  if (any("length")) return "length";
+  return "stop";
 }
 
 }  // namespace troupe::net

@@ -13,13 +13,17 @@
 // followed by [DONE] — and the other choices are cancelled; their later events are dropped.
 // A client that goes away cancels all n engine requests.
 //
+// Accounting: the HTTP request is one request (one access-log line, one count), ended by its
+// last choice or its first error. Its finish reason is "cancelled" when any choice was
+// cancelled, else "length" when any choice hit its limit, else "stop"; the latency histograms
+// still get one observation per choice.
+//
 // Thread-safety: start() is called once, by the HTTP handler. The engine calls the ChoiceSinks
 // on its ingress thread; MultiChoiceResponse's on_* never block (a mutex guards the merge
 // state and is held only while appending to the non-blocking ResponseStream; engine cancels
 // are issued outside it).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -35,7 +39,8 @@ namespace troupe::net {
 class MultiChoiceResponse final : public std::enable_shared_from_this<MultiChoiceResponse> {
  public:
   MultiChoiceResponse(std::shared_ptr<OpenAiContext> context, std::shared_ptr<ResponseStream> out,
-                      ResponseIdentity identity, SinkOptions options, int32_t num_choices);
+                      ResponseIdentity identity, SinkOptions options, int32_t num_choices,
+                      std::shared_ptr<RequestRecord> record);
 
   // Submits the n engine requests (`request` copied per choice, seeds as above) and cancels
   // them all when the client goes away. Call once, right after construction.
@@ -45,6 +50,7 @@ class MultiChoiceResponse final : public std::enable_shared_from_this<MultiChoic
   bool on_delta(int32_t choice, engine::TokenDelta delta);
   void on_finish(int32_t choice, engine::Completion completion);
   void on_error(int32_t choice, engine::RequestError error);
+  void note_request_id(engine::RequestId request_id) { record_->note_request_id(request_id); }
 
  private:
   struct Choice {
@@ -63,15 +69,15 @@ class MultiChoiceResponse final : public std::enable_shared_from_this<MultiChoic
   bool take_delta(int32_t choice, engine::TokenDelta delta);
   void take_finish(int32_t choice, engine::Completion completion);
   engine::Usage total_usage() const;
+  std::string_view overall_finish_reason() const;
   void cancel_all_but(int32_t choice, const std::vector<engine::RequestId>& ids) const;
-  void log_access(int status, const engine::Usage& usage, std::string_view finish) const;
 
   const std::shared_ptr<OpenAiContext> context_;
   const std::shared_ptr<ResponseStream> out_;
   const ResponseIdentity identity_;
   const SinkOptions options_;
   const TokenTextFn token_text_;
-  const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
+  const std::shared_ptr<RequestRecord> record_;
 
   mutable std::mutex mutex_;
   std::vector<Choice> choices_;
@@ -93,7 +99,8 @@ class ChoiceSink final : public engine::RequestSink {
  public:
   ChoiceSink(std::shared_ptr<MultiChoiceResponse> response, int32_t choice)
       : response_(std::move(response)), choice_(choice) {}
-  bool on_delta(engine::RequestId, engine::TokenDelta delta) override {
+  bool on_delta(engine::RequestId request_id, engine::TokenDelta delta) override {
+    if (choice_ == 0) response_->note_request_id(request_id);
     return response_->on_delta(choice_, std::move(delta));
   }
   void on_finish(engine::RequestId, engine::Completion completion) override {

@@ -125,7 +125,6 @@ Error check_text(std::string_view param, std::string_view text) {
 
 // `content`: a string, or a list of {"type":"text","text":...} parts (concatenated).
 Error read_content(dom::element e, const std::string& param, std::string& out) {
-  if (e.is_null()) return std::nullopt;
   if (e.is_string()) {
     out = std::string(std::string_view(e));
     return check_text(param, out);
@@ -142,10 +141,48 @@ Error read_content(dom::element e, const std::string& param, std::string& out) {
       return invalid(part_param + ".type",
                      fmt::format("Content part type '{}' is not supported (only 'text').", type));
     }
+    if (!field(dom::object(part), "text")) {
+      return invalid(part_param + ".text", "A 'text' content part needs 'text' (a string).",
+                     "missing_required_parameter");
+    }
     if (auto err = read_string(dom::object(part), "text", text)) return err;
     out += text;
   }
   return check_text(param, out);
+}
+
+// OpenAI's roles; anything else is a 400, as OpenAI answers (vLLM passes unknown roles to the
+// chat template, where they would render as turns the model was never trained on).
+constexpr std::string_view kRoles[] = {"system", "developer", "user", "assistant", "tool",
+                                       "function"};
+
+// `content` must be present and not null, except on an assistant message that carries
+// `tool_calls` or `function_call` (OpenAI's rule: the call is the message's content then).
+Error read_message(dom::object item, const std::string& param, model::ChatMessage& message) {
+  const auto role = field(item, "role");
+  if (!role) {
+    return invalid(param + ".role", "'role' is a required property.", "missing_required_parameter");
+  }
+  if (!role->is_string()) return bad_type(param + ".role", "a string");
+  message.role = std::string(std::string_view(*role));
+  if (std::find(std::begin(kRoles), std::end(kRoles), message.role) == std::end(kRoles)) {
+    return invalid(param + ".role",
+                   fmt::format("Invalid value for '{}.role': '{}' is not one of 'system', "
+                               "'developer', 'user', 'assistant', 'tool', 'function'.",
+                               param, message.role));
+  }
+  const auto content = field(item, "content");
+  if (!content) {
+    const bool calls = field(item, "tool_calls") || field(item, "function_call");
+    if (message.role == "assistant" && calls) return std::nullopt;
+    return invalid(param + ".content",
+                   fmt::format("'content' is required (a string or an array of text parts) on a "
+                               "'{}' message{}.",
+                               message.role,
+                               message.role == "assistant" ? " without tool_calls" : ""),
+                   "missing_required_parameter");
+  }
+  return read_content(*content, param + ".content", message.content);
 }
 
 Error read_messages(dom::object o, std::vector<model::ChatMessage>& out) {
@@ -157,14 +194,7 @@ Error read_messages(dom::object o, std::vector<model::ChatMessage>& out) {
     const std::string param = fmt::format("messages[{}]", index++);
     if (!item.is_object()) return bad_type(param, "an object");
     model::ChatMessage message;
-    const auto role = field(dom::object(item), "role");
-    if (!role) return invalid(param + ".role", "'role' is a required property.", "missing_required_parameter");
-    if (!role->is_string()) return bad_type(param + ".role", "a string");
-    message.role = std::string(std::string_view(*role));
-    if (message.role.empty()) return invalid(param + ".role", "'role' must not be empty.");
-    if (const auto content = field(dom::object(item), "content")) {
-      if (auto err = read_content(*content, param + ".content", message.content)) return err;
-    }
+    if (auto err = read_message(dom::object(item), param, message)) return err;
     out.push_back(std::move(message));
   }
   if (out.empty()) return invalid("messages", "'messages' must contain at least one message.");
@@ -398,6 +428,17 @@ Error read_limits(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
   return std::nullopt;
 }
 
+// `echo` (completions): returning the prompt with the completion is not supported, so `true`
+// is refused rather than silently answered without the prompt; `false` is the default.
+Error read_echo(dom::object o) {
+  bool echo = false;
+  if (auto err = read_bool(o, "echo", echo)) return err;
+  if (echo) {
+    return invalid("echo", "'echo' is not supported: the completion never repeats the prompt.");
+  }
+  return std::nullopt;
+}
+
 Error read_stream(dom::object o, CompletionRequest& request) {
   if (auto err = read_bool(o, "stream", request.stream)) return err;
   const auto options = field(o, "stream_options");
@@ -423,6 +464,9 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   engine::GenerateRequest& g = request.generate;
   if (auto err = kind == ApiKind::kChat ? read_messages(o, g.messages) : read_prompt(o, g)) {
     return err;
+  }
+  if (kind == ApiKind::kCompletion) {
+    if (auto err = read_echo(o)) return err;
   }
   if (auto err = read_n(o, config, choice_limit, request)) return err;
   if (auto err = read_limits(o, kind, config, g)) return err;

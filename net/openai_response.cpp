@@ -1,9 +1,13 @@
 #include "net/openai_response.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <random>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "net/json_input.hpp"
 #include "net/json_writer.hpp"
 
 namespace troupe::net {
@@ -52,13 +56,26 @@ void write_chat_logprobs(JsonWriter& w, std::span<const engine::TokenInfo> token
 void write_completion_logprobs(JsonWriter& w, std::span<const engine::TokenInfo> tokens,
                                size_t text_offset, const TokenTextFn& token_text) {
   w.begin_object().key("tokens").begin_array();
-  for (const auto& token : tokens) w.value(token.text);
+  for (const auto& token : tokens) w.value(legacy_token_string(token.text));
   w.end_array().key("token_logprobs").begin_array();
   for (const auto& token : tokens) w.value(token.logprob);
   w.end_array().key("top_logprobs").begin_array();
+  std::vector<std::string> keys;
   for (const auto& token : tokens) {
+    keys.clear();
     w.begin_object();
-    for (const auto& [id, logprob] : token.top_logprobs) w.field(token_text(id), logprob);
+    for (const auto& [id, logprob] : token.top_logprobs) {
+      std::string key = legacy_token_string(token_text(id));
+      // NOTE: a JSON object must not repeat a key (clients keep one of the two and lose the
+      // other's logprob). Distinct tokens can still share a text (special tokens render empty,
+      // SentencePiece byte tokens equal one-byte pieces): those are named by id, as vLLM's
+      // return_tokens_as_token_ids names tokens.
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+        key = fmt::format("token_id:{}", id);
+      }
+      w.field(key, logprob);
+      keys.push_back(std::move(key));
+    }
     w.end_object();
   }
   w.end_array().key("text_offset").begin_array();
@@ -101,6 +118,15 @@ void write_finish_reason(JsonWriter& w, std::optional<std::string_view> finish_r
 }
 
 }  // namespace
+
+std::string legacy_token_string(std::string_view token_bytes) {
+  if (!first_invalid_utf8(token_bytes)) return std::string(token_bytes);
+  std::string out = "bytes:";
+  for (const char c : token_bytes) {
+    fmt::format_to(std::back_inserter(out), "\\x{:02x}", static_cast<unsigned char>(c));
+  }
+  return out;
+}
 
 std::string make_response_id(ApiKind kind) {
   thread_local std::mt19937_64 random{std::random_device{}()};

@@ -27,6 +27,13 @@ struct ResponseIdentity {
 // A token id's text, for top_logprobs alternatives (the tokenizer's piece).
 using TokenTextFn = std::function<std::string(int32_t)>;
 
+// A token's text in the legacy /v1/completions logprobs (`tokens` and the `top_logprobs` keys):
+// the text itself when it is valid UTF-8; else — a token holding part of a multi-byte
+// character — "bytes:" and each byte as \xNN (OpenAI's legacy form), so that distinct byte
+// tokens stay distinct keys instead of all becoming U+FFFD. vLLM decodes each token alone
+// (giving U+FFFD) and its dict then silently keeps one of the colliding entries.
+std::string legacy_token_string(std::string_view token_bytes);
+
 // "chatcmpl-" or "cmpl-" followed by 24 random hex digits.
 std::string make_response_id(ApiKind kind);
 

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <simdjson.h>
-#include <spdlog/spdlog.h>
 
 #include "model/tokenizer.hpp"
 #include "net/client_key.hpp"
@@ -32,8 +31,7 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
   ParsedCompletion parsed = parse_completion_request(kind, request.body, context->state.model.id,
                                                      context->config, ChoiceLimit::kUpToMaxN);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
-    spdlog::info("http {} status={} param={} {}", route, error->status, error->param,
-                 error->message);
+    context->record(route, "-")->fail(*error);
     out->respond(error_response(*error));
     return;
   }
@@ -44,12 +42,15 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
   SinkOptions options{route, completion.stream, completion.include_usage,
                       completion.generate.sampling.logprobs};
   if (completion.n > 1) {
+    auto record = context->record(route, identity.id, fmt::format("n={}", completion.n));
     auto response = std::make_shared<MultiChoiceResponse>(context, out, std::move(identity),
-                                                          options, completion.n);
+                                                          options, completion.n, std::move(record));
     response->start(completion.generate, completion.has_seed);
     return;
   }
-  auto sink = std::make_shared<CompletionSink>(context, out, std::move(identity), options);
+  auto record = context->record(route, identity.id);
+  auto sink = std::make_shared<CompletionSink>(context, out, std::move(identity), options,
+                                               std::move(record));
   const engine::RequestId id = context->engine.submit(std::move(completion.generate), sink);
   out->on_client_gone([context, id] { context->engine.cancel(id); });
 }
@@ -147,15 +148,16 @@ void on_tokenizer_thread(const std::shared_ptr<OpenAiContext>& context, HttpRequ
 HttpResponse handle_metrics(const OpenAiContext& context) {
   HttpResponse response;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  response.body = render_metrics(context.engine.stats(), context.metrics, context.state.model.id);
+  response.body = render_metrics(context.engine.stats(), *context.metrics, context.state.model.id);
   return response;
 }
 
 }  // namespace
 
 void add_openai_routes(Router& router, engine::Engine& engine, const ServerState& state,
-                       const OpenAiApiConfig& config) {
-  auto context = std::make_shared<OpenAiContext>(engine, state, config);
+                       const OpenAiApiConfig& config, std::shared_ptr<ServingMetrics> metrics) {
+  if (!metrics) metrics = std::make_shared<ServingMetrics>();
+  auto context = std::make_shared<OpenAiContext>(engine, state, config, std::move(metrics));
   router.add_async("POST", "/v1/chat/completions",
                    [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
                      handle_completion(context, ApiKind::kChat, request, out);

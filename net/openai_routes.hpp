@@ -6,14 +6,20 @@
 // refers to them).
 #pragma once
 
+#include <memory>
+
 #include "actors/engine/engine.hpp"
+#include "net/metrics.hpp"
 #include "net/openai_request.hpp"
 #include "net/router.hpp"
 #include "net/server_state.hpp"
 
 namespace troupe::net {
 
+// `metrics`: the request counters and latency histograms /metrics shows, shared with the other
+// surfaces (the WebSocket chat) so that it counts every request; null: the routes' own.
 void add_openai_routes(Router& router, engine::Engine& engine, const ServerState& state,
-                       const OpenAiApiConfig& config);
+                       const OpenAiApiConfig& config,
+                       std::shared_ptr<ServingMetrics> metrics = nullptr);
 
 }  // namespace troupe::net

@@ -1,7 +1,5 @@
 #include "net/openai_sink.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include "model/tokenizer.hpp"
 
 namespace troupe::net {
@@ -11,19 +9,34 @@ TokenTextFn OpenAiContext::token_text() const {
   return [e](int32_t id) { return e->tokenizer().token_piece(id); };
 }
 
+std::shared_ptr<RequestRecord> OpenAiContext::record(std::string_view route, std::string id,
+                                                    std::string detail) const {
+  return std::make_shared<RequestRecord>(
+      metrics, RequestLabel{"http", std::string(route), std::move(id), std::move(detail)});
+}
+
 HttpResponse engine_error_response(const ApiError& error) {
   HttpResponse response = error_response(error);
   if (error.status == 429) response.headers.emplace_back("Retry-After", "1");
   return response;
 }
 
+ApiError api_error_for(ApiKind kind, const engine::RequestError& error) {
+  ApiError api = api_error_from(error);
+  if (api.param.empty() && error.code == engine::ErrorCode::kPromptTooLong) {
+    api.param = kind == ApiKind::kChat ? "messages" : "prompt";
+  }
+  return api;
+}
+
 CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,
                                std::shared_ptr<ResponseStream> out, ResponseIdentity identity,
-                               SinkOptions options)
+                               SinkOptions options, std::shared_ptr<RequestRecord> record)
     : context_(std::move(context)),
       out_(std::move(out)),
       identity_(std::move(identity)),
       options_(std::move(options)),
+      record_(std::move(record)),
       token_text_(context_->token_text()) {}
 
 bool CompletionSink::start_stream() {
@@ -39,17 +52,18 @@ void CompletionSink::record_token_times(int32_t num_generated_tokens) {
   const auto now = std::chrono::steady_clock::now();
   const int32_t new_tokens = num_generated_tokens - num_tokens_seen_;
   if (new_tokens <= 0) return;
-  if (num_tokens_seen_ == 0) {
-    first_token_ms_ = std::chrono::duration<double, std::milli>(now - start_time_).count();
-  } else {
+  if (num_tokens_seen_ > 0) {
     const double gap_s = std::chrono::duration<double>(now - last_token_time_).count() / new_tokens;
-    for (int32_t i = 0; i < new_tokens; ++i) context_->metrics.inter_token_latency_s.observe(gap_s);
+    for (int32_t i = 0; i < new_tokens; ++i) {
+      context_->metrics->inter_token_latency_s.observe(gap_s);
+    }
   }
   num_tokens_seen_ = num_generated_tokens;
   last_token_time_ = now;
 }
 
-bool CompletionSink::on_delta(engine::RequestId, engine::TokenDelta delta) {
+bool CompletionSink::on_delta(engine::RequestId request_id, engine::TokenDelta delta) {
+  record_->note_request_id(request_id);
   record_token_times(delta.num_generated_tokens);
   if (!options_.stream) {
     text_ += delta.text;
@@ -67,8 +81,8 @@ bool CompletionSink::on_delta(engine::RequestId, engine::TokenDelta delta) {
 }
 
 void CompletionSink::on_finish(engine::RequestId request_id, engine::Completion completion) {
-  context_->metrics.record_finish(completion);
-  log_access(request_id, 200, completion.usage, completion.finish_reason);
+  record_->note_request_id(request_id);
+  record_->finish(completion, out_->client_gone());
   if (!options_.stream) {
     const ChunkContent content{text_, tokens_, options_.with_logprobs, 0};
     out_->respond(json_response(200, completion_json(identity_, content, completion, token_text_)));
@@ -86,31 +100,15 @@ void CompletionSink::on_finish(engine::RequestId request_id, engine::Completion 
 }
 
 void CompletionSink::on_error(engine::RequestId request_id, engine::RequestError error) {
-  context_->metrics.record_error();
-  ApiError api = api_error_from(error);
-  if (api.param.empty() && error.code == engine::ErrorCode::kPromptTooLong) {
-    api.param = identity_.kind == ApiKind::kChat ? "messages" : "prompt";
-  }
-  log_access(request_id, api.status, {}, api.code);
+  const ApiError api = api_error_for(identity_.kind, error);
+  record_->note_request_id(request_id);
+  record_->fail(api, out_->client_gone());
   if (!stream_started_) {
     out_->respond(engine_error_response(api));
     return;
   }
   out_->write(sse_event(error_json(api)) + std::string(kSseDone));
   out_->end();
-}
-
-void CompletionSink::log_access(engine::RequestId request_id, int status, const engine::Usage& usage,
-                                std::string_view finish_reason) const {
-  const double total_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_)
-          .count();
-  spdlog::info(
-      "http {} id={} request={} status={} prompt_tokens={} completion_tokens={} ttft_ms={:.1f} "
-      "total_ms={:.1f} finish={}{}",
-      options_.route, identity_.id, request_id, status, usage.prompt_tokens,
-      usage.completion_tokens, first_token_ms_, total_ms, finish_reason,
-      out_->client_gone() ? " client_gone" : "");
 }
 
 }  // namespace troupe::net

@@ -1,6 +1,7 @@
 // The RequestSink of one chat/completions HTTP request: turns the engine's deltas into SSE
-// chunks (stream) or one JSON body (no stream) on the request's ResponseStream, records the
-// latency metrics and writes the access-log line.
+// chunks (stream) or one JSON body (no stream) on the request's ResponseStream, and ends its
+// RequestRecord (access-log line, metrics) from the final call, which the engine makes even
+// after the client went away.
 //
 // Thread-safety: the engine calls the sink on its ingress thread, in order (on_delta*, then one
 // of on_finish/on_error); the sink only appends to the ResponseStream, which never blocks.
@@ -14,6 +15,7 @@
 #include "actors/engine/engine.hpp"
 #include "net/metrics.hpp"
 #include "net/openai_response.hpp"
+#include "net/request_record.hpp"
 #include "net/response_stream.hpp"
 #include "net/server_state.hpp"
 
@@ -21,17 +23,21 @@ namespace troupe::net {
 
 // What every OpenAI handler shares; kept alive by the routes and by every live sink.
 struct OpenAiContext {
-  OpenAiContext(engine::Engine& e, const ServerState& s, OpenAiApiConfig c)
-      : engine(e), state(s), config(c) {}
+  OpenAiContext(engine::Engine& e, const ServerState& s, OpenAiApiConfig c,
+                std::shared_ptr<ServingMetrics> m)
+      : engine(e), state(s), config(c), metrics(std::move(m)) {}
   engine::Engine& engine;
   const ServerState& state;
   OpenAiApiConfig config;
-  ServingMetrics metrics;
+  const std::shared_ptr<ServingMetrics> metrics;  // shared with the WebSocket chat
   TokenTextFn token_text() const;
+  // A record for one request of `route` (id "-" until it has one).
+  std::shared_ptr<RequestRecord> record(std::string_view route, std::string id,
+                                        std::string detail = {}) const;
 };
 
 struct SinkOptions {
-  std::string route;  // for the access log
+  std::string route;
   bool stream = false;
   bool include_usage = false;
   bool with_logprobs = false;
@@ -40,7 +46,8 @@ struct SinkOptions {
 class CompletionSink final : public engine::RequestSink {
  public:
   CompletionSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<ResponseStream> out,
-                 ResponseIdentity identity, SinkOptions options);
+                 ResponseIdentity identity, SinkOptions options,
+                 std::shared_ptr<RequestRecord> record);
 
   bool on_delta(engine::RequestId request_id, engine::TokenDelta delta) override;
   void on_finish(engine::RequestId request_id, engine::Completion completion) override;
@@ -49,18 +56,15 @@ class CompletionSink final : public engine::RequestSink {
  private:
   bool start_stream();
   void record_token_times(int32_t num_generated_tokens);
-  void log_access(engine::RequestId request_id, int status, const engine::Usage& usage,
-                  std::string_view finish_reason) const;
 
   std::shared_ptr<OpenAiContext> context_;
   std::shared_ptr<ResponseStream> out_;
   ResponseIdentity identity_;
   SinkOptions options_;
+  std::shared_ptr<RequestRecord> record_;
   TokenTextFn token_text_;
-  std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_token_time_;
   int32_t num_tokens_seen_ = 0;
-  double first_token_ms_ = -1;
   bool stream_started_ = false;
   std::string text_;                       // no stream: the whole answer
   std::vector<engine::TokenInfo> tokens_;  // no stream: every token's logprobs
@@ -69,5 +73,9 @@ class CompletionSink final : public engine::RequestSink {
 
 // The response for an engine error (429 carries Retry-After).
 HttpResponse engine_error_response(const ApiError& error);
+
+// An engine error as the client sees it; a prompt-too-long error that names no field names the
+// one holding the prompt ("messages" on chat, "prompt" on completions).
+ApiError api_error_for(ApiKind kind, const engine::RequestError& error);
 
 }  // namespace troupe::net

@@ -6,19 +6,26 @@
 
 #include "net/client_key.hpp"
 #include "net/json_writer.hpp"
+#include "net/request_record.hpp"
 
 namespace troupe::net {
 namespace {
 
 // The engine's view of one WebSocket generation. Called on the ingress thread: it only checks
 // the connection's closed flag and posts the work to the connection's strand.
+// The generation's record is ended here, on the ingress thread, not on the strand: a socket
+// that is gone has no strand work left to do, and its generations must still be accounted for.
 class WsSink final : public engine::RequestSink {
  public:
   WsSink(std::weak_ptr<WsChatConnection> connection, WsChatConnection::Post post,
-         std::string client_id)
-      : connection_(std::move(connection)), post_(std::move(post)), client_id_(std::move(client_id)) {}
+         std::string client_id, std::shared_ptr<RequestRecord> record)
+      : connection_(std::move(connection)),
+        post_(std::move(post)),
+        client_id_(std::move(client_id)),
+        record_(std::move(record)) {}
 
-  bool on_delta(engine::RequestId, engine::TokenDelta delta) override {
+  bool on_delta(engine::RequestId request_id, engine::TokenDelta delta) override {
+    record_->note_request_id(request_id);
     auto connection = connection_.lock();
     if (!connection || connection->closed()) return false;
     post_([connection, id = client_id_, delta = std::move(delta)]() mutable {
@@ -26,15 +33,19 @@ class WsSink final : public engine::RequestSink {
     });
     return true;
   }
-  void on_finish(engine::RequestId, engine::Completion completion) override {
+  void on_finish(engine::RequestId request_id, engine::Completion completion) override {
     auto connection = connection_.lock();
+    record_->note_request_id(request_id);
+    record_->finish(completion, !connection || connection->closed());
     if (!connection) return;
     post_([connection, id = client_id_, completion = std::move(completion)] {
       connection->emit_done(id, completion);
     });
   }
-  void on_error(engine::RequestId, engine::RequestError error) override {
+  void on_error(engine::RequestId request_id, engine::RequestError error) override {
     auto connection = connection_.lock();
+    record_->note_request_id(request_id);
+    record_->fail(api_error_from(error), !connection || connection->closed());
     if (!connection) return;
     post_([connection, id = client_id_, error = std::move(error)] { connection->emit_error(id, error); });
   }
@@ -43,7 +54,14 @@ class WsSink final : public engine::RequestSink {
   std::weak_ptr<WsChatConnection> connection_;
   WsChatConnection::Post post_;
   std::string client_id_;
+  std::shared_ptr<RequestRecord> record_;
 };
+
+ApiError ws_refusal(int status, std::string_view code, std::string message,
+                    std::string param = {}) {
+  return ApiError{status, std::move(message), "invalid_request_error", std::move(param),
+                  std::string(code)};
+}
 
 }  // namespace
 
@@ -87,12 +105,20 @@ static std::string next_ws_label() {
   return fmt::format("ws:{}", next.fetch_add(1, std::memory_order_relaxed));
 }
 
-WsChatConnection::WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post, Wake wake)
+WsChatConnection::WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post,
+                                   Wake wake, std::shared_ptr<ServingMetrics> metrics)
     : engine_(engine),
       config_(std::move(config)),
       post_(std::move(post)),
       wake_(std::move(wake)),
+      metrics_(metrics ? std::move(metrics) : std::make_shared<ServingMetrics>()),
       connection_label_(next_ws_label()) {}
+
+std::shared_ptr<RequestRecord> WsChatConnection::record(std::string_view client_id) const {
+  return std::make_shared<RequestRecord>(
+      metrics_, RequestLabel{"ws", "/v1/chat/ws", client_id.empty() ? "-" : std::string(client_id),
+                             connection_label_});
+}
 
 void WsChatConnection::push(std::string frame) {
   pending_bytes_ += frame.size();
@@ -104,30 +130,39 @@ void WsChatConnection::push(std::string frame) {
   wake_();
 }
 
-void WsChatConnection::send_error(std::string_view client_id, std::string_view code,
-                                  std::string_view message) {
-  push(ws_error_frame(client_id, code, message));
+// Every error frame answers something the client sent, so each is a refused request for the
+// access log and the metrics.
+void WsChatConnection::refuse(std::string_view client_id, const ApiError& error) {
+  record(client_id)->fail(error);
+  const std::string message = error.param.empty()
+                                  ? error.message
+                                  : fmt::format("{} (field '{}')", error.message, error.param);
+  push(ws_error_frame(client_id, error.code, message));
 }
 
 void WsChatConnection::on_binary() {
-  send_error({}, "unsupported_frame", "binary frames are not supported; send JSON text frames");
+  refuse({}, ws_refusal(400, "unsupported_frame",
+                        "binary frames are not supported; send JSON text frames"));
 }
 
 void WsChatConnection::on_text(std::string_view frame) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
   if (auto error = parser.parse(frame.data(), frame.size()).get(root); error) {
-    send_error({}, "invalid_json", fmt::format("invalid JSON: {}", simdjson::error_message(error)));
+    refuse({}, ws_refusal(400, "invalid_json",
+                          fmt::format("invalid JSON: {}", simdjson::error_message(error))));
     return;
   }
   std::string_view type;
   std::string_view id;
   if (root["type"].get_string().get(type) != simdjson::SUCCESS) {
-    send_error({}, "invalid_message", "'type' must be a string (\"chat\" or \"cancel\")");
+    refuse({}, ws_refusal(400, "invalid_message",
+                          "'type' must be a string (\"chat\" or \"cancel\")"));
     return;
   }
   if (root["id"].get_string().get(id) != simdjson::SUCCESS || id.empty() || id.size() > 256) {
-    send_error({}, "invalid_message", "'id' must be a non-empty string of at most 256 bytes");
+    refuse({}, ws_refusal(400, "invalid_message",
+                          "'id' must be a non-empty string of at most 256 bytes"));
     return;
   }
   const std::string client_id(id);
@@ -136,38 +171,39 @@ void WsChatConnection::on_text(std::string_view frame) {
   } else if (type == "cancel") {
     cancel_chat(client_id);
   } else {
-    send_error(client_id, "unknown_type", fmt::format("unknown message type '{}'", type));
+    refuse(client_id,
+           ws_refusal(400, "unknown_type", fmt::format("unknown message type '{}'", type)));
   }
 }
 
 void WsChatConnection::start_chat(std::string_view frame, const std::string& client_id) {
   if (shutting_down_) {
-    send_error(client_id, "draining", "the server is shutting down");
+    refuse(client_id, ws_refusal(503, "draining", "the server is shutting down"));
     return;
   }
   if (live_.contains(client_id)) {
-    send_error(client_id, "duplicate_id", "a generation with this id is still running");
+    refuse(client_id,
+           ws_refusal(400, "duplicate_id", "a generation with this id is still running"));
     return;
   }
   if (live_.size() >= config_.max_live_generations) {
-    send_error(client_id, "too_many_generations",
-               fmt::format("at most {} generations may run at once on one socket",
-                           config_.max_live_generations));
+    refuse(client_id, ws_refusal(429, "too_many_generations",
+                                 fmt::format("at most {} generations may run at once on one socket",
+                                             config_.max_live_generations)));
     return;
   }
   ParsedCompletion parsed =
       parse_completion_request(ApiKind::kChat, frame, config_.served_model_id, config_.api);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
-    const std::string message =
-        error->param.empty() ? error->message : fmt::format("{} (field '{}')", error->message, error->param);
-    send_error(client_id, error->code.empty() ? "invalid_request" : error->code, message);
+    if (error->code.empty()) error->code = "invalid_request";
+    refuse(client_id, *error);
     return;
   }
   CompletionRequest& request = std::get<CompletionRequest>(parsed);
   request.generate.origin = engine::RequestOrigin::kWebSocket;
   request.generate.client_label = client_id;
   request.generate.client = client_key("", request.user, connection_label_);
-  auto sink = std::make_shared<WsSink>(weak_from_this(), post_, client_id);
+  auto sink = std::make_shared<WsSink>(weak_from_this(), post_, client_id, record(client_id));
   // Insert before submit: the sink may answer (and be posted back) before submit returns.
   live_[client_id] = 0;
   live_[client_id] = engine_.submit(std::move(request.generate), std::move(sink));
@@ -176,7 +212,7 @@ void WsChatConnection::start_chat(std::string_view frame, const std::string& cli
 void WsChatConnection::cancel_chat(const std::string& client_id) {
   auto it = live_.find(client_id);
   if (it == live_.end()) {
-    send_error(client_id, "unknown_id", "no running generation has this id");
+    refuse(client_id, ws_refusal(404, "unknown_id", "no running generation has this id"));
     return;
   }
   engine_.cancel(it->second);  // the generation ends with a "done" frame, finish_reason cancelled
@@ -206,9 +242,13 @@ void WsChatConnection::emit_error(const std::string& client_id, const engine::Re
   push(ws_error_frame(client_id, api.code.empty() ? engine::to_string(error.code) : api.code, error.message));
 }
 
-WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config) {
-  return [&engine, config = std::move(config)](WebSocketEndpoint::Post post, WebSocketEndpoint::Wake wake) {
-    return std::make_shared<WsChatConnection>(engine, config, std::move(post), std::move(wake));
+WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config,
+                                 std::shared_ptr<ServingMetrics> metrics) {
+  if (!metrics) metrics = std::make_shared<ServingMetrics>();
+  return [&engine, config = std::move(config), metrics](WebSocketEndpoint::Post post,
+                                                        WebSocketEndpoint::Wake wake) {
+    return std::make_shared<WsChatConnection>(engine, config, std::move(post), std::move(wake),
+                                              metrics);
   };
 }
 

@@ -15,6 +15,10 @@
 // server shuts down (on_shutdown), new chats get an error frame with code "draining"; running
 // ones continue to their done/error frame, after which the session closes the socket (1001).
 //
+// Accounting (net/request_record.hpp): each chat, and each frame answered with an error frame,
+// is one request: one access-log line ("ws /v1/chat/ws id=<chat id> ws:<n> ...") and one count,
+// also when the socket closed before its done frame could be sent.
+//
 // Thread-safety: on_text()/on_closed()/on_shutdown()/idle()/take_output() run on the
 // connection's strand. Engine sinks call in from the ingress thread and only post() back to
 // that strand (the `post` function given at construction).
@@ -29,10 +33,13 @@
 #include <unordered_map>
 
 #include "actors/engine/engine.hpp"
+#include "net/metrics.hpp"
 #include "net/openai_request.hpp"
 #include "net/websocket_endpoint.hpp"
 
 namespace troupe::net {
+
+class RequestRecord;
 
 struct WsChatConfig {
   OpenAiApiConfig api;
@@ -45,7 +52,10 @@ class WsChatConnection final : public WebSocketEndpoint,
                                public std::enable_shared_from_this<WsChatConnection> {
  public:
 
-  WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post, Wake wake);
+  // `metrics`: shared with the HTTP routes so that /metrics counts WebSocket chats too (null:
+  // the connection's own).
+  WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post, Wake wake,
+                   std::shared_ptr<ServingMetrics> metrics = nullptr);
 
   // A text frame from the client.
   void on_text(std::string_view frame) override;
@@ -72,12 +82,15 @@ class WsChatConnection final : public WebSocketEndpoint,
   void start_chat(std::string_view frame, const std::string& client_id);
   void cancel_chat(const std::string& client_id);
   void push(std::string frame);
-  void send_error(std::string_view client_id, std::string_view code, std::string_view message);
+  // Answers a frame with an error frame, and records it as a refused request.
+  void refuse(std::string_view client_id, const ApiError& error);
+  std::shared_ptr<RequestRecord> record(std::string_view client_id) const;
 
   engine::Engine& engine_;
   WsChatConfig config_;
   Post post_;
   Wake wake_;
+  const std::shared_ptr<ServingMetrics> metrics_;
   std::atomic<bool> closed_{false};
   bool shutting_down_ = false;
   std::unordered_map<std::string, engine::RequestId> live_;  // client id -> engine id
@@ -88,8 +101,9 @@ class WsChatConnection final : public WebSocketEndpoint,
   uint64_t pending_bytes_ = 0;
 };
 
-// The factory for HttpServer::add_websocket_route("/v1/chat/ws", ...).
-WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config);
+// The factory for HttpServer::add_websocket_route("/v1/chat/ws", ...); `metrics` as above.
+WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config,
+                                 std::shared_ptr<ServingMetrics> metrics = nullptr);
 
 // The frame texts (also used by tests).
 std::string ws_delta_frame(std::string_view id, std::string_view text);

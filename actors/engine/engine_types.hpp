@@ -95,7 +95,9 @@ struct Completion {
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
-  // false: the client is gone; ingress cancels the request and sends nothing more.
+  // false: the client is gone; ingress cancels the request and sends no more deltas. The final
+  // on_finish (normally "cancelled") or on_error still comes, so that every request is
+  // accounted for (access log, metrics) in one place: the sink's final call.
   virtual bool on_delta(RequestId request_id, TokenDelta delta) = 0;
   virtual void on_finish(RequestId request_id, Completion completion) = 0;
   virtual void on_error(RequestId request_id, RequestError error) = 0;

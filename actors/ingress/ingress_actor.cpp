@@ -21,7 +21,8 @@ double milliseconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-RequestError error_for(scheduler::AddResult result) {
+// `input_field`: the request field holding the prompt ("messages" or "prompt").
+RequestError error_for(scheduler::AddResult result, std::string_view input_field) {
   using scheduler::AddResult;
   switch (result) {
     case AddResult::kQueueFull:
@@ -33,8 +34,9 @@ RequestError error_for(scheduler::AddResult result) {
     case AddResult::kNeverFits:
       return {ErrorCode::kPromptTooLong,
               fmt::format("the request cannot fit in the KV cache ({})", scheduler::to_string(result)),
-              "messages"};
-    case AddResult::kEmptyPrompt: return {ErrorCode::kInvalidRequest, "the prompt is empty", "prompt"};
+              std::string(input_field)};
+    case AddResult::kEmptyPrompt:
+      return {ErrorCode::kInvalidRequest, "the prompt is empty", std::string(input_field)};
     case AddResult::kInvalidMaxTokens:
       return {ErrorCode::kInvalidRequest, "max_tokens must be at least 1", "max_tokens"};
     case AddResult::kDuplicateId:
@@ -122,9 +124,11 @@ void IngressActor::flush_pending_control() {
 boost::asio::awaitable<void> IngressActor::run() {
   auto loop = Actor::run();  // named: g++ 12.2 co_await temporaries
   co_await std::move(loop);
-  // The mailbox is drained and closed: a prompt still on a worker can no longer come back.
+  // The mailbox is drained and closed: a prompt still on a worker can no longer come back, and
+  // the scheduler will confirm no more ends (shutdown past its deadline). Whoever has not had
+  // a final call gets one now.
   for (auto& [id, request] : live_) {
-    if (request.building) fail(request, RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+    fail(request, RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
   }
   live_.clear();
 }
@@ -142,6 +146,7 @@ void IngressActor::on_submit(Submit& submit) {
       .want_logprobs = request.sampling.logprobs,
       .top_logprobs = request.sampling.top_logprobs,
       .min_tokens = request.sampling.min_tokens,
+      .input_field = request.messages.empty() ? "prompt" : "messages",
       .submitted_at = submit.submitted_at,
   };
   live_.emplace(submit.request_id, std::move(live));
@@ -240,7 +245,8 @@ void IngressActor::on_step_events(StepEvents& events) {
   generated_tokens_.add(events.step_done_at, events.update.tokens.size());
   for (const scheduler::GeneratedToken& token : events.update.tokens) {
     auto it = live_.find(token.request_id);
-    if (it != live_.end() && !it->second.closed) on_token(it->second, token, events.step_done_at);
+    if (it == live_.end() || it->second.closed || it->second.client_gone) continue;
+    on_token(it->second, token, events.step_done_at);
   }
   on_sequences_ended(events.update.finished, events.step_done_at);
 }
@@ -273,7 +279,8 @@ void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToke
   delta.text = std::move(stopped.text);
   if (!delta.text.empty() || !delta.tokens.empty()) {
     if (!request.sink->on_delta(request.request_id, std::move(delta))) {
-      request.closed = true;  // client gone: nothing more to tell it
+      // No more deltas; the scheduler's confirmation of the cancel brings the final call.
+      request.client_gone = true;
       send_to_scheduler(scheduler::CancelSequence{request.request_id});
       return;
     }
@@ -305,31 +312,37 @@ void IngressActor::on_sequences_ended(std::span<const scheduler::FinishedSequenc
   }
 }
 
+// NOTE: on_finish comes even when the client is gone (before or during the held-back text):
+// it is the one event every request ends with, and net does its accounting there.
 void IngressActor::tell_end(LiveRequest& request, const scheduler::FinishedSequence& finished,
                             Clock::time_point now) {
-  std::string tail = request.detokenizer.flush();
-  StopMatcher::Result last = request.stop.push(tail);
-  std::string text = std::move(last.text);
-  if (!last.stopped) text += request.stop.flush();
-  bool client_present = true;
-  if (!text.empty()) {
-    engine::TokenDelta delta;
-    delta.text = std::move(text);
-    delta.num_generated_tokens = finished.num_generated_tokens;
-    client_present = request.sink->on_delta(request.request_id, std::move(delta));
+  bool stopped = false;
+  if (!request.client_gone) {
+    std::string tail = request.detokenizer.flush();
+    StopMatcher::Result last = request.stop.push(tail);
+    std::string text = std::move(last.text);
+    if (!last.stopped) text += request.stop.flush();
+    stopped = last.stopped;
+    if (!text.empty()) {
+      engine::TokenDelta delta;
+      delta.text = std::move(text);
+      delta.num_generated_tokens = finished.num_generated_tokens;
+      request.client_gone = !request.sink->on_delta(request.request_id, std::move(delta));
+    }
   }
-  if (client_present) {
-    const std::string reason(last.stopped ? std::string_view("stop")
-                                          : scheduler::openai_finish_reason(finished.reason));
-    request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
-  }
+  const std::string reason(stopped ? std::string_view("stop")
+                                   : scheduler::openai_finish_reason(finished.reason));
+  request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
 }
 
 void IngressActor::on_refused(const AdmissionRefused& refusal) {
   auto it = live_.find(refusal.request_id);
   if (it == live_.end()) return;
   ++num_refused_;
-  if (!it->second.closed) it->second.sink->on_error(refusal.request_id, error_for(refusal.result));
+  if (!it->second.closed) {
+    it->second.sink->on_error(refusal.request_id,
+                              error_for(refusal.result, it->second.input_field));
+  }
   live_.erase(it);
 }
 

@@ -60,14 +60,19 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
     bool want_logprobs = false;
     int32_t top_logprobs = 0;
     int32_t min_tokens = 0;  // stop strings count only once more tokens than this exist
+    const char* input_field = "messages";  // the field errors about the prompt name
     int32_t num_prompt_tokens = 0;
     int32_t num_generated_tokens = 0;
     Clock::time_point submitted_at;
     std::optional<Clock::time_point> first_scheduled_at;
     std::optional<Clock::time_point> first_token_at;
-    // The sink got its final call (stop string matched, or the client is gone); waiting only
-    // for the scheduler to confirm the end before forgetting the request.
+    // The sink got its final call (a stop string matched, or an error); waiting only for the
+    // scheduler to confirm the end before forgetting the request.
     bool closed = false;
+    // on_delta said the client is gone: it gets no more deltas, but its final on_finish
+    // ("cancelled", once the scheduler confirms) still comes, so that net can account for
+    // every request (issue 14: dropped streams used to leave no log line and no metric).
+    bool client_gone = false;
     bool building = true;             // its prompt is on a worker; the scheduler has not seen it
     bool cancelled_building = false;  // ... and a cancel came meanwhile
   };

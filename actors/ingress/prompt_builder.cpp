@@ -115,12 +115,13 @@ std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
   int32_t max_tokens = request.stop.max_tokens;
   if (max_tokens <= 0) max_tokens = limits_.default_max_tokens > 0 ? limits_.default_max_tokens : room;
   if (max_tokens > room) {
+    // NOTE: 64-bit: max_tokens may be anything up to INT32_MAX, so the int32 sum could overflow.
+    const int64_t requested = int64_t{prompt_length} + int64_t{max_tokens};
     return RequestError{ErrorCode::kPromptTooLong,
                         fmt::format("This model's maximum context length is {} tokens. However, "
                                     "you requested {} tokens ({} in the prompt, {} for the "
                                     "completion)",
-                                    limits_.max_model_len, prompt_length + max_tokens,
-                                    prompt_length, max_tokens),
+                                    limits_.max_model_len, requested, prompt_length, max_tokens),
                         "max_tokens"};
   }
   prompt.max_tokens = max_tokens;

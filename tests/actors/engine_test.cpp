@@ -89,7 +89,9 @@ TEST(Engine, ACancelWhileThePromptIsBuiltEndsItCancelled) {
   EXPECT_TRUE(wait_idle(*engine));
 }
 
-TEST(Engine, ASinkThatClosesCancelsItsRequest) {
+// Issue 14: the final call still comes after the client went away, "cancelled", so that net
+// writes its access-log line and counts the request (it used to get nothing at all).
+TEST(Engine, ASinkThatClosesCancelsItsRequestAndStillHearsTheEnd) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
   auto sink = std::make_shared<RecordingSink>(/*close_after=*/3);
@@ -99,9 +101,13 @@ TEST(Engine, ASinkThatClosesCancelsItsRequest) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const uint64_t generated_at_close = engine->stats().generation_tokens_total;
+  ASSERT_TRUE(sink->wait());
+  ASSERT_FALSE(sink->error()) << sink->error()->message;
+  EXPECT_EQ(sink->completion()->finish_reason, "cancelled");
+  EXPECT_GE(sink->completion()->usage.completion_tokens, 3);
+  EXPECT_EQ(sink->num_deltas(), 3);  // no delta after the client went away
+  EXPECT_EQ(sink->calls_after_end(), 0);
   ASSERT_TRUE(wait_idle(*engine));
-  EXPECT_EQ(sink->num_deltas(), 3);  // nothing after the client went away
-  EXPECT_FALSE(sink->ended());       // and no final call either: nobody is listening
   // The generation stopped when the sink closed (a few planned steps at most), not at 2,000.
   EXPECT_LT(engine->stats().generation_tokens_total - generated_at_close, 16u);
 }
@@ -218,6 +224,33 @@ TEST(Engine, BadRequestsGetErrorsNamingTheField) {
   ASSERT_TRUE(empty_sink->wait());
   ASSERT_TRUE(empty_sink->error());
   EXPECT_EQ(empty_sink->error()->code, ErrorCode::kInvalidRequest);
+}
+
+// Issue 14: a request that can never fit in the KV pool (though it fits the context) named
+// "messages" even on /v1/completions; the field is the one that holds its prompt.
+TEST(Engine, ARequestThatNeverFitsTheKvNamesItsPromptField) {
+  TROUPE_REQUIRE_MODEL();
+  EngineConfig config = test_config();
+  config.scheduler.num_blocks = 4;  // 64 tokens of KV in all; the context stays the model's
+  auto engine = Engine::start(config);
+  std::string long_text;  // ~120 tokens: more than the pool, far less than the context
+  for (int i = 0; i < 40; ++i) long_text += "knight castle dragon ";
+
+  GenerateRequest completion = greedy_chat("unused", 4);
+  completion.messages.clear();
+  completion.prompt_text = long_text;
+  auto completion_sink = std::make_shared<RecordingSink>();
+  engine->submit(std::move(completion), completion_sink);
+  ASSERT_TRUE(completion_sink->wait());
+  ASSERT_TRUE(completion_sink->error());
+  EXPECT_EQ(completion_sink->error()->code, ErrorCode::kPromptTooLong);
+  EXPECT_EQ(completion_sink->error()->param, "prompt") << completion_sink->error()->message;
+
+  auto chat_sink = std::make_shared<RecordingSink>();
+  engine->submit(greedy_chat(long_text, 4), chat_sink);
+  ASSERT_TRUE(chat_sink->wait());
+  ASSERT_TRUE(chat_sink->error());
+  EXPECT_EQ(chat_sink->error()->param, "messages") << chat_sink->error()->message;
 }
 
 TEST(Engine, UserTextCannotInjectSpecialTokens) {

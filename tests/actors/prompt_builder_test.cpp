@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <variant>
+
+#include <fmt/format.h>
 
 #include "engine_test_support.hpp"
 #include "model/gguf.hpp"
@@ -90,6 +93,27 @@ TEST(PromptBuilder, TokenizingStopsOnceThePromptPassesTheContext) {
     EXPECT_EQ(error.code, ErrorCode::kPromptTooLong);
     EXPECT_NE(error.message.find("more than 64 tokens"), std::string::npos) << error.message;
   }
+}
+
+// Issue 14: max_tokens = INT32_MAX overflowed the int32 sum in the refusal (the 400 said
+// "-2147483648 tokens"; signed overflow is undefined behaviour besides).
+TEST(PromptBuilder, AHugeMaxTokensIsRefusedWithTheTrueTotal) {
+  TROUPE_REQUIRE_MODEL();
+  const PromptBuilder builder = builder_for(8192);
+  GenerateRequest request = text_request("Hello there");
+  request.stop.max_tokens = std::numeric_limits<int32_t>::max();
+  const auto built = builder.build(request);
+  ASSERT_TRUE(std::holds_alternative<RequestError>(built));
+  const RequestError& error = std::get<RequestError>(built);
+  EXPECT_EQ(error.code, ErrorCode::kPromptTooLong);
+  EXPECT_EQ(error.param, "max_tokens");
+  const size_t bos = builder.tokenizer().add_bos() ? 1 : 0;
+  const int64_t prompt_tokens =
+      static_cast<int64_t>(builder.tokenizer().encode("Hello there", true).size() + bos);
+  const int64_t total = prompt_tokens + std::numeric_limits<int32_t>::max();
+  EXPECT_NE(error.message.find(fmt::format("you requested {} tokens", total)), std::string::npos)
+      << error.message;
+  EXPECT_EQ(error.message.find('-'), std::string::npos) << error.message;
 }
 
 }  // namespace

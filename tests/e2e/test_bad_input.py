@@ -87,3 +87,69 @@ def test_server_still_serves_after_bad_inputs(server):
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"mess")
     r = post(server, CHAT, __import__("json").dumps(GOOD))
     assert r.status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 14: what OpenAI refuses is refused here too, naming the field.
+
+@pytest.mark.parametrize("messages,param", [
+    ([{"role": "wizard", "content": "hi"}], "messages[0].role"),
+    ([{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].text"),
+    ([{"role": "user", "content": None}], "messages[0].content"),
+    ([{"role": "user"}], "messages[0].content"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}],
+     "messages[1].content"),
+])
+def test_bad_messages_are_400_naming_the_field(server, messages, param):
+    import json
+    r = post(server, CHAT, json.dumps({"model": MODEL_ID, "messages": messages, "max_tokens": 2}))
+    assert_error(r, 400, param)
+
+
+def test_assistant_tool_call_without_content_is_accepted(server):
+    import json
+    messages = [{"role": "user", "content": "What is the weather?"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": "c1", "type": "function",
+                                 "function": {"name": "weather", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    r = post(server, CHAT, json.dumps({"model": MODEL_ID, "messages": messages, "max_tokens": 2}))
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("echo,status", [("yes", 400), (1, 400), (True, 400), (False, 200),
+                                         (None, 200)])
+def test_completions_echo(server, echo, status):
+    import json
+    r = post(server, "/v1/completions",
+             json.dumps({"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2, "echo": echo}))
+    if status == 200:
+        assert r.status_code == 200, r.text
+    else:
+        assert_error(r, 400, "echo")
+
+
+def test_max_tokens_at_int32_max_is_400_with_the_true_total(server):
+    import json
+    r = post(server, "/v1/completions",
+             json.dumps({"model": MODEL_ID, "prompt": "Hello", "max_tokens": 2147483647}))
+    assert_error(r, 400, "max_tokens")
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "2147483647 for the completion" in error["message"], error
+    assert "-" not in error["message"], error
+
+
+def test_never_fits_the_kv_cache_names_the_prompt_field(start_server, tmp_path):
+    """A prompt that fits the context but not the whole KV pool (8 blocks of 16 tokens here)."""
+    import json
+    config = tmp_path / "small-kv.json"
+    config.write_text(json.dumps({"scheduler": {"num_blocks": 8}}))
+    small = start_server("--config", str(config)).wait_ready()
+    long_text = "knight castle dragon " * 60  # ~180 tokens: more than 128, far less than 8192
+    r = post(small, "/v1/completions",
+             json.dumps({"model": MODEL_ID, "prompt": long_text, "max_tokens": 4}))
+    assert_error(r, 400, "prompt")
+    r = post(small, CHAT, json.dumps({"model": MODEL_ID, "max_tokens": 4,
+                                      "messages": [{"role": "user", "content": long_text}]}))
+    assert_error(r, 400, "messages")

@@ -1,4 +1,5 @@
 """The OpenAI-compatible API end to end with the official `openai` client (issue 6)."""
+import json
 import re
 import socket
 import time
@@ -70,6 +71,29 @@ def test_chat_logprobs(client):
     content = r.choices[0].logprobs.content
     assert len(content) == r.usage.completion_tokens
     assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+
+
+def test_completion_top_logprobs_keys_are_unique(server):
+    """Issue 14: tokens holding parts of a UTF-8 character all became U+FFFD, so one position's
+    top_logprobs object repeated keys (a JSON client keeps one and silently loses the rest).
+    Such tokens are keyed "bytes:\\xNN..." as OpenAI's legacy completions write them."""
+    class Pairs(dict):
+        def __init__(self, pairs):
+            super().__init__(pairs)
+            self.pairs = pairs
+
+    r = requests.post(server.base_url + "/v1/completions", timeout=120, json={
+        "model": MODEL_ID, "prompt": "日本の首都は", "max_tokens": 6, "temperature": 0,
+        "logprobs": 20})
+    assert r.status_code == 200, r.text
+    logprobs = json.loads(r.text, object_pairs_hook=Pairs)["choices"][0]["logprobs"]
+    keys_seen = []
+    for top in logprobs["top_logprobs"]:
+        keys = [key for key, _ in top.pairs]
+        assert len(keys) == len(set(keys)) == 20, keys
+        keys_seen += keys
+    # the prompt makes the model weigh partial characters: the case above is exercised
+    assert any(key.startswith("bytes:\\x") for key in keys_seen)
 
 
 def test_errors_map_to_client_exceptions(client):

@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "net/batch_codec.hpp"
 #include "net/metrics.hpp"
 #include "net/openai_response.hpp"
@@ -86,6 +90,46 @@ TEST(OpenAiResponse, TextCompletionWithLogprobs) {
   const std::string with_offset =
       chunk_json(id, {"c", std::span(tokens).subspan(1), true, 5}, false, std::nullopt, token_text);
   EXPECT_NE(with_offset.find(R"("text_offset":[5])"), std::string::npos) << with_offset;
+}
+
+// Issue 14: distinct tokens holding parts of UTF-8 characters all became U+FFFD, so one
+// position's top_logprobs object repeated a key (a client keeps one entry and loses the rest).
+TEST(OpenAiResponse, CompletionTopLogprobsKeysAreUniqueForByteTokens) {
+  const auto byte_text = [](int32_t id) -> std::string {
+    switch (id) {
+      case 1: return "\xE2";        // the first byte of a 3-byte character
+      case 2: return "\xE3";        // ... of another
+      case 3: return "\xE2\x80";    // two bytes of one
+      case 4: return "\xC3\xA9";    // a whole character: itself
+      case 5: return "";            // special tokens render empty ...
+      case 6: return "";            // ... so two of them share a text
+      default: return "x";
+    }
+  };
+  const ResponseIdentity id{ApiKind::kCompletion, "cmpl-1", 1, "M"};
+  const std::vector<engine::TokenInfo> tokens{
+      {1, "\xE2", -0.1f, {{1, -0.1f}, {2, -0.2f}, {3, -0.3f}, {4, -0.4f}, {5, -0.5f}, {6, -0.6f}}}};
+  engine::Completion done;
+  done.finish_reason = "length";
+  const std::string whole = completion_json(id, {"", tokens, true, 0}, done, byte_text);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element root = parse(parser, whole);
+  const simdjson::dom::element logprobs = root["choices"].at(0)["logprobs"];
+  std::vector<std::string> keys;
+  for (const auto field : simdjson::dom::object(logprobs["top_logprobs"].at(0))) {
+    keys.emplace_back(field.key);
+  }
+  ASSERT_EQ(keys.size(), 6u) << whole;
+  EXPECT_EQ(keys[0], "bytes:\\xe2");
+  EXPECT_EQ(keys[1], "bytes:\\xe3");
+  EXPECT_EQ(keys[2], "bytes:\\xe2\\x80");
+  EXPECT_EQ(keys[3], "\xC3\xA9");
+  EXPECT_EQ(keys[4], "");
+  EXPECT_EQ(keys[5], "token_id:6");
+  std::vector<std::string> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << whole;
+  EXPECT_EQ(std::string_view(logprobs["tokens"].at(0)), "bytes:\\xe2");
 }
 
 TEST(BatchCodec, ParsesJsonlWithBadItemsInOrder) {
@@ -177,7 +221,8 @@ TEST(Metrics, HistogramAndExposition) {
   done.finish_reason = "stop";
   done.usage.completion_tokens = 2;
   done.timings.time_to_first_token_ms = 30;
-  serving.record_finish(done);
+  serving.observe_latencies(done);
+  serving.count_finished(done.finish_reason);
   const std::string text = render_metrics(stats, serving, "M");
   for (const char* needle :
        {"vllm:num_requests_running{model_name=\"M\"} 3\n",

@@ -162,6 +162,59 @@ TEST(OpenAiRequest, OutOfRangeValuesNameTheField) {
   EXPECT_EQ(error_of(chat(R"({"model":"M"})")).param, "messages");
 }
 
+// Issue 14: what OpenAI refuses was ignored (an unknown role rendered as a turn, a text part
+// without text and a user message without content became empty turns).
+TEST(OpenAiRequest, MessagesAreCheckedAsOpenAiChecksThem) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"([{"role":"wizard","content":"x"}])", "messages[0].role"},
+      {R"([{"role":"","content":"x"}])", "messages[0].role"},
+      {R"([{"role":"user","content":"x"},{"role":"user","content":[{"type":"text"}]}])",
+       "messages[1].content[0].text"},
+      {R"([{"role":"user","content":[{"type":"text","text":null}]}])", "messages[0].content[0].text"},
+      {R"([{"role":"user","content":null}])", "messages[0].content"},
+      {R"([{"role":"user"}])", "messages[0].content"},
+      {R"([{"role":"system","content":null},{"role":"user","content":"x"}])", "messages[0].content"},
+      {R"([{"role":"tool","content":null}])", "messages[0].content"},
+      {R"([{"role":"user","content":"x"},{"role":"assistant","content":null}])",
+       "messages[1].content"},
+  };
+  for (const auto& [messages, param] : refused) {
+    const std::string body = R"({"messages":)" + messages + "}";
+    const ApiError e = error_of(chat(body));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, param) << body << " -> " << e.message;
+  }
+  // An assistant turn that made a tool call may have no content (OpenAI's rule); every OpenAI
+  // role is accepted.
+  const auto accepted = chat(R"({"messages":[{"role":"developer","content":"be brief"},
+    {"role":"user","content":"weather?"},
+    {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function",
+      "function":{"name":"w","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c","content":"sunny"},
+    {"role":"assistant","function_call":{"name":"w","arguments":"{}"}},
+    {"role":"function","name":"w","content":"sunny"},
+    {"role":"user","content":[{"type":"text","text":""}]}]})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(accepted))
+      << std::get<ApiError>(accepted).message;
+  EXPECT_EQ(std::get<CompletionRequest>(accepted).generate.messages.size(), 7u);
+  EXPECT_EQ(std::get<CompletionRequest>(accepted).generate.messages[2].content, "");
+}
+
+// Completions' `echo` was ignored whatever it held: the client asked for its prompt back and
+// silently did not get it.
+TEST(OpenAiRequest, EchoIsABooleanAndTrueIsRefused) {
+  for (const char* body : {R"({"prompt":"x","echo":"yes"})", R"({"prompt":"x","echo":1})",
+                           R"({"prompt":"x","echo":true})"}) {
+    const ApiError e = error_of(completion(body));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, "echo") << body;
+  }
+  EXPECT_EQ(error_of(completion(R"({"prompt":"x","echo":"yes"})")).code, "invalid_type");
+  for (const char* body : {R"({"prompt":"x","echo":false})", R"({"prompt":"x","echo":null})"}) {
+    EXPECT_TRUE(std::holds_alternative<CompletionRequest>(completion(body))) << body;
+  }
+}
+
 TEST(OpenAiRequest, UnknownModelIs404AndServedOrEmptyModelIsAccepted) {
   const ApiError e = error_of(chat(R"({"model":"gpt-4","messages":[{"role":"user","content":"x"}]})"));
   EXPECT_EQ(e.status, 404);

@@ -85,7 +85,7 @@ class WsChatTest : public ::testing::Test {
   std::shared_ptr<WsChatConnection> connect(WsChatConfig config = {}) {
     config.served_model_id = "test-model";
     return std::make_shared<WsChatConnection>(engine_, std::move(config), strand_.post(),
-                                              [this] { ++num_wakes_; });
+                                              [this] { ++num_wakes_; }, metrics_);
   }
 
   // Runs posted work and collects output until `done(frames)` holds (or 5 s pass).
@@ -143,6 +143,7 @@ class WsChatTest : public ::testing::Test {
     return fmt::format(R"({{"type":"cancel","id":"{}"}})", id);
   }
 
+  std::shared_ptr<ServingMetrics> metrics_ = std::make_shared<ServingMetrics>();
   FakeEngine engine_;
   ManualStrand strand_;
   std::vector<Frame> frames_;
@@ -375,6 +376,31 @@ TEST_F(WsChatTest, GenerationsEndWhenTheConnectionObjectIsGone) {
     strand_.run_queued();
     return engine_.num_active() == 0;
   }));
+}
+
+// Issue 14: each chat is counted once whatever ends it, including chats whose socket went
+// away before their done frame (the WebSocket chat counted nothing at all before).
+TEST_F(WsChatTest, EveryChatIsCountedOnceWhateverEndsIt) {
+  auto connection = connect();
+  connection->on_text(chat("done"));
+  connection->on_text(chat("bad", R"(,"max_tokens":-1)"));
+  ASSERT_TRUE(pump_until(*connection, done_for({"done", "bad"})));
+  engine_.script.endless = true;
+  connection->on_text(chat("x"));
+  connection->on_text(chat("y"));
+  ASSERT_TRUE(pump_until(*connection, [](const auto& f) {
+    return count(f, "delta", "x") > 0 && count(f, "delta", "y") > 0;
+  }));
+  connection->on_closed();
+  connection.reset();  // the sinks end their records without the connection
+  ASSERT_TRUE(FakeEngine::eventually([&] {
+    strand_.run_queued();
+    return engine_.num_active() == 0;
+  }));
+  EXPECT_EQ(metrics_->finished_stop.load(), 1u);
+  EXPECT_EQ(metrics_->finished_cancelled.load(), 2u);
+  EXPECT_EQ(metrics_->failed.load(), 1u);
+  EXPECT_EQ(metrics_->finished_length.load(), 0u);
 }
 
 TEST_F(WsChatTest, TooManyLiveGenerationsIsAnError) {
