@@ -209,6 +209,9 @@ ObjectReader admin_reader(net::AdminServerConfig& admin) {
   reader.on("max_connections", [&admin](element v, const std::string& p) {
     admin.max_connections = static_cast<int>(read_uint(v, p, 1, 4096));
   });
+  reader.on("idle_timeout_ms", [&admin](element v, const std::string& p) {
+    admin.idle_timeout = std::chrono::milliseconds(read_uint(v, p, 1, 86'400'000));
+  });
   reader.on("tcp", [&admin](element v, const std::string&) {
     ObjectReader tcp("admin.tcp");
     tcp.on("enabled", [&admin](element t, const std::string& p) { admin.tcp.enabled = read_bool(t, p); });
