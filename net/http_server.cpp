@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <mutex>
 #include <map>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -28,6 +29,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include "net/http_framing.hpp"
 #include "net/response_stream.hpp"
 #include "net/ws_session.hpp"
 
@@ -129,9 +131,47 @@ HttpResponse parse_error_response(const beast::error_code& ec, uint64_t max_body
     return error_response(431, "request headers are too large", "invalid_request_error", {},
                           "headers_too_large");
   }
+  if (ec == http::error::bad_transfer_encoding) {
+    return error_response(400,
+                          "invalid Transfer-Encoding header: it may appear once, must end in "
+                          "chunked and must not come with a Content-Length",
+                          "invalid_request_error", {}, "invalid_transfer_encoding");
+  }
+  if (ec == http::error::bad_content_length || ec == http::error::multiple_content_length) {
+    return error_response(400,
+                          fmt::format("invalid Content-Length header ({}); it must not come with a "
+                                      "Transfer-Encoding",
+                                      ec.message()),
+                          "invalid_request_error", {}, "invalid_content_length");
+  }
   return error_response(400, fmt::format("malformed HTTP request: {}", ec.message()),
                         "invalid_request_error", {}, "bad_request");
 }
+
+// The framing check of a parsed request header (http_framing.hpp).
+std::optional<HttpResponse> check_framing(const http::request<http::string_body>& header) {
+  std::string transfer_encoding;
+  for (const auto& field : header) {
+    if (field.name() != http::field::transfer_encoding) continue;
+    if (!transfer_encoding.empty()) transfer_encoding += ", ";
+    transfer_encoding.append(field.value().data(), field.value().size());
+  }
+  return check_request_framing(transfer_encoding,
+                               header.find(http::field::content_length) != header.end());
+}
+
+// The end of a connection that needs no answer: the peer left, a timeout, or stop().
+bool connection_ended(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::operation_aborted ||
+         ec == beast::error::timeout || ec == asio::error::connection_reset ||
+         ec == asio::error::eof;
+}
+
+// One request's worth of reading: what the session does next.
+struct RequestRead {
+  bool connection_ended = false;        // nothing to answer: leave
+  std::optional<HttpResponse> refusal;  // answer this and close (parse or framing error)
+};
 
 }  // namespace
 
@@ -164,6 +204,13 @@ struct HttpServer::Impl {
   }
 
   asio::awaitable<void> run_session(std::shared_ptr<Connection> connection);
+  // Waits (up to the keep-alive timeout) for the first byte of the connection's next request.
+  // False: the connection ended first.
+  asio::awaitable<bool> await_next_request(beast::tcp_stream& stream, beast::flat_buffer& buffer);
+  // Reads one request's header, checks its framing, then reads its body, all within one
+  // read_timeout that starts now.
+  asio::awaitable<RequestRead> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                            http::request_parser<http::string_body>& parser);
   // The WebSocket route an upgrade request asks for; null for anything else.
   const WebSocketFactory* websocket_route(const http::request<http::string_body>& request) const;
   // Writes what `out` produces until it is complete. False: the connection must close.
@@ -179,24 +226,24 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
   beast::flat_buffer buffer;
   bool first_request = true;
   while (!stopping.load(std::memory_order_acquire)) {
-    // Between requests the idle timeout applies; once bytes arrive, the read timeout.
-    stream.expires_after(first_request ? config.read_timeout : config.keep_alive_timeout);
+    // NOTE: a connection's first request gets read_timeout from the accept; a pipelined one
+    // (bytes already buffered) from now.
+    if (!first_request && buffer.size() == 0) {
+      const bool started = co_await await_next_request(stream, buffer);
+      if (!started) break;
+    }
+    first_request = false;
     http::request_parser<http::string_body> parser;
     parser.body_limit(config.max_body_bytes);
     parser.header_limit(config.max_header_bytes);
-    auto [read_ec, read_bytes] = co_await http::async_read(stream, buffer, parser, kAsTuple);
-    first_request = false;
-    if (read_ec == http::error::end_of_stream || read_ec == asio::error::operation_aborted ||
-        read_ec == beast::error::timeout || read_ec == asio::error::connection_reset ||
-        read_ec == asio::error::eof) {
-      break;
-    }
+    RequestRead read = co_await read_request(stream, buffer, parser);
+    if (read.connection_ended) break;
     connection->busy = true;
     unsigned version = 11;
     bool keep_alive = false;
     auto out = std::make_shared<ResponseStream>(config.max_stream_buffer_bytes);
-    if (read_ec) {
-      out->respond(parse_error_response(read_ec, config.max_body_bytes));
+    if (read.refusal) {
+      out->respond(std::move(*read.refusal));
     } else {
       http::request<http::string_body> request = parser.release();
       version = request.version();
@@ -231,6 +278,44 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
   stream.socket().close(ignored);
   untrack(connection);
   num_connections.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+asio::awaitable<bool> HttpServer::Impl::await_next_request(beast::tcp_stream& stream,
+                                                           beast::flat_buffer& buffer) {
+  // Only the keep-alive timeout runs until a byte arrives; read_request() then gives the request
+  // read_timeout. Waiting for the whole request here under the keep-alive timeout would let a
+  // client trickle a request in a byte at a time for that much longer (issue 14).
+  constexpr size_t kFirstReadBytes = 4096;
+  stream.expires_after(config.keep_alive_timeout);
+  auto [ec, num_bytes] = co_await stream.async_read_some(buffer.prepare(kFirstReadBytes), kAsTuple);
+  buffer.commit(num_bytes);
+  co_return !ec;
+}
+
+asio::awaitable<RequestRead> HttpServer::Impl::read_request(
+    beast::tcp_stream& stream, beast::flat_buffer& buffer,
+    http::request_parser<http::string_body>& parser) {
+  RequestRead read;
+  stream.expires_after(config.read_timeout);
+  auto [head_ec, head_bytes] = co_await http::async_read_header(stream, buffer, parser, kAsTuple);
+  if (connection_ended(head_ec)) {
+    read.connection_ended = true;
+    co_return read;
+  }
+  if (head_ec) {
+    read.refusal = parse_error_response(head_ec, config.max_body_bytes);
+    co_return read;
+  }
+  // Before the body: with untrustworthy framing we do not know where the body ends.
+  read.refusal = check_framing(parser.get());
+  if (read.refusal || parser.is_done()) co_return read;
+  auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, kAsTuple);
+  if (connection_ended(body_ec)) {
+    read.connection_ended = true;
+  } else if (body_ec) {
+    read.refusal = parse_error_response(body_ec, config.max_body_bytes);
+  }
+  co_return read;
 }
 
 const WebSocketFactory* HttpServer::Impl::websocket_route(

@@ -24,8 +24,10 @@ struct HttpServerConfig {
   uint64_t max_body_bytes = 8u << 20;  // larger bodies get 413
   uint32_t max_header_bytes = 64u << 10;
   uint64_t max_stream_buffer_bytes = 8u << 20;  // unsent streamed bytes before a client is "too slow"
-  std::chrono::milliseconds read_timeout{30'000};        // headers + body of one request; each write
-  std::chrono::milliseconds keep_alive_timeout{60'000};  // idle time between requests
+  // One request's header and body, from its first byte (from the accept for a connection's
+  // first request); also each write.
+  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds keep_alive_timeout{60'000};  // idle time before a request's first byte
   std::chrono::milliseconds shutdown_grace{5'000};       // in-flight requests may finish
   std::chrono::milliseconds ws_idle_timeout{300'000};   // WebSocket: no traffic (pings included)
   uint64_t ws_max_message_bytes = 1u << 20;              // WebSocket: larger messages close 1009
