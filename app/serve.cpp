@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "app/file_limit.hpp"
 #include "app/version.hpp"
 #include "actors/engine/engine.hpp"
 #include "model/gguf.hpp"
@@ -80,6 +81,13 @@ int run_serve(const ServeOptions& options) {
   }
   configure_logging(config.log);
   spdlog::info("troupe {} starting", kVersionString);
+  // Before any thread starts: every HTTP connection holds a descriptor (http.max_connections).
+  const OpenFileLimit file_limit = raise_open_file_limit();
+  if (file_limit.error != 0) {
+    spdlog::warn("{}", describe(file_limit));
+  } else {
+    spdlog::info("{}", describe(file_limit));
+  }
 
   auto state = std::make_unique<net::ServerState>();
   state->created_unix_seconds = std::chrono::duration_cast<std::chrono::seconds>(
@@ -126,7 +134,7 @@ int run_serve(const ServeOptions& options) {
   net::add_info_routes(*router, *state);
   net::add_openai_routes(*router, *engine, *state, config.api);
   net::add_web_page_routes(*router);
-  net::HttpServer server(config.http, router);
+  net::HttpServer server(config.http, router, state->connections);
   net::WsChatConfig ws_chat;
   ws_chat.api = config.api;
   ws_chat.served_model_id = m.id;

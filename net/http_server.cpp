@@ -1,5 +1,6 @@
-// Beast session and listener coroutines. Expected conditions (end of stream, timeouts, limits)
-// come back as values through as_tuple; exceptions are not used for control flow.
+// Beast session coroutines (the accept loop is in http_listener.cpp). Expected conditions (end
+// of stream, timeouts, limits) come back as values through as_tuple; exceptions are not used
+// for control flow.
 #include "net/http_server.hpp"
 
 #include <atomic>
@@ -30,6 +31,7 @@
 #include <sys/socket.h>
 
 #include "net/http_framing.hpp"
+#include "net/http_listener.hpp"
 #include "net/response_stream.hpp"
 #include "net/ws_session.hpp"
 
@@ -178,12 +180,14 @@ struct RequestRead {
 struct HttpServer::Impl {
   HttpServerConfig config;
   std::shared_ptr<const Router> router;
+  std::shared_ptr<ConnectionMetrics> metrics;
   asio::io_context io{std::max(1, config.io_threads)};
-  tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
   std::atomic<bool> shutting_down{false};  // begin_shutdown() was called: no new WebSockets
   std::atomic<int> num_connections{0};
+  HttpListener listener{io, config.max_connections, num_connections, metrics,
+                        [this](tcp::socket socket) { admit(std::move(socket)); }};
   std::mutex connections_mutex;
   std::set<std::shared_ptr<Connection>> connections;
   std::map<std::string, WebSocketFactory, std::less<>> websocket_routes;
@@ -191,8 +195,10 @@ struct HttpServer::Impl {
   bool started = false;
   bool stopped = false;
 
-  Impl(HttpServerConfig c, std::shared_ptr<const Router> r)
-      : config(std::move(c)), router(std::move(r)) {}
+  Impl(HttpServerConfig c, std::shared_ptr<const Router> r, std::shared_ptr<ConnectionMetrics> m)
+      : config(std::move(c)),
+        router(std::move(r)),
+        metrics(m ? std::move(m) : std::make_shared<ConnectionMetrics>()) {}
 
   void track(const std::shared_ptr<Connection>& connection) {
     std::lock_guard lock(connections_mutex);
@@ -218,7 +224,8 @@ struct HttpServer::Impl {
                                        std::shared_ptr<ResponseStream> out, unsigned version,
                                        bool keep_alive);
   asio::awaitable<bool> write_bytes(beast::tcp_stream& stream, std::string bytes);
-  asio::awaitable<void> run_listener();
+  // Starts serving an accepted connection (on the listener strand).
+  void admit(tcp::socket socket);
 };
 
 asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> connection) {
@@ -278,6 +285,7 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
   stream.socket().close(ignored);
   untrack(connection);
   num_connections.fetch_sub(1, std::memory_order_acq_rel);
+  metrics->num_open.fetch_sub(1, std::memory_order_relaxed);
 }
 
 asio::awaitable<bool> HttpServer::Impl::await_next_request(beast::tcp_stream& stream,
@@ -408,46 +416,26 @@ asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connectio
   co_return ok;
 }
 
-asio::awaitable<void> HttpServer::Impl::run_listener() {
-  while (!stopping.load(std::memory_order_acquire)) {
-    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(io), kAsTuple);
-    if (ec == asio::error::operation_aborted) break;
-    if (ec) {
-      spdlog::warn("http: accept failed: {}", ec.message());
-      continue;
-    }
-    beast::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);  // streamed tokens must not wait for Nagle
-    auto connection = std::make_shared<Connection>(std::move(socket));
-    track(connection);
-    num_connections.fetch_add(1, std::memory_order_acq_rel);
-    asio::co_spawn(connection->stream.get_executor(), run_session(connection), asio::detached);
-  }
+void HttpServer::Impl::admit(tcp::socket socket) {
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);  // streamed tokens must not wait for Nagle
+  auto connection = std::make_shared<Connection>(std::move(socket));
+  track(connection);
+  num_connections.fetch_add(1, std::memory_order_acq_rel);
+  metrics->num_open.fetch_add(1, std::memory_order_relaxed);
+  asio::co_spawn(connection->stream.get_executor(), run_session(connection), asio::detached);
 }
 
-HttpServer::HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router)
-    : impl_(std::make_unique<Impl>(std::move(config), std::move(router))) {}
+HttpServer::HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router,
+                       std::shared_ptr<ConnectionMetrics> metrics)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(router), std::move(metrics))) {}
 
 HttpServer::~HttpServer() { stop(); }
 
 void HttpServer::start() {
   Impl& s = *impl_;
-  beast::error_code ec;
-  const auto address = asio::ip::make_address(s.config.host, ec);
-  if (ec) {
-    throw std::system_error(ec, fmt::format("invalid listen address '{}'", s.config.host));
-  }
-  const tcp::endpoint endpoint{address, s.config.port};
-  s.acceptor.open(endpoint.protocol());
-  s.acceptor.set_option(asio::socket_base::reuse_address(true));
-  s.acceptor.bind(endpoint, ec);
-  if (ec) {
-    throw std::system_error(ec, fmt::format("cannot listen on {}:{}", s.config.host, s.config.port));
-  }
-  s.acceptor.listen(asio::socket_base::max_listen_connections);
-  s.bound_port = s.acceptor.local_endpoint().port();
-  asio::co_spawn(s.acceptor.get_executor(), [impl = impl_.get()] { return impl->run_listener(); },
-                 asio::detached);
+  s.bound_port = s.listener.listen(s.config.host, s.config.port);
+  s.listener.start();
   for (int i = 0; i < std::max(1, s.config.io_threads); ++i) {
     s.threads.emplace_back([&s] { s.io.run(); });
   }
@@ -478,10 +466,7 @@ void HttpServer::stop() {
   begin_shutdown();
   s.stopped = true;
   s.stopping.store(true, std::memory_order_release);
-  asio::post(s.io, [&s] {
-    beast::error_code ignored;
-    s.acceptor.close(ignored);
-  });
+  s.listener.stop();
   // Idle connections close now; busy ones finish their response first (keep-alive is off).
   // WebSocket connections are busy: they close themselves (begin_shutdown).
   {

@@ -206,9 +206,11 @@ class HttpServerLimitsTest : public ::testing::Test {
     router->add("GET", "/hello", [](const HttpRequest&) { return json_response(200, "{}"); });
     config.port = 0;
     config.shutdown_grace = std::chrono::milliseconds(500);
-    server_ = std::make_unique<HttpServer>(config, router);
+    metrics_ = std::make_shared<ConnectionMetrics>();
+    server_ = std::make_unique<HttpServer>(config, router, metrics_);
     server_->start();
   }
+  std::shared_ptr<ConnectionMetrics> metrics_;
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -248,6 +250,38 @@ TEST_F(HttpServerLimitsTest, IdleKeptAliveConnectionOutlivesTheReadTimeout) {
   EXPECT_FALSE(client.closed_within(std::chrono::seconds(1)));
   client.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_TRUE(client.read_response().starts_with("HTTP/1.1 200"));
+}
+
+TEST_F(HttpServerLimitsTest, ConnectionsBeyondTheCapGet503InOpenAiShape) {
+  HttpServerConfig config;
+  config.max_connections = 2;
+  start(config);
+  auto first = std::make_unique<Client>(server_->port());
+  Client second(server_->port());
+  for (Client* held : {first.get(), &second}) {
+    held->send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_TRUE(held->read_response().starts_with("HTTP/1.1 200"));
+  }
+  Client third(server_->port());
+  third.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string response = third.read_response();
+  EXPECT_TRUE(response.starts_with("HTTP/1.1 503")) << response;
+  EXPECT_NE(response.find(R"("code":"too_many_connections")"), std::string::npos) << response;
+  EXPECT_NE(response.find("Retry-After: 1"), std::string::npos) << response;
+  EXPECT_TRUE(third.closed_within(std::chrono::seconds(5)));
+  EXPECT_EQ(metrics_->num_refused.load(), 1u);
+  EXPECT_EQ(metrics_->num_open.load(), 2);
+
+  // A slot frees once the server has seen a held connection close.
+  first.reset();
+  bool served = false;
+  for (int attempt = 0; attempt < 100 && !served; ++attempt) {
+    Client next(server_->port());
+    next.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+    served = next.read_response().starts_with("HTTP/1.1 200");
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(served);
 }
 
 }  // namespace
