@@ -97,6 +97,9 @@ ObjectReader http_reader(net::HttpServerConfig& http) {
   reader.on("max_header_bytes", [&http](element v, const std::string& p) {
     http.max_header_bytes = static_cast<uint32_t>(read_uint(v, p, 1024, 1u << 24));
   });
+  reader.on("max_connections", [&http](element v, const std::string& p) {
+    http.max_connections = static_cast<int>(read_uint(v, p, 1, 1'000'000));
+  });
   reader.on("read_timeout_ms", [&http](element v, const std::string& p) {
     http.read_timeout = milliseconds(read_uint(v, p, 1, 3'600'000));
   });
@@ -208,6 +211,9 @@ ObjectReader admin_reader(net::AdminServerConfig& admin) {
   });
   reader.on("max_connections", [&admin](element v, const std::string& p) {
     admin.max_connections = static_cast<int>(read_uint(v, p, 1, 4096));
+  });
+  reader.on("idle_timeout_ms", [&admin](element v, const std::string& p) {
+    admin.idle_timeout = std::chrono::milliseconds(read_uint(v, p, 1, 86'400'000));
   });
   reader.on("tcp", [&admin](element v, const std::string&) {
     ObjectReader tcp("admin.tcp");

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "app/file_limit.hpp"
 #include "app/version.hpp"
 #include "actors/engine/engine.hpp"
 #include "model/gguf.hpp"
@@ -80,6 +81,13 @@ int run_serve(const ServeOptions& options) {
   }
   configure_logging(config.log);
   spdlog::info("troupe {} starting", kVersionString);
+  // Before any thread starts: every HTTP connection holds a descriptor (http.max_connections).
+  const OpenFileLimit file_limit = raise_open_file_limit();
+  if (file_limit.error != 0) {
+    spdlog::warn("{}", describe(file_limit));
+  } else {
+    spdlog::info("{}", describe(file_limit));
+  }
 
   auto state = std::make_unique<net::ServerState>();
   state->created_unix_seconds = std::chrono::duration_cast<std::chrono::seconds>(
@@ -128,7 +136,7 @@ int run_serve(const ServeOptions& options) {
   auto serving_metrics = std::make_shared<net::ServingMetrics>();
   net::add_openai_routes(*router, *engine, *state, config.api, serving_metrics);
   net::add_web_page_routes(*router);
-  net::HttpServer server(http_server_config_of(config), router);
+  net::HttpServer server(http_server_config_of(config), router, state->connections);
   net::WsChatConfig ws_chat;
   ws_chat.api = config.api;
   // One limit for every streaming surface: a WebSocket reader that slow is dropped too.

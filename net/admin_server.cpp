@@ -47,9 +47,18 @@ constexpr auto kAsTuple = asio::as_tuple(asio::use_awaitable);
 namespace {
 
 struct AdminConnection {
-  AdminConnection(AnySocket s, bool tcp) : socket(std::move(s)), is_tcp(tcp) {}
+  AdminConnection(AnySocket s, bool tcp)
+      : socket(std::move(s)), is_tcp(tcp), idle_timer(socket.get_executor()) {}
   AnySocket socket;
   bool is_tcp;  // commands must carry the token
+  // The rest is touched only on the io thread.
+  asio::steady_timer idle_timer;  // armed while the session waits for a command line
+  std::chrono::steady_clock::time_point idle_since;
+  bool idle = false;      // waiting for a command line (not running one, not watching)
+  uint64_t num_waits = 0;  // tells the current wait's timer from a stale one
+  // Set when the server closes the connection (idle timeout, room for a newcomer, refused): the
+  // session tells the client why and ends. Such a connection no longer counts toward the cap.
+  std::optional<std::string> closing_reason;
 };
 
 std::string read_token_file(const std::filesystem::path& path) {
@@ -107,7 +116,17 @@ struct AdminServer::Impl {
   asio::awaitable<void> accept_unix();
   asio::awaitable<void> accept_tcp();
   void admit(AnySocket socket, bool is_tcp);
+  // At max_connections, closes the connection idle the longest. False: none is idle, so the
+  // newcomer must be refused.
+  bool make_room();
+  // Closes the connection for `reason`, which its session tells the client.
+  void close_for(AdminConnection& connection, std::string reason);
+  // Idle time runs between these two, and closes the connection at idle_timeout.
+  void begin_idle(const std::shared_ptr<AdminConnection>& connection);
+  void end_idle(AdminConnection& connection);
   asio::awaitable<void> run_session(std::shared_ptr<AdminConnection> connection);
+  // Sends {"ok":false,"error":...} (best effort, the connection is closing anyway).
+  asio::awaitable<void> send_error(AdminConnection& connection, std::string message);
   // Streams stats lines until the client closes or sends something. False: the write failed.
   asio::awaitable<bool> run_watch(std::shared_ptr<AdminConnection> connection,
                                   std::chrono::milliseconds interval);
@@ -171,8 +190,64 @@ void AdminServer::Impl::listen_tcp() {
 
 void AdminServer::Impl::admit(AnySocket socket, bool is_tcp) {
   auto connection = std::make_shared<AdminConnection>(std::move(socket), is_tcp);
+  if (!make_room()) connection->closing_reason = "too many admin connections";
   connections.insert(connection);
   asio::co_spawn(threads->executor(), run_session(std::move(connection)), asio::detached);
+}
+
+bool AdminServer::Impl::make_room() {
+  int num_open = 0;
+  AdminConnection* longest_idle = nullptr;
+  for (const auto& connection : connections) {
+    if (connection->closing_reason) continue;  // on its way out
+    ++num_open;
+    if (connection->idle && (!longest_idle || connection->idle_since < longest_idle->idle_since)) {
+      longest_idle = connection.get();
+    }
+  }
+  if (num_open < config.max_connections) return true;
+  if (!longest_idle) return false;
+  spdlog::info("admin: {} connections open; closing the one idle the longest for a newcomer",
+               num_open);
+  close_for(*longest_idle,
+            "closed to make room for a new admin connection (admin.max_connections reached); "
+            "this one was idle the longest");
+  return true;
+}
+
+void AdminServer::Impl::close_for(AdminConnection& connection, std::string reason) {
+  connection.closing_reason = std::move(reason);
+  boost::system::error_code ignored;
+  connection.socket.cancel(ignored);  // the session's pending read ends with operation_aborted
+}
+
+void AdminServer::Impl::begin_idle(const std::shared_ptr<AdminConnection>& connection) {
+  connection->idle = true;
+  connection->idle_since = std::chrono::steady_clock::now();
+  const uint64_t wait = ++connection->num_waits;
+  connection->idle_timer.expires_after(config.idle_timeout);
+  connection->idle_timer.async_wait(
+      [this, weak = std::weak_ptr<AdminConnection>(connection), wait](
+          const boost::system::error_code& ec) {
+        const std::shared_ptr<AdminConnection> idle = weak.lock();
+        // NOTE: a command line may have completed the read already, its handler queued behind
+        // this one; `num_waits` only rules out timers of earlier waits.
+        if (ec || !idle || !idle->idle || idle->num_waits != wait || idle->closing_reason) return;
+        close_for(*idle, fmt::format("no command for {} ms (admin.idle_timeout_ms); closing",
+                                     config.idle_timeout.count()));
+      });
+}
+
+void AdminServer::Impl::end_idle(AdminConnection& connection) {
+  connection.idle = false;
+  connection.idle_timer.cancel();
+}
+
+asio::awaitable<void> AdminServer::Impl::send_error(AdminConnection& connection,
+                                                    std::string message) {
+  std::string line = admin_error_reply(message) + "\n";
+  [[maybe_unused]] auto [ec, n] =
+      co_await asio::async_write(connection.socket, asio::buffer(line), kAsTuple);
 }
 
 asio::awaitable<void> AdminServer::Impl::accept_unix() {
@@ -234,22 +309,18 @@ asio::awaitable<void> AdminServer::Impl::run_session(std::shared_ptr<AdminConnec
   AnySocket& socket = connection->socket;
   const size_t max_line = config.max_line_bytes;
   std::string buffer;
-  bool open = true;
-  if (static_cast<int>(connections.size()) > config.max_connections) {
-    std::string line = admin_error_reply("too many admin connections") + "\n";
-    [[maybe_unused]] auto [ec, n] = co_await asio::async_write(socket, asio::buffer(line), kAsTuple);
-    open = false;
-  }
-  while (open) {
+  while (!connection->closing_reason) {
+    begin_idle(connection);
     // NOTE: max_size is the line limit plus its '\n'; a longer line reports not_found.
     auto [read_ec, line_end] = co_await asio::async_read_until(
         socket, asio::dynamic_buffer(buffer, max_line + 1), '\n', kAsTuple);
+    end_idle(*connection);
+    if (connection->closing_reason) break;
     std::string line;
     bool last = false;
     if (read_ec == asio::error::not_found) {
-      std::string reply =
-          admin_error_reply(fmt::format("line exceeds the limit of {} bytes; closing", max_line)) + "\n";
-      [[maybe_unused]] auto [ec, n] = co_await asio::async_write(socket, asio::buffer(reply), kAsTuple);
+      std::string message = fmt::format("line exceeds the limit of {} bytes; closing", max_line);
+      co_await send_error(*connection, std::move(message));
       break;
     }
     if (read_ec) {
@@ -285,7 +356,12 @@ asio::awaitable<void> AdminServer::Impl::run_session(std::shared_ptr<AdminConnec
     }
     if (write_ec || last) break;
   }
+  if (connection->closing_reason) {
+    std::string reason = *connection->closing_reason;  // a named value: see TOOLCHAIN.md pitfall 1
+    co_await send_error(*connection, std::move(reason));
+  }
   boost::system::error_code ignored;
+  connection->idle_timer.cancel();
   socket.shutdown(AnySocket::shutdown_both, ignored);
   socket.close(ignored);
   connections.erase(connection);
@@ -345,6 +421,7 @@ void AdminServer::stop() {
     if (impl->unix_acceptor) impl->unix_acceptor->close(ignored);
     if (impl->tcp_acceptor) impl->tcp_acceptor->close(ignored);
     for (const auto& connection : impl->connections) {
+      connection->idle_timer.cancel();  // a pending timer would keep the io thread running
       connection->socket.shutdown(AnySocket::shutdown_both, ignored);
       connection->socket.close(ignored);
     }

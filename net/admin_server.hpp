@@ -3,10 +3,15 @@
 // that is off by default, bound to loopback unless configured, and refuses every command without
 // the bearer token read from a file. Asio stays inside admin_server.cpp (pimpl).
 //
+// Connections that send nothing must not lock operators out (issue 14): a connection with no
+// complete command for idle_timeout is closed (a running `watch` is not idle), and a new
+// connection at max_connections closes the connection idle the longest instead of being refused.
+//
 // Thread-safety: construct, start() and stop() from one controlling thread (main). Sessions run
 // on the server's own io thread, which is also where the drain callback is called.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -30,7 +35,12 @@ struct AdminServerConfig {
   std::filesystem::path socket_path;  // empty: default_admin_socket_path()
   AdminTcpConfig tcp;
   size_t max_line_bytes = 64u << 10;  // a longer line gets an error and the connection closes
-  int max_connections = 32;           // more get an error and are closed
+  // At the cap, a new connection closes the one idle the longest; when none is idle (all run a
+  // command or a watch) the new one gets an error and is closed.
+  int max_connections = 32;
+  // No complete command line for this long (a `watch` streaming is not idle): the connection
+  // gets an error line and is closed.
+  std::chrono::milliseconds idle_timeout{60'000};
 };
 
 class AdminServer {

@@ -1,11 +1,13 @@
-// Beast session and listener coroutines. Expected conditions (end of stream, timeouts, limits)
-// come back as values through as_tuple; exceptions are not used for control flow.
+// Beast session coroutines (the accept loop is in http_listener.cpp). Expected conditions (end
+// of stream, timeouts, limits) come back as values through as_tuple; exceptions are not used
+// for control flow.
 #include "net/http_server.hpp"
 
 #include <atomic>
 #include <cerrno>
 #include <mutex>
 #include <map>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -28,6 +30,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include "net/http_framing.hpp"
+#include "net/http_listener.hpp"
 #include "net/response_stream.hpp"
 #include "net/ws_session.hpp"
 
@@ -129,21 +133,61 @@ HttpResponse parse_error_response(const beast::error_code& ec, uint64_t max_body
     return error_response(431, "request headers are too large", "invalid_request_error", {},
                           "headers_too_large");
   }
+  if (ec == http::error::bad_transfer_encoding) {
+    return error_response(400,
+                          "invalid Transfer-Encoding header: it may appear once, must end in "
+                          "chunked and must not come with a Content-Length",
+                          "invalid_request_error", {}, "invalid_transfer_encoding");
+  }
+  if (ec == http::error::bad_content_length || ec == http::error::multiple_content_length) {
+    return error_response(400,
+                          fmt::format("invalid Content-Length header ({}); it must not come with a "
+                                      "Transfer-Encoding",
+                                      ec.message()),
+                          "invalid_request_error", {}, "invalid_content_length");
+  }
   return error_response(400, fmt::format("malformed HTTP request: {}", ec.message()),
                         "invalid_request_error", {}, "bad_request");
 }
+
+// The framing check of a parsed request header (http_framing.hpp).
+std::optional<HttpResponse> check_framing(const http::request<http::string_body>& header) {
+  std::string transfer_encoding;
+  for (const auto& field : header) {
+    if (field.name() != http::field::transfer_encoding) continue;
+    if (!transfer_encoding.empty()) transfer_encoding += ", ";
+    transfer_encoding.append(field.value().data(), field.value().size());
+  }
+  return check_request_framing(transfer_encoding,
+                               header.find(http::field::content_length) != header.end());
+}
+
+// The end of a connection that needs no answer: the peer left, a timeout, or stop().
+bool connection_ended(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::operation_aborted ||
+         ec == beast::error::timeout || ec == asio::error::connection_reset ||
+         ec == asio::error::eof;
+}
+
+// One request's worth of reading: what the session does next.
+struct RequestRead {
+  bool connection_ended = false;        // nothing to answer: leave
+  std::optional<HttpResponse> refusal;  // answer this and close (parse or framing error)
+};
 
 }  // namespace
 
 struct HttpServer::Impl {
   HttpServerConfig config;
   std::shared_ptr<const Router> router;
+  std::shared_ptr<ConnectionMetrics> metrics;
   asio::io_context io{std::max(1, config.io_threads)};
-  tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
   std::atomic<bool> shutting_down{false};  // begin_shutdown() was called: no new WebSockets
   std::atomic<int> num_connections{0};
+  HttpListener listener{io, config.max_connections, num_connections, metrics,
+                        [this](tcp::socket socket) { admit(std::move(socket)); }};
   std::mutex connections_mutex;
   std::set<std::shared_ptr<Connection>> connections;
   std::map<std::string, WebSocketFactory, std::less<>> websocket_routes;
@@ -151,8 +195,10 @@ struct HttpServer::Impl {
   bool started = false;
   bool stopped = false;
 
-  Impl(HttpServerConfig c, std::shared_ptr<const Router> r)
-      : config(std::move(c)), router(std::move(r)) {}
+  Impl(HttpServerConfig c, std::shared_ptr<const Router> r, std::shared_ptr<ConnectionMetrics> m)
+      : config(std::move(c)),
+        router(std::move(r)),
+        metrics(m ? std::move(m) : std::make_shared<ConnectionMetrics>()) {}
 
   void track(const std::shared_ptr<Connection>& connection) {
     std::lock_guard lock(connections_mutex);
@@ -164,6 +210,13 @@ struct HttpServer::Impl {
   }
 
   asio::awaitable<void> run_session(std::shared_ptr<Connection> connection);
+  // Waits (up to the keep-alive timeout) for the first byte of the connection's next request.
+  // False: the connection ended first.
+  asio::awaitable<bool> await_next_request(beast::tcp_stream& stream, beast::flat_buffer& buffer);
+  // Reads one request's header, checks its framing, then reads its body, all within one
+  // read_timeout that starts now.
+  asio::awaitable<RequestRead> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                            http::request_parser<http::string_body>& parser);
   // The WebSocket route an upgrade request asks for; null for anything else.
   const WebSocketFactory* websocket_route(const http::request<http::string_body>& request) const;
   // Writes what `out` produces until it is complete. False: the connection must close.
@@ -171,7 +224,8 @@ struct HttpServer::Impl {
                                        std::shared_ptr<ResponseStream> out, unsigned version,
                                        bool keep_alive);
   asio::awaitable<bool> write_bytes(beast::tcp_stream& stream, std::string bytes);
-  asio::awaitable<void> run_listener();
+  // Starts serving an accepted connection (on the listener strand).
+  void admit(tcp::socket socket);
 };
 
 asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> connection) {
@@ -179,24 +233,24 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
   beast::flat_buffer buffer;
   bool first_request = true;
   while (!stopping.load(std::memory_order_acquire)) {
-    // Between requests the idle timeout applies; once bytes arrive, the read timeout.
-    stream.expires_after(first_request ? config.read_timeout : config.keep_alive_timeout);
+    // NOTE: a connection's first request gets read_timeout from the accept; a pipelined one
+    // (bytes already buffered) from now.
+    if (!first_request && buffer.size() == 0) {
+      const bool started = co_await await_next_request(stream, buffer);
+      if (!started) break;
+    }
+    first_request = false;
     http::request_parser<http::string_body> parser;
     parser.body_limit(config.max_body_bytes);
     parser.header_limit(config.max_header_bytes);
-    auto [read_ec, read_bytes] = co_await http::async_read(stream, buffer, parser, kAsTuple);
-    first_request = false;
-    if (read_ec == http::error::end_of_stream || read_ec == asio::error::operation_aborted ||
-        read_ec == beast::error::timeout || read_ec == asio::error::connection_reset ||
-        read_ec == asio::error::eof) {
-      break;
-    }
+    RequestRead read = co_await read_request(stream, buffer, parser);
+    if (read.connection_ended) break;
     connection->busy = true;
     unsigned version = 11;
     bool keep_alive = false;
     auto out = std::make_shared<ResponseStream>(config.max_stream_buffer_bytes);
-    if (read_ec) {
-      out->respond(parse_error_response(read_ec, config.max_body_bytes));
+    if (read.refusal) {
+      out->respond(std::move(*read.refusal));
     } else {
       http::request<http::string_body> request = parser.release();
       version = request.version();
@@ -231,6 +285,45 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
   stream.socket().close(ignored);
   untrack(connection);
   num_connections.fetch_sub(1, std::memory_order_acq_rel);
+  metrics->num_open.fetch_sub(1, std::memory_order_relaxed);
+}
+
+asio::awaitable<bool> HttpServer::Impl::await_next_request(beast::tcp_stream& stream,
+                                                           beast::flat_buffer& buffer) {
+  // Only the keep-alive timeout runs until a byte arrives; read_request() then gives the request
+  // read_timeout. Waiting for the whole request here under the keep-alive timeout would let a
+  // client trickle a request in a byte at a time for that much longer (issue 14).
+  constexpr size_t kFirstReadBytes = 4096;
+  stream.expires_after(config.keep_alive_timeout);
+  auto [ec, num_bytes] = co_await stream.async_read_some(buffer.prepare(kFirstReadBytes), kAsTuple);
+  buffer.commit(num_bytes);
+  co_return !ec;
+}
+
+asio::awaitable<RequestRead> HttpServer::Impl::read_request(
+    beast::tcp_stream& stream, beast::flat_buffer& buffer,
+    http::request_parser<http::string_body>& parser) {
+  RequestRead read;
+  stream.expires_after(config.read_timeout);
+  auto [head_ec, head_bytes] = co_await http::async_read_header(stream, buffer, parser, kAsTuple);
+  if (connection_ended(head_ec)) {
+    read.connection_ended = true;
+    co_return read;
+  }
+  if (head_ec) {
+    read.refusal = parse_error_response(head_ec, config.max_body_bytes);
+    co_return read;
+  }
+  // Before the body: with untrustworthy framing we do not know where the body ends.
+  read.refusal = check_framing(parser.get());
+  if (read.refusal || parser.is_done()) co_return read;
+  auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, kAsTuple);
+  if (connection_ended(body_ec)) {
+    read.connection_ended = true;
+  } else if (body_ec) {
+    read.refusal = parse_error_response(body_ec, config.max_body_bytes);
+  }
+  co_return read;
 }
 
 const WebSocketFactory* HttpServer::Impl::websocket_route(
@@ -323,46 +416,26 @@ asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connectio
   co_return ok;
 }
 
-asio::awaitable<void> HttpServer::Impl::run_listener() {
-  while (!stopping.load(std::memory_order_acquire)) {
-    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(io), kAsTuple);
-    if (ec == asio::error::operation_aborted) break;
-    if (ec) {
-      spdlog::warn("http: accept failed: {}", ec.message());
-      continue;
-    }
-    beast::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);  // streamed tokens must not wait for Nagle
-    auto connection = std::make_shared<Connection>(std::move(socket));
-    track(connection);
-    num_connections.fetch_add(1, std::memory_order_acq_rel);
-    asio::co_spawn(connection->stream.get_executor(), run_session(connection), asio::detached);
-  }
+void HttpServer::Impl::admit(tcp::socket socket) {
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);  // streamed tokens must not wait for Nagle
+  auto connection = std::make_shared<Connection>(std::move(socket));
+  track(connection);
+  num_connections.fetch_add(1, std::memory_order_acq_rel);
+  metrics->num_open.fetch_add(1, std::memory_order_relaxed);
+  asio::co_spawn(connection->stream.get_executor(), run_session(connection), asio::detached);
 }
 
-HttpServer::HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router)
-    : impl_(std::make_unique<Impl>(std::move(config), std::move(router))) {}
+HttpServer::HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router,
+                       std::shared_ptr<ConnectionMetrics> metrics)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(router), std::move(metrics))) {}
 
 HttpServer::~HttpServer() { stop(); }
 
 void HttpServer::start() {
   Impl& s = *impl_;
-  beast::error_code ec;
-  const auto address = asio::ip::make_address(s.config.host, ec);
-  if (ec) {
-    throw std::system_error(ec, fmt::format("invalid listen address '{}'", s.config.host));
-  }
-  const tcp::endpoint endpoint{address, s.config.port};
-  s.acceptor.open(endpoint.protocol());
-  s.acceptor.set_option(asio::socket_base::reuse_address(true));
-  s.acceptor.bind(endpoint, ec);
-  if (ec) {
-    throw std::system_error(ec, fmt::format("cannot listen on {}:{}", s.config.host, s.config.port));
-  }
-  s.acceptor.listen(asio::socket_base::max_listen_connections);
-  s.bound_port = s.acceptor.local_endpoint().port();
-  asio::co_spawn(s.acceptor.get_executor(), [impl = impl_.get()] { return impl->run_listener(); },
-                 asio::detached);
+  s.bound_port = s.listener.listen(s.config.host, s.config.port);
+  s.listener.start();
   for (int i = 0; i < std::max(1, s.config.io_threads); ++i) {
     s.threads.emplace_back([&s] { s.io.run(); });
   }
@@ -393,10 +466,7 @@ void HttpServer::stop() {
   begin_shutdown();
   s.stopped = true;
   s.stopping.store(true, std::memory_order_release);
-  asio::post(s.io, [&s] {
-    beast::error_code ignored;
-    s.acceptor.close(ignored);
-  });
+  s.listener.stop();
   // Idle connections close now; busy ones finish their response first (keep-alive is off).
   // WebSocket connections are busy: they close themselves (begin_shutdown).
   {

@@ -3,8 +3,13 @@
 // sockets, timeouts, limits and shutdown. Beast stays inside http_server.cpp (pimpl), so files
 // that include this header compile in seconds.
 //
+// Connections are capped (max_connections): one more is answered 503 and closed, so that with
+// the cap below the file-descriptor limit the process does not run out of descriptors, leaving
+// clients unanswered in the listen backlog. Should accept() fail all the same (EMFILE and the
+// like), the listener backs off instead of spinning (http_listener.hpp).
+//
 // Thread-safety: construct, start(), begin_shutdown() and stop() from one controlling thread
-// (main). The router is shared read-only with the io threads.
+// (main). The router is shared read-only with the io threads; the metrics are atomics.
 #pragma once
 
 #include <chrono>
@@ -12,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "net/connection_metrics.hpp"
 #include "net/router.hpp"
 #include "net/websocket_endpoint.hpp"
 
@@ -21,11 +27,16 @@ struct HttpServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;        // 0 picks a free port (see HttpServer::port())
   int io_threads = 1;
+  // Open connections (HTTP and WebSocket) beyond which a new one gets 503 and is closed. Keep it
+  // below the file-descriptor limit less what the process needs besides (start() warns if not).
+  int max_connections = 1000;
   uint64_t max_body_bytes = 8u << 20;  // larger bodies get 413
   uint32_t max_header_bytes = 64u << 10;
   uint64_t max_stream_buffer_bytes = 8u << 20;  // unsent streamed bytes before a client is "too slow"
-  std::chrono::milliseconds read_timeout{30'000};        // headers + body of one request; each write
-  std::chrono::milliseconds keep_alive_timeout{60'000};  // idle time between requests
+  // One request's header and body, from its first byte (from the accept for a connection's
+  // first request); also each write.
+  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds keep_alive_timeout{60'000};  // idle time before a request's first byte
   std::chrono::milliseconds shutdown_grace{5'000};       // in-flight requests may finish
   std::chrono::milliseconds ws_idle_timeout{300'000};   // WebSocket: no traffic (pings included)
   uint64_t ws_max_message_bytes = 1u << 20;              // WebSocket: larger messages close 1009
@@ -34,7 +45,9 @@ struct HttpServerConfig {
 
 class HttpServer {
  public:
-  HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router);
+  // `metrics` receives the listener's counters (null: the server keeps its own).
+  HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router,
+             std::shared_ptr<ConnectionMetrics> metrics = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

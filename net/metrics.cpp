@@ -165,7 +165,7 @@ void PrometheusText::summary(std::string_view name, std::string_view help,
 }
 
 std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& serving,
-                           std::string_view model_name) {
+                           std::string_view model_name, const ConnectionMetrics* connections) {
   PrometheusText p(PrometheusText::Labels{{"model_name", std::string(model_name)}});
   p.gauge("troupe:num_requests_running", "Requests in a running batch.", s.num_running);
   p.gauge("troupe:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting);
@@ -239,6 +239,18 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   p.counter("troupe:fairness_preemptions_total",
             "Preemptions that made room for a client running fewer sequences.",
             double(s.num_fairness_preemptions));
+  if (connections) {
+    p.gauge("troupe:http_connections_open", "Open HTTP and WebSocket connections.",
+            double(connections->num_open.load(std::memory_order_relaxed)));
+    p.counter("troupe:http_connections_accepted_total", "HTTP connections accepted and served.",
+              double(connections->num_accepted.load(std::memory_order_relaxed)));
+    p.counter("troupe:http_connections_refused_total",
+              "HTTP connections answered 503 at http.max_connections.",
+              double(connections->num_refused.load(std::memory_order_relaxed)));
+    p.counter("troupe:http_accept_failures_total",
+              "Failed accepts (EMFILE and the like); the listener backs off after each.",
+              double(connections->num_accept_failures.load(std::memory_order_relaxed)));
+  }
   p.gauge("vllm:num_requests_running", "Requests in a running batch (vLLM name).", s.num_running);
   p.gauge("vllm:num_requests_waiting", "Requests waiting (vLLM name).", s.num_waiting);
   p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (vLLM name).", s.kv_usage_ratio);

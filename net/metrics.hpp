@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/engine/engine_types.hpp"
+#include "net/connection_metrics.hpp"
 
 namespace troupe::net {
 
@@ -86,7 +87,9 @@ class PrometheusText {
   std::string out_;
 };
 
+// `connections` may be null (no listener counters to show).
 std::string render_metrics(const engine::EngineStats& stats, const ServingMetrics& serving,
-                           std::string_view model_name);
+                           std::string_view model_name,
+                           const ConnectionMetrics* connections = nullptr);
 
 }  // namespace troupe::net

@@ -148,7 +148,8 @@ void on_tokenizer_thread(const std::shared_ptr<OpenAiContext>& context, HttpRequ
 HttpResponse handle_metrics(const OpenAiContext& context) {
   HttpResponse response;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  response.body = render_metrics(context.engine.stats(), *context.metrics, context.state.model.id);
+  response.body = render_metrics(context.engine.stats(), *context.metrics, context.state.model.id,
+                                 context.state.connections.get());
   return response;
 }
 

@@ -1,15 +1,18 @@
-// What the HTTP front knows about the server as a whole: the served model's card and the
-// server's phase (loading -> ready -> draining), which /health reports.
+// What the HTTP front knows about the server as a whole: the served model's card, the
+// server's phase (loading -> ready -> draining), which /health reports, and the listener's
+// connection counters, which /metrics reports.
 //
 // Thread-safety: `model` is written once before serving starts and read-only afterwards;
-// `phase` is atomic and may be changed from any thread.
+// `phase` is atomic and may be changed from any thread; `connections` holds atomics.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "model/model_info.hpp"
+#include "net/connection_metrics.hpp"
 
 namespace troupe::net {
 
@@ -22,6 +25,8 @@ struct ServerState {
   std::string backend;            // "cpu", "cuda"
   int64_t created_unix_seconds = 0;  // the `created` field of /v1/models
   std::atomic<ServerPhase> phase{ServerPhase::kLoading};
+  // Shared with the HttpServer that updates it (it may outlive this struct during shutdown).
+  std::shared_ptr<ConnectionMetrics> connections = std::make_shared<ConnectionMetrics>();
 };
 
 }  // namespace troupe::net

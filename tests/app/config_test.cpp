@@ -67,6 +67,20 @@ TEST(Config, ErrorsNameTheKey) {
   expect_config_error(R"({"model": )", "invalid JSON");
 }
 
+TEST(Config, ReadsConnectionLimitsAndTimeouts) {
+  const ServerConfig c = parse_config(R"({
+    "http": {"read_timeout_ms": 10, "keep_alive_timeout_ms": 20, "max_connections": 7},
+    "admin": {"max_connections": 5, "idle_timeout_ms": 250}})");
+  EXPECT_EQ(c.http.read_timeout.count(), 10);
+  EXPECT_EQ(c.http.keep_alive_timeout.count(), 20);
+  EXPECT_EQ(c.http.max_connections, 7);
+  EXPECT_EQ(c.admin.max_connections, 5);
+  EXPECT_EQ(c.admin.idle_timeout.count(), 250);
+  expect_config_error(R"({"http": {"max_connections": 0}})", "http.max_connections: 0 is outside");
+  expect_config_error(R"({"admin": {"idle_timeout_ms": "60s"}})",
+                      "admin.idle_timeout_ms: expected an unsigned integer");
+}
+
 TEST(Config, FlagsOverrideTheFileAndAreValidated) {
   const auto dir = std::filesystem::temp_directory_path() / ("troupe_cfg_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -133,6 +147,11 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.http.ws_close_timeout, built_in.http.ws_close_timeout);
   EXPECT_EQ(preset.http.ws_idle_timeout, built_in.http.ws_idle_timeout);
   EXPECT_EQ(preset.http.shutdown_grace, built_in.http.shutdown_grace);
+  EXPECT_EQ(preset.http.max_connections, built_in.http.max_connections);
+  EXPECT_EQ(preset.http.read_timeout, built_in.http.read_timeout);
+  EXPECT_EQ(preset.http.keep_alive_timeout, built_in.http.keep_alive_timeout);
+  EXPECT_EQ(preset.admin.max_connections, built_in.admin.max_connections);
+  EXPECT_EQ(preset.admin.idle_timeout, built_in.admin.idle_timeout);
 }
 
 }  // namespace

@@ -26,13 +26,15 @@ def free_port() -> int:
 class Server:
     """A troupe process; stops it on exit and keeps its log for failure reports."""
 
-    def __init__(self, *extra_args, log_path):
+    def __init__(self, *extra_args, log_path, preexec_fn=None):
+        """`preexec_fn` runs in the child before exec (e.g. to lower its resource limits)."""
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "wb")
         args = [str(BINARY), "serve", "--model", str(MODEL), "--port", str(self.port), *extra_args]
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                        preexec_fn=preexec_fn)
 
     def wait_ready(self, timeout=60):
         deadline = time.time() + timeout
@@ -90,8 +92,8 @@ def start_server(tmp_path):
     """Starts a dedicated server (for tests that stop or break it)."""
     started = []
 
-    def start(*args):
-        s = Server(*args, log_path=tmp_path / f"troupe{len(started)}.log")
+    def start(*args, **kwargs):
+        s = Server(*args, log_path=tmp_path / f"troupe{len(started)}.log", **kwargs)
         started.append(s)
         return s
 

@@ -195,3 +195,36 @@ def test_a_live_socket_is_not_taken_over(admin_server, start_server):
     assert second.process.wait(timeout=60) != 0
     assert "another troupe is serving on" in second.read_log()
     assert AdminClient(admin_server.admin_socket).ask(cmd="stats")["ok"] is True
+
+
+def test_idle_connections_do_not_lock_operators_out(admin_server):
+    """Issue 14: 32 connections that sent nothing filled the cap and the next `stats` was
+    refused. Now the connection idle the longest makes room for the newcomer."""
+    idle = [AdminClient(admin_server.admin_socket) for _ in range(32)]  # the default cap
+    try:
+        result = admin_cli(admin_server.admin_socket, "stats")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert MODEL_ID in result.stdout
+        reply = idle[0].read_line()
+        assert reply is not None and reply["ok"] is False, reply
+        assert "make room" in reply["error"], reply
+        assert idle[0].read_line() is None  # closed
+        assert idle[1].ask(cmd="stats")["ok"] is True
+    finally:
+        for client in idle:
+            client.close()
+
+
+def test_an_idle_admin_connection_is_closed(start_server, tmp_path):
+    config = tmp_path / "admin.json"
+    config.write_text(json.dumps({"admin": {"idle_timeout_ms": 500}}))
+    sock_path = tmp_path / "a.sock"
+    start_with_admin(start_server, sock_path, "--config", str(config))
+    client = AdminClient(sock_path)
+    try:
+        reply = client.read_line()  # nothing sent: the server speaks first, then closes
+        assert reply is not None and reply["ok"] is False, reply
+        assert "no command for 500 ms" in reply["error"], reply
+        assert client.read_line() is None
+    finally:
+        client.close()

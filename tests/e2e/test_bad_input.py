@@ -1,4 +1,5 @@
 """Every bad input gets its own OpenAI-shaped error, and the server keeps serving (issue 6)."""
+import json
 import socket
 
 import pytest
@@ -153,3 +154,53 @@ def test_never_fits_the_kv_cache_names_the_prompt_field(start_server, tmp_path):
     r = post(small, CHAT, json.dumps({"model": MODEL_ID, "max_tokens": 4,
                                       "messages": [{"role": "user", "content": long_text}]}))
     assert_error(r, 400, "messages")
+
+
+def raw_request(server, head: str, body: bytes = b""):
+    """Sends one hand-written request; returns (status, JSON body, whether the server then closed
+    the connection)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(head.encode() + b"\r\n" + body)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed before a response: {data!r}"
+            data += chunk
+        header, rest = data.split(b"\r\n\r\n", 1)
+        lines = header.decode().split("\r\n")
+        length = next(int(line.split(":", 1)[1]) for line in lines
+                      if line.lower().startswith("content-length:"))
+        while len(rest) < length:
+            chunk = s.recv(65536)
+            assert chunk, "connection closed mid-body"
+            rest += chunk
+        s.settimeout(10)
+        try:
+            closed = s.recv(1) == b""
+        except (socket.timeout, ConnectionResetError):
+            closed = False
+        return int(lines[0].split()[1]), json.loads(rest[:length]), closed
+
+
+GOOD_BODY = json.dumps(GOOD).encode()
+
+
+@pytest.mark.parametrize("framing,body", [
+    # RFC 9112 §6.3: the final coding is not chunked, so the body length is undetermined.
+    (f"Transfer-Encoding: gzip\r\nContent-Length: {len(GOOD_BODY)}\r\n", GOOD_BODY),
+    ("Transfer-Encoding: gzip\r\n", GOOD_BODY),
+    ("Transfer-Encoding: chunked, gzip\r\n", b"%x\r\n%s\r\n0\r\n\r\n" % (len(GOOD_BODY), GOOD_BODY)),
+    # Transfer-Encoding with Content-Length: which one frames the body is ambiguous.
+    (f"Content-Length: {len(GOOD_BODY)}\r\nTransfer-Encoding: chunked\r\n", GOOD_BODY),
+])
+def test_untrustworthy_transfer_encoding_is_400_naming_the_header(server, framing, body):
+    status, payload, closed = raw_request(
+        server, f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{framing}",
+        body)
+    assert status == 400, payload
+    error = payload["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "Transfer-Encoding" in error["message"], error
+    assert closed, "the connection must close: what follows cannot be trusted to be a request"
+    r = post(server, CHAT, json.dumps(GOOD))
+    assert r.status_code == 200, r.text

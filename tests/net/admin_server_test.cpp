@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -295,6 +296,77 @@ TEST_F(AdminServerTest, OversizeLineGetsAnErrorThenClose) {
   // The server keeps serving others.
   LineClient other = LineClient::unix_socket(config_.socket_path);
   EXPECT_TRUE(ask(other, R"({"cmd":"stats"})")->ok());
+}
+
+// Issue 14: clients that connect and send nothing filled the cap and locked operators out.
+TEST_F(AdminServerTest, IdleConnectionsDoNotLockOperatorsOut) {
+  AdminServerConfig config = config_;
+  config.max_connections = 3;
+  start(config);
+  std::vector<LineClient> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(LineClient::unix_socket(config_.socket_path));
+    ASSERT_TRUE(ask(idle.back(), R"({"cmd":"stats"})")->ok());  // admitted, then idle
+  }
+  LineClient operator_client = LineClient::unix_socket(config_.socket_path);
+  auto reply = ask(operator_client, R"({"cmd":"stats"})");
+  EXPECT_TRUE(reply->ok()) << reply->text;
+  // The connection idle the longest made room, and was told why.
+  std::optional<std::string> reason = idle[0].read_line();
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("make room"), std::string::npos) << *reason;
+  EXPECT_TRUE(idle[0].closed_by_server());
+  EXPECT_TRUE(ask(idle[1], R"({"cmd":"stats"})")->ok());
+  EXPECT_TRUE(ask(idle[2], R"({"cmd":"stats"})")->ok());
+}
+
+TEST_F(AdminServerTest, ConnectionsThatNeverSpeakDoNotLockOperatorsOut) {
+  AdminServerConfig config = config_;
+  config.max_connections = 4;
+  start(config);
+  std::vector<LineClient> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(LineClient::unix_socket(config_.socket_path));
+  LineClient operator_client = LineClient::unix_socket(config_.socket_path);
+  auto reply = ask(operator_client, R"({"cmd":"stats"})");
+  EXPECT_TRUE(reply->ok()) << reply->text;
+}
+
+TEST_F(AdminServerTest, NewcomerIsRefusedWhenNoConnectionIsIdle) {
+  AdminServerConfig config = config_;
+  config.max_connections = 1;
+  start(config);
+  LineClient watcher = LineClient::unix_socket(config_.socket_path);
+  watcher.send(R"({"cmd":"watch","interval_ms":50})" "\n");
+  ASSERT_TRUE(watcher.read_line().has_value());  // a watch is not idle
+  LineClient newcomer = LineClient::unix_socket(config_.socket_path);
+  std::optional<std::string> line = newcomer.read_line();
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("too many admin connections"), std::string::npos) << *line;
+  EXPECT_TRUE(newcomer.closed_by_server());
+  EXPECT_TRUE(watcher.read_line().has_value());  // still watching
+}
+
+TEST_F(AdminServerTest, IdleConnectionIsClosedAfterTheTimeout) {
+  AdminServerConfig config = config_;
+  config.idle_timeout = 1s;
+  start(config);
+  LineClient silent = LineClient::unix_socket(config_.socket_path);
+  LineClient busy = LineClient::unix_socket(config_.socket_path);
+  LineClient watcher = LineClient::unix_socket(config_.socket_path);
+  watcher.send(R"({"cmd":"watch","interval_ms":50})" "\n");
+  // Commands more often than the timeout keep a connection open; so does a watch, which sends
+  // nothing after its first line.
+  for (int i = 0; i < 25; ++i) {
+    ASSERT_TRUE(ask(busy, R"({"cmd":"stats"})")->ok()) << i;
+    std::this_thread::sleep_for(100ms);
+  }
+  std::optional<std::string> reason = silent.read_line();
+  ASSERT_TRUE(reason.has_value()) << "an idle connection was not closed";
+  EXPECT_NE(reason->find("no command for 1000 ms"), std::string::npos) << *reason;
+  EXPECT_TRUE(silent.closed_by_server());
+  int num_watch_lines = 0;
+  while (num_watch_lines < 60 && watcher.read_line(2s).has_value()) ++num_watch_lines;
+  EXPECT_EQ(num_watch_lines, 60);  // 3 s of watching
 }
 
 TEST_F(AdminServerTest, FinalLineWithoutNewlineIsAnswered) {

@@ -5,6 +5,8 @@ troupe_add_test(NAME net_test
     ${CMAKE_CURRENT_LIST_DIR}/http_server_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/slow_client_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/request_record_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/accept_backoff_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/http_framing_test.cpp
   LIBS troupe_net
   LABELS "unit;net")
 

@@ -237,6 +237,18 @@ TEST(Metrics, HistogramAndExposition) {
         "troupe:step_time_seconds{model_name=\"M\",quantile=\"0.99\"} 0\n"}) {
     EXPECT_NE(text.find(needle), std::string::npos) << needle;
   }
+  EXPECT_EQ(text.find("troupe:http_connections_open"), std::string::npos);  // no listener given
+
+  ConnectionMetrics connections;
+  connections.num_open = 3;
+  connections.num_refused = 2;
+  connections.num_accept_failures = 7;
+  const std::string with_connections = render_metrics(stats, serving, "M", &connections);
+  for (const char* needle : {"troupe:http_connections_open{model_name=\"M\"} 3\n",
+                             "troupe:http_connections_refused_total{model_name=\"M\"} 2\n",
+                             "troupe:http_accept_failures_total{model_name=\"M\"} 7\n"}) {
+    EXPECT_NE(with_connections.find(needle), std::string::npos) << needle;
+  }
 }
 
 }  // namespace
