@@ -162,6 +162,22 @@ TEST(OpenAiRequest, OutOfRangeValuesNameTheField) {
   EXPECT_EQ(error_of(chat(R"({"model":"M"})")).param, "messages");
 }
 
+// Found by tests/fuzz/openai_request_fuzz: a positive double that rounds to 0.0f passed the
+// open lower bound, and ingress then refused top_p = 0 (or divided by a zero penalty).
+TEST(OpenAiRequest, OpenLowerBoundsHoldAfterRoundingToFloat) {
+  for (const std::string field : {"top_p", "repetition_penalty"}) {
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"hi"}],")" + field + R"(":1e-50})";
+    const ApiError e = error_of(chat(body));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, field) << e.message;
+  }
+  // The smallest positive float is still accepted.
+  const auto parsed = chat(R"({"messages":[{"role":"user","content":"hi"}],"top_p":1.5e-45})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(parsed)) << error_of(parsed).message;
+  EXPECT_GT(std::get<CompletionRequest>(parsed).generate.sampling.top_p, 0.0f);
+}
+
 TEST(OpenAiRequest, UnknownModelIs404AndServedOrEmptyModelIsAccepted) {
   const ApiError e = error_of(chat(R"({"model":"gpt-4","messages":[{"role":"user","content":"x"}]})"));
   EXPECT_EQ(e.status, 404);
