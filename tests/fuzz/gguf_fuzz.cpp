@@ -5,6 +5,7 @@
 // crash, an out-of-bounds read (ASan) or another exception type (std::out_of_range,
 // std::length_error, std::bad_alloc from an absurd count).
 // Input: the file's bytes (GgufFile::from_bytes, an exactly-sized copy, so ASan sees overreads).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -111,7 +112,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const model::ChatMessage messages[] = {{"user", "hi"}};
     (void)chat_template.render(messages, true);
   });
-  survives([&] { (void)model::LlamaWeights::from_gguf(*file); });
+  survives([&] {
+    // A config the backends will compute with: finite, positive RoPE and norm constants (a
+    // float64 1e300 in the file is inf as a float).
+    const model::LlamaConfig c = model::LlamaConfig::from_gguf(*file);
+    TROUPE_FUZZ_CHECK(std::isfinite(c.rope_freq_base) && c.rope_freq_base > 0.0f,
+                      "rope_freq_base %g accepted", c.rope_freq_base);
+    TROUPE_FUZZ_CHECK(std::isfinite(c.rope_freq_scale) && c.rope_freq_scale > 0.0f,
+                      "rope_freq_scale %g accepted", c.rope_freq_scale);
+    TROUPE_FUZZ_CHECK(std::isfinite(c.rms_eps) && c.rms_eps > 0.0f, "rms_eps %g accepted",
+                      c.rms_eps);
+    TROUPE_FUZZ_CHECK(c.q_dim() > 0 && c.kv_dim() > 0, "empty attention dims");
+    (void)model::LlamaWeights::from_gguf(*file);
+  });
   budget.check("gguf");
   return 0;
 }
