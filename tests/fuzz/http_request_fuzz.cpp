@@ -5,10 +5,13 @@
 // /v1/chat/completions, /v1/completions, /v1/batch, /tokenize, /detokenize, /metrics, /), backed
 // by the synchronous FuzzEngine; the engine then plays every generation to its end.
 // Input: byte 0 scripts the engine (FuzzEngine::script); byte 1 sets the read chunk size
-// (0: everything at once); the rest is the connection's bytes.
-// Properties: every request gets exactly one complete response; its status is 100-599; no header
-// name or value holds CR, LF or NUL (no response splitting); a JSON body is valid JSON, and so
-// is every SSE `data:` event and every JSONL line; the engine is left with nothing to do.
+// (0: everything at once); byte 2 holds flags (bit 0: the client goes away right after each
+// request is dispatched; bit 1: a 512-byte stream buffer, so a long stream finds its client
+// "too slow"); the rest is the connection's bytes.
+// Properties: every request gets exactly one complete response (unless its client went away);
+// its status is 100-599; no header name or value holds CR, LF or NUL (no response splitting); a
+// JSON body is valid JSON, and so is every SSE `data:` event and every JSONL line; the engine is
+// left with nothing to do, whether or not the client stayed.
 // Not covered here: the Beast/Asio session itself (timeouts, socket writes, the disconnect
 // watch) and the WebSocket upgrade and framing; the chat protocol behind it is ws_chat_fuzz's.
 #include <boost/asio/buffer.hpp>
@@ -133,12 +136,15 @@ void check_response(const net::HttpResponse& head, std::string_view body) {
 }
 
 // Dispatches one request, lets the engine finish everything, and checks the whole response.
-void serve(net::HttpRequest request) {
+void serve(net::HttpRequest request, uint8_t flags) {
   Server& server = *g_server;
-  auto out = std::make_shared<net::ResponseStream>(size_t{1} << 20);
+  const bool client_leaves = flags & 1;
+  auto out = std::make_shared<net::ResponseStream>((flags & 2) ? 512 : size_t{1} << 20);
   server.router.dispatch(std::move(request), out);
+  if (client_leaves) out->mark_client_gone();  // what the session's disconnect watch does
   server.engine.run_until_idle();
   TROUPE_FUZZ_CHECK(server.engine.num_pending() == 0, "the engine still has work");
+  if (client_leaves || out->client_gone()) return;  // nobody reads the rest
   // Everything ran synchronously: the whole response is pending now, in one take().
   net::ResponseStream::Pending pending = out->take();
   TROUPE_FUZZ_CHECK(pending.finished, "the response never completed");
@@ -159,10 +165,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 2) return 0;
+  if (size < 3) return 0;
   g_server->engine.script = data[0];
   const size_t chunk = data[1] == 0 ? size : data[1];
-  const std::string_view input(reinterpret_cast<const char*>(data + 2), size - 2);
+  const uint8_t flags = data[2];
+  const std::string_view input(reinterpret_cast<const char*>(data + 3), size - 3);
   fuzz::CpuBudget budget(size, 50.0, 50.0);
 
   size_t received = 0;  // bytes of `input` the "socket" delivered so far
@@ -206,7 +213,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;  // a WebSocket session from here on (HttpServer::Impl::websocket_route)
     }
     const bool keep_alive = request.keep_alive();
-    serve(to_plain_request(std::move(request)));
+    serve(to_plain_request(std::move(request)), flags);
     if (!keep_alive) break;
   }
   budget.check("http request path");

@@ -4,21 +4,23 @@
 Seeds are small, meaningful inputs in each harness's input format (see the comment at the top
 of tests/fuzz/<name>_fuzz.cpp): valid requests of every kind, a few classic malformed ones,
 and tiny synthetic GGUF files (never the real model). Run it after changing a harness's input
-format; the fuzzer's own findings are not committed here (scripts/fuzz works on a scratch copy).
+format. Inputs that once found a bug are kept beside the seeds as corpus/<name>/regression_*
+(this script leaves them alone); the fuzzer's other discoveries are not committed (scripts/fuzz
+works on a scratch copy).
 """
 import json
 import pathlib
-import shutil
 import struct
 
 ROOT = pathlib.Path(__file__).resolve().parent / "corpus"
 
 
 def write(name, seeds):
+    """Rewrites corpus/<name>/seed_*; the regression_* inputs (findings, kept) stay."""
     out = ROOT / name
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("seed_*"):
+        old.unlink()
     for i, seed in enumerate(seeds):
         data = seed.encode("utf-8", "surrogatepass") if isinstance(seed, str) else seed
         (out / f"seed_{i:02d}").write_bytes(data)
@@ -168,7 +170,8 @@ def http_seeds():
         b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
         b"GARBAGE\r\n\r\n",
     ]
-    return [bytes([(i * 53) % 256, [0, 1, 7, 0, 64, 3, 0, 0, 5, 2, 0, 0, 0, 0, 0, 0][i]]) + c
+    flags = [0, 0, 0, 2, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]  # client leaves; tiny stream buffer
+    return [bytes([(i * 53) % 256, [0, 1, 7, 0, 64, 3, 0, 0, 5, 2, 0, 0, 0, 0, 0, 0][i], flags[i]]) + c
             for i, c in enumerate(conns)]
 
 
