@@ -82,16 +82,14 @@ bool survives(Step&& step) {
   return false;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  fuzz::CpuBudget budget(size, 50.0, 50.0);
+// One input, checked; LLVMFuzzerTestOneInput below also bounds its CPU time.
+void fuzz_one(const uint8_t* data, size_t size) {
   std::optional<model::GgufFile> file;
   if (!survives([&] {
         file.emplace(model::GgufFile::from_bytes(
             std::as_bytes(std::span(data, size)), "fuzz.gguf"));
       })) {
-    return 0;
+    return;
   }
   touch_metadata(*file);
   check_tensors(*file);
@@ -125,6 +123,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     TROUPE_FUZZ_CHECK(c.q_dim() > 0 && c.kv_dim() > 0, "empty attention dims");
     (void)model::LlamaWeights::from_gguf(*file);
   });
-  budget.check("gguf");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::within_cpu_budget("gguf", size, 50.0, 50.0, [&] { fuzz_one(data, size); });
   return 0;
 }

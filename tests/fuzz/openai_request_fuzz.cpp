@@ -73,16 +73,14 @@ void check_accepted(const net::CompletionRequest& request, const net::OpenAiApiC
   }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size == 0) return 0;
+// One input, checked; LLVMFuzzerTestOneInput below also bounds its CPU time.
+void fuzz_one(const uint8_t* data, size_t size) {
+  if (size == 0) return;
   const uint8_t selector = data[0];
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const auto kind = (selector & 1) ? net::ApiKind::kCompletion : net::ApiKind::kChat;
   const auto limit = (selector & 2) ? net::ChoiceLimit::kUpToMaxN : net::ChoiceLimit::kOne;
   const net::OpenAiApiConfig config;
-  fuzz::CpuBudget budget(size, 5.0);
 
   net::ParsedCompletion parsed =
       net::parse_completion_request(kind, body, "smollm2", config, limit);
@@ -98,6 +96,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     TROUPE_FUZZ_CHECK(request.kind == kind, "kind changed");
     check_accepted(request, config, limit);
   }
-  budget.check("parse_completion_request");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::within_cpu_budget("parse_completion_request", size, 5.0, 50.0, [&] { fuzz_one(data, size); });
   return 0;
 }

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/detokenizer.hpp"
@@ -43,6 +44,11 @@ std::array<bool, 256> g_dropped{};
 // Budget: instrumented SmolLM2 encoding runs at roughly 1-3 µs per byte; 40 µs per byte leaves
 // room for noise and unlucky inputs while a quadratic blow-up on a long input still trips it.
 constexpr double kMicrosecondsPerByte = 40.0;
+
+template <typename Work>
+void timed(const char* what, size_t size, Work&& work) {
+  fuzz::within_cpu_budget(what, size, kMicrosecondsPerByte, 50.0, std::forward<Work>(work));
+}
 
 void check_ids(const std::vector<int32_t>& ids) {
   const size_t vocab = g_tokenizer->vocab_size();
@@ -109,12 +115,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t mode = data[0] % 5;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  fuzz::CpuBudget budget(size, kMicrosecondsPerByte);
   const model::Tokenizer& tokenizer = *g_tokenizer;
   switch (mode) {
     case 0: {
-      const std::vector<int32_t> ids = tokenizer.encode(text, false);
-      budget.check("encode");
+      std::vector<int32_t> ids;
+      timed("encode", size, [&] { ids = tokenizer.encode(text, false); });
       check_ids(ids);
       check_round_trip(text, ids, false);
       // Untrusted text never yields a control token (no injected <|im_end|>).
@@ -124,8 +129,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 1: {
-      const std::vector<int32_t> ids = tokenizer.encode(text, true);
-      budget.check("encode special");
+      std::vector<int32_t> ids;
+      timed("encode special", size, [&] { ids = tokenizer.encode(text, true); });
       check_ids(ids);
       check_round_trip(text, ids, true);
       break;
@@ -136,8 +141,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto at = [&](size_t i) { return body.empty() ? 0 : static_cast<uint8_t>(text[i]) * body.size() / 256; };
       const model::TextSpan spans[] = {{std::min(at(0), at(1)), std::max(at(0), at(1))},
                                        {at(2), std::min(body.size(), at(2) + at(3) / 4 + 1)}};
-      const std::vector<int32_t> ids = tokenizer.encode_with_plain_spans(body, spans);
-      budget.check("encode_with_plain_spans");
+      std::vector<int32_t> ids;
+      timed("encode_with_plain_spans", size,
+            [&] { ids = tokenizer.encode_with_plain_spans(body, spans); });
       check_ids(ids);
       check_round_trip(body, ids, true);
       // Control tokens come only from text outside both spans.
@@ -160,8 +166,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (text.empty()) return 0;
       const size_t max_tokens = static_cast<uint8_t>(text[0]);
       const std::string_view body = text.substr(1);
-      const std::vector<int32_t> bounded = tokenizer.encode(body, true, max_tokens);
-      budget.check("bounded encode");
+      std::vector<int32_t> bounded;
+      timed("bounded encode", size, [&] { bounded = tokenizer.encode(body, true, max_tokens); });
       const std::vector<int32_t> full = tokenizer.encode(body, true);
       if (full.size() <= max_tokens) {
         TROUPE_FUZZ_CHECK(bounded == full, "below the bound, not the full encoding");
@@ -173,8 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 4:
-      decode_ids(text);
-      budget.check("decode");
+      timed("decode", size, [&] { decode_ids(text); });
       break;
   }
   return 0;
