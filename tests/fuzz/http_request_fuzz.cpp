@@ -14,6 +14,15 @@
 // left with nothing to do, whether or not the client stayed.
 // Not covered here: the Beast/Asio session itself (timeouts, socket writes, the disconnect
 // watch) and the WebSocket upgrade and framing; the chat protocol behind it is ws_chat_fuzz's.
+//
+// Beast's assertions stay on (this build has no NDEBUG), through the handler below, which lets
+// exactly one pass: Boost 1.81's `n >= 5` in basic_parser::parse_chunk_header is wrong for a
+// chunked body delivered in small pieces ("0\r\n", then "\r", ...). This harness found it; it
+// is boostorg/beast PR #2861 (fixed upstream in 2024: the code after it correctly asks for more
+// bytes). With NDEBUG, as in the release server, the parse is the same as in one piece.
+#define BOOST_ENABLE_ASSERT_HANDLER
+#include <boost/assert.hpp>
+
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
@@ -23,6 +32,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +55,24 @@ using namespace troupe;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+
+namespace boost {
+
+void assertion_failed(char const* expr, char const* function, char const* file, long line) {
+  if (std::string_view(expr) == "n >= 5" && std::string_view(file).ends_with("basic_parser.ipp")) {
+    return;  // the known false assertion (see the top of this file)
+  }
+  std::fprintf(stderr, "%s:%ld: %s: Assertion '%s' failed.\n", file, line, function, expr);
+  std::abort();
+}
+
+void assertion_failed_msg(char const* expr, char const* msg, char const* function,
+                          char const* file, long line) {
+  std::fprintf(stderr, "%s:%ld: %s: Assertion '%s' failed: %s\n", file, line, function, expr, msg);
+  std::abort();
+}
+
+}  // namespace boost
 
 namespace {
 
@@ -178,6 +207,7 @@ void fuzz_one(const uint8_t* data, size_t size) {
   std::string buffer;   // delivered bytes the parser has not consumed (Beast's flat_buffer)
   for (int n = 0; n < kMaxRequestsPerConnection; ++n) {
     http::request_parser<http::string_body> parser;
+    parser.eager(true);  // as http::async_read sets it in the server
     parser.body_limit(kMaxBodyBytes);
     parser.header_limit(kMaxHeaderBytes);
     beast::error_code ec;
