@@ -20,15 +20,22 @@ namespace troupe::model {
 // ---------------------------------------------------------------------------------------------
 // Memory mapping
 
+// Either an mmap of the file (open) or an owned copy of an in-memory image (from_bytes).
 struct GgufFile::Mapping {
   const std::byte* base = nullptr;
   size_t size = 0;
+  std::vector<std::byte> copy;  // from_bytes only; `base` then points into it
 
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   Mapping(const std::byte* b, size_t s) : base(b), size(s) {}
+  explicit Mapping(std::span<const std::byte> bytes)
+      : copy(bytes.begin(), bytes.end()) {
+    base = copy.data();
+    size = copy.size();
+  }
   ~Mapping() {
-    if (base != nullptr) ::munmap(const_cast<std::byte*>(base), size);
+    if (base != nullptr && copy.empty()) ::munmap(const_cast<std::byte*>(base), size);
   }
 };
 
@@ -446,6 +453,18 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
     throw GgufError(fmt::format("{}: mmap failed: {}", path.string(), std::strerror(errno)));
   }
   file.mapping_ = std::make_unique<Mapping>(static_cast<const std::byte*>(base), file.file_size_);
+  GgufParser(file, file.mapping_->base, file.file_size_).parse();
+  return file;
+}
+
+GgufFile GgufFile::from_bytes(std::span<const std::byte> bytes, std::filesystem::path name) {
+  GgufFile file;
+  file.path_ = std::move(name);
+  if (bytes.empty()) {
+    throw GgufError(fmt::format("{}: invalid GGUF: the file is empty", file.path_.string()));
+  }
+  file.file_size_ = bytes.size();
+  file.mapping_ = std::make_unique<Mapping>(bytes);
   GgufParser(file, file.mapping_->base, file.file_size_).parse();
   return file;
 }

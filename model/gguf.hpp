@@ -103,6 +103,11 @@ class GgufFile {
  public:
   // Maps and validates the whole header (metadata and tensor infos). Throws GgufError.
   static GgufFile open(const std::filesystem::path& path);
+  // The same checks over a GGUF image in memory, which is copied (the views point into the
+  // copy). `name` stands for the path in error messages. For tests and fuzzing, which make
+  // files by the thousand; a served model is always mapped with open().
+  static GgufFile from_bytes(std::span<const std::byte> bytes,
+                             std::filesystem::path name = "<memory>");
 
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;

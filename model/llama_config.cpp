@@ -2,6 +2,7 @@
 #include "model/llama_config.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -133,12 +134,28 @@ void LlamaConfig::validate() const {
     throw std::invalid_argument("model config: head_count " + std::to_string(n_head) +
                                 " is not a multiple of head_count_kv " + std::to_string(n_head_kv));
   }
+  // q_dim() and kv_dim() multiply in int32; n_head_kv divides n_head, so q_dim is the larger
+  // (an overflow here was signed-integer UB reachable from a model file: tests/fuzz/gguf_fuzz).
+  if (int64_t{n_head} * head_dim > INT32_MAX) {
+    throw std::invalid_argument("model config: head_count " + std::to_string(n_head) +
+                                " x head_dim " + std::to_string(head_dim) + " is too large");
+  }
   if (n_rot % 2 != 0 || n_rot > head_dim) {
     throw std::invalid_argument("model config: rope.dimension_count " + std::to_string(n_rot) +
                                 " must be even and at most head_dim " + std::to_string(head_dim));
   }
-  if (!(rope_freq_base > 0.0f)) throw std::invalid_argument("model config: rope.freq_base must be positive");
-  if (!(rms_eps > 0.0f)) throw std::invalid_argument("model config: rms epsilon must be positive");
+  // Finite too: a float64 1e300 in a GGUF file becomes inf as a float (found by
+  // tests/fuzz/gguf_fuzz), and RoPE or RMSNorm would then compute with it.
+  auto positive_finite = [](float v) { return std::isfinite(v) && v > 0.0f; };
+  if (!positive_finite(rope_freq_base)) {
+    throw std::invalid_argument("model config: rope.freq_base must be positive and finite");
+  }
+  if (!positive_finite(rope_freq_scale)) {
+    throw std::invalid_argument("model config: the RoPE scaling factor must be positive and finite");
+  }
+  if (!positive_finite(rms_eps)) {
+    throw std::invalid_argument("model config: rms epsilon must be positive and finite");
+  }
   if (rope_llama3) {
     const Llama3RopeScaling& s = *rope_llama3;
     if (!(s.factor > 0.0f) || !(s.high_freq_factor > s.low_freq_factor) ||

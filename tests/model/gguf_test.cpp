@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <span>
 
 #include "tests/model/gguf_writer.hpp"
 
@@ -52,6 +55,38 @@ TEST(GgufFile, ReadsATinyValidFile) {
   EXPECT_FALSE(file.get_string("llama.block_count"));
   EXPECT_THROW((void)file.require_string("llama.block_count"), GgufError);
   EXPECT_THROW((void)file.require_uint("llama.nope"), GgufError);
+  std::filesystem::remove(path);
+}
+
+TEST(GgufFile, FromBytesReadsTheSameAsOpen) {
+  GgufWriter w = tiny_llama_file();
+  const auto path = w.write("from_bytes");
+  const GgufFile mapped = GgufFile::open(path);
+  const std::vector<uint8_t>& bytes = w.bytes();
+  const GgufFile copied = GgufFile::from_bytes(std::as_bytes(std::span(bytes)), "tiny");
+  EXPECT_EQ(copied.path(), "tiny");
+  EXPECT_EQ(copied.file_size(), mapped.file_size());
+  EXPECT_EQ(copied.data_offset(), mapped.data_offset());
+  EXPECT_EQ(copied.metadata().size(), mapped.metadata().size());
+  ASSERT_EQ(copied.tensors().size(), mapped.tensors().size());
+  const GgufTensorInfo* embd = copied.find_tensor("token_embd.weight");
+  ASSERT_NE(embd, nullptr);
+  EXPECT_EQ(embd->num_bytes, 60u);
+  // Views point into the copy, not into the caller's buffer, and hold the same bytes.
+  const auto* caller = reinterpret_cast<const std::byte*>(bytes.data());
+  const std::less<const std::byte*> before;
+  EXPECT_TRUE(before(embd->data, caller) || !before(embd->data, caller + bytes.size()));
+  EXPECT_EQ(std::memcmp(embd->data, caller + copied.data_offset() + embd->offset, embd->num_bytes),
+            0);
+  // Errors name the given name, like a path.
+  std::vector<uint8_t> truncated(bytes.begin(), bytes.begin() + 20);
+  try {
+    (void)GgufFile::from_bytes(std::as_bytes(std::span(truncated)), "cut");
+    FAIL() << "expected GgufError";
+  } catch (const GgufError& e) {
+    EXPECT_TRUE(std::string_view(e.what()).starts_with("cut: invalid GGUF")) << e.what();
+  }
+  EXPECT_THROW((void)GgufFile::from_bytes({}, "empty"), GgufError);
   std::filesystem::remove(path);
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -209,6 +210,64 @@ TEST(Llama3RopeFactors, InvalidScalingIsRefused) {
   LlamaConfig c = *LlamaConfig::named_shape("llama-3.2-1b");
   c.rope_llama3->high_freq_factor = 1.0f;  // == low: the blend would divide by zero
   EXPECT_THROW(c.validate(), std::invalid_argument);
+}
+
+// Found by tests/fuzz/gguf_fuzz: a float64 rope.freq_base of 1e300 became inf as a float and
+// passed the "positive" check; a denormal scaling factor made rope_freq_scale inf.
+TEST(LlamaConfigFromGguf, NonFiniteRopeAndNormConstantsAreRefusedByName) {
+  struct Case {
+    const char* key;
+    double value;
+    const char* needle;
+  };
+  for (const Case& c : {Case{"llama.rope.freq_base", 1e300, "rope.freq_base"},
+                        Case{"llama.attention.layer_norm_rms_epsilon", 1e300, "rms epsilon"},
+                        Case{"llama.rope.scaling.factor", 1e-320, "scaling factor"}}) {
+    GgufWriter w;
+    const bool scaling = std::string_view(c.key) == "llama.rope.scaling.factor";
+    w.header(0, scaling ? 8 : 7);
+    w.kv_string("general.architecture", "llama");
+    w.kv_u32("llama.embedding_length", kEmbd);
+    w.kv_u32("llama.block_count", 1);
+    w.kv_u32("llama.feed_forward_length", kFf);
+    w.kv_u32("llama.attention.head_count", kHeads);
+    w.kv_u32("llama.vocab_size", kVocab);
+    if (scaling) w.kv_string("llama.rope.scaling.type", "linear");
+    w.put_string(c.key).put<uint32_t>(12).put<double>(c.value);  // a float64 value
+    const auto path = w.write("non_finite");
+    const GgufFile file = GgufFile::open(path);
+    try {
+      (void)LlamaConfig::from_gguf(file);
+      ADD_FAILURE() << c.key << " = " << c.value << " was accepted";
+    } catch (const GgufError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+    }
+    std::filesystem::remove(path);
+  }
+}
+
+// Found by tests/fuzz/gguf_fuzz: head_count x key_length past INT32_MAX overflowed q_dim()
+// (signed-integer UB) while the weights were checked against the config.
+TEST(LlamaConfigFromGguf, AttentionWidthPastInt32IsRefused) {
+  GgufWriter w;
+  w.header(0, 8);
+  w.kv_string("general.architecture", "llama");
+  w.kv_u32("llama.embedding_length", kEmbd);
+  w.kv_u32("llama.block_count", 1);
+  w.kv_u32("llama.feed_forward_length", kFf);
+  w.kv_u32("llama.attention.head_count", 8);
+  w.kv_u32("llama.attention.key_length", 1u << 30);
+  w.kv_u32("llama.rope.dimension_count", 8);
+  w.kv_u32("llama.vocab_size", kVocab);
+  const auto path = w.write("wide_attention");
+  const GgufFile file = GgufFile::open(path);
+  try {
+    (void)LlamaConfig::from_gguf(file);
+    ADD_FAILURE() << "8 heads of 2^30 were accepted";
+  } catch (const GgufError& e) {
+    EXPECT_NE(std::string(e.what()).find("too large"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

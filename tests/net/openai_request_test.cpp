@@ -213,6 +213,21 @@ TEST(OpenAiRequest, EchoIsABooleanAndTrueIsRefused) {
   for (const char* body : {R"({"prompt":"x","echo":false})", R"({"prompt":"x","echo":null})"}) {
     EXPECT_TRUE(std::holds_alternative<CompletionRequest>(completion(body))) << body;
   }
+
+// Found by tests/fuzz/openai_request_fuzz: a positive double that rounds to 0.0f passed the
+// open lower bound, and ingress then refused top_p = 0 (or divided by a zero penalty).
+TEST(OpenAiRequest, OpenLowerBoundsHoldAfterRoundingToFloat) {
+  for (const std::string field : {"top_p", "repetition_penalty"}) {
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"hi"}],")" + field + R"(":1e-50})";
+    const ApiError e = error_of(chat(body));
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, field) << e.message;
+  }
+  // The smallest positive float is still accepted.
+  const auto parsed = chat(R"({"messages":[{"role":"user","content":"hi"}],"top_p":1.5e-45})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(parsed)) << error_of(parsed).message;
+  EXPECT_GT(std::get<CompletionRequest>(parsed).generate.sampling.top_p, 0.0f);
 }
 
 TEST(OpenAiRequest, UnknownModelIs404AndServedOrEmptyModelIsAccepted) {
