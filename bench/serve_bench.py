@@ -35,7 +35,7 @@ try:
     import aiohttp
 except ImportError:  # pragma: no cover
     sys.exit("serve_bench needs aiohttp (and numpy, matplotlib): "
-             "python3 -m venv /work/benchvenv && /work/benchvenv/bin/pip install -r "
+             "python3 -m venv .venv-bench && .venv-bench/bin/pip install -r "
              "bench/requirements.txt")
 import numpy as np
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """troupe next to a peer server, same model, same workload, alternating runs, in one command.
 
-  /work/benchvenv/bin/python bench/side_by_side.py --scenario fixed --concurrency 1,16 --reps 2
-  /work/benchvenv/bin/python bench/side_by_side.py --scenario prefix --concurrency 16 --reps 2
+  .venv-bench/bin/python bench/side_by_side.py --scenario fixed --concurrency 1,16 --reps 2
+  .venv-bench/bin/python bench/side_by_side.py --scenario prefix --concurrency 16 --reps 2
 
 Scenarios
   fixed   troupe vs the peer: prompt --input-len tokens, --output-len tokens, ignore_eos.
@@ -11,7 +11,7 @@ Scenarios
   Any other serve_bench workload can be given with --workload (sharegpt, cancel ...).
 
 The peer (never part of this repo or its CI) comes from a llama-cpp-python install, found from
---peer-venv or $TROUPE_BENCH_PEER_VENV (default /work/refvenv). If that install ships llama.cpp's
+--peer-venv or $TROUPE_BENCH_PEER_VENV (default .venv-ref). If that install ships llama.cpp's
 own `llama-server` (bin/llama-server, or llama_cpp/bin/), it runs with `--parallel N -t T`
 (continuous batching); else `python -m llama_cpp.server` (one sequence at a time; its server
 extras fastapi, uvicorn, sse-starlette, starlette-context, pydantic-settings, PyYAML must be in
@@ -107,7 +107,7 @@ def find_peer(venv: str, parallel: int, threads: int, model: str, ctx: int, port
     if not os.path.exists(py):
         raise SystemExit(
             f"peer not found: no Python at {py}.\n"
-            "Create a llama-cpp-python venv (python3 -m venv /work/refvenv && /work/refvenv/bin/pip "
+            "Create a llama-cpp-python venv (python3 -m venv .venv-ref && .venv-ref/bin/pip "
             "install llama-cpp-python==0.3.36 'fastapi<0.116' uvicorn 'sse-starlette<2' "
             "'starlette-context<0.4' pydantic-settings PyYAML, with CMAKE_ARGS='-DGGML_NATIVE=OFF "
             "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON': its native AVX-512 build segfaulted "
@@ -191,7 +191,7 @@ def main():
                          "HEAD now; the binary may be older: its mtime is recorded too)")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--peer-venv", default=os.environ.get("TROUPE_BENCH_PEER_VENV",
-                                                          "/work/refvenv"))
+                                                          ".venv-ref"))
     ap.add_argument("--peer-parallel", type=int, default=16,
                     help="llama-server --parallel (slots); unused by llama_cpp.server")
     ap.add_argument("--peer-ctx", type=int, default=4096, help="context per sequence")

@@ -2,8 +2,8 @@
 """Soak benchmark (issue 14): the real server and the real default model under twice its measured
 capacity for a long time, with every surface and every way a client can misbehave mixed in.
 
-  /work/benchvenv/bin/python bench/soak_bench.py                  # 30 minutes
-  /work/benchvenv/bin/python bench/soak_bench.py --minutes 3 --capacity-s 30
+  .venv-bench/bin/python bench/soak_bench.py                  # 30 minutes
+  .venv-bench/bin/python bench/soak_bench.py --minutes 3 --capacity-s 30
   (any venv with bench/requirements.txt; --help for the knobs)
 
 Phases

@@ -13,7 +13,7 @@ source; CI never does). It writes, next to this script:
                          default system prompt when the first message is not system) encoded
                          with special-token parsing; 5 are raw completions (no BOS).
 
-Usage: /work/refvenv/bin/python tests/reference/make_reference.py [MODEL.gguf]
+Usage: .venv-ref/bin/python tests/reference/make_reference.py [MODEL.gguf]
 """
 import json
 import os

@@ -1,6 +1,6 @@
 # Parity probe: compare troupe's tapped intermediates (cpu_model_test --gtest_filter=*ParityProbe*,
 # TROUPE_PARITY_DUMP=DIR TROUPE_PARITY_PROMPT=N [TROUPE_PARITY_DECODE=1]) with a dump_llama.py npz.
-# Usage: /work/refvenv/bin/python compare.py LL.npz DIR [layers]
+# Usage: .venv-ref/bin/python compare.py LL.npz DIR [layers]
 import numpy as np, sys, os
 ll = np.load(sys.argv[1]); od = sys.argv[2]; layers = [int(x) for x in sys.argv[3].split(',')] if len(sys.argv)>3 else [0,1,29]
 E,Q,KV,F=576,576,192,1536

@@ -2,10 +2,12 @@
 # tests/reference/make_reference.py. Usage: python dump_llama.py N OUT.npz [fa|nofa] [decode]
 # Dump llama.cpp intermediates (cb_eval) for one reference prompt, same config as make_reference.py.
 import ctypes, json, sys, numpy as np, llama_cpp
+from pathlib import Path
 from llama_cpp import Llama
+ROOT = Path(__file__).resolve().parents[3]  # the repository
 pi = int(sys.argv[1]); out = sys.argv[2]
 fa = len(sys.argv) > 3 and sys.argv[3] == "fa"
-g = json.load(open('/work/main/tests/reference/smollm2_greedy.json'))
+g = json.load(open(ROOT / 'tests/reference/smollm2_greedy.json'))
 ids = g['prompts'][pi]['prompt_ids']
 base = ctypes.CDLL(llama_cpp.__path__[0] + '/lib/libggml-base.so')
 base.ggml_get_name.restype = ctypes.c_char_p; base.ggml_get_name.argtypes=[ctypes.c_void_p]
@@ -30,7 +32,7 @@ def cb(t, ask, ud):
     else:
         dumps.append((name, ne, None))
     return True
-llm = Llama(model_path='/work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf', n_ctx=2048, n_batch=512,
+llm = Llama(model_path=str(ROOT / 'models/SmolLM2-135M-Instruct.Q4_1.gguf'), n_ctx=2048, n_batch=512,
             logits_all=False, n_threads=2, seed=0, verbose=False, flash_attn=fa)
 llm._ctx.ctx  # ensure
 # set callback on existing context: recreate context params
