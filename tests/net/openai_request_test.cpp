@@ -213,6 +213,7 @@ TEST(OpenAiRequest, EchoIsABooleanAndTrueIsRefused) {
   for (const char* body : {R"({"prompt":"x","echo":false})", R"({"prompt":"x","echo":null})"}) {
     EXPECT_TRUE(std::holds_alternative<CompletionRequest>(completion(body))) << body;
   }
+}
 
 // Found by tests/fuzz/openai_request_fuzz: a positive double that rounds to 0.0f passed the
 // open lower bound, and ingress then refused top_p = 0 (or divided by a zero penalty).
