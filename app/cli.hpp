@@ -23,6 +23,7 @@ struct ServeOptions {
   std::optional<std::string> backend;
   std::optional<std::string> log_level;
   std::optional<std::string> admin_socket;
+  std::vector<std::string> api_keys;  // --api-key, repeatable
 };
 
 struct HelpCommand {

@@ -172,8 +172,31 @@ bool connection_ended(const beast::error_code& ec) {
 // One request's worth of reading: what the session does next.
 struct RequestRead {
   bool connection_ended = false;        // nothing to answer: leave
-  std::optional<HttpResponse> refusal;  // answer this and close (parse or framing error)
+  std::optional<HttpResponse> refusal;  // answer this and close (parse, framing or auth error)
+  std::string key_name;                 // the API key that authenticated the request
 };
+
+// A refused request's body is read (and dropped) when it is at most this large, so that closing
+// the connection after the 401 does not reset it under the client's feet with unread bytes;
+// a larger (or chunked) one is not read at all.
+constexpr uint64_t kMaxUnauthenticatedBodyBytes = 64u << 10;
+
+std::string_view header_value(const http::request<http::string_body>& header, http::field name) {
+  const auto it = header.find(name);
+  if (it == header.end()) return {};
+  return {it->value().data(), it->value().size()};
+}
+
+// The access decision for a parsed request header (access_policy.hpp).
+AccessDecision check_access(const AccessPolicy& policy,
+                            const http::request<http::string_body>& header) {
+  const std::string_view target(header.target().data(), header.target().size());
+  const std::string_view protocols = beast::websocket::is_upgrade(header)
+                                         ? header_value(header, http::field::sec_websocket_protocol)
+                                         : std::string_view{};
+  return policy.check(target.substr(0, target.find('?')),
+                      header_value(header, http::field::authorization), protocols);
+}
 
 }  // namespace
 
@@ -191,6 +214,7 @@ struct HttpServer::Impl {
   std::mutex connections_mutex;
   std::set<std::shared_ptr<Connection>> connections;
   std::map<std::string, WebSocketFactory, std::less<>> websocket_routes;
+  std::shared_ptr<const AccessPolicy> access = std::make_shared<AccessPolicy>();
   uint16_t bound_port = 0;
   bool started = false;
   bool stopped = false;
@@ -265,14 +289,20 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
         connection->websocket = std::make_shared<WsCloseRequest>();
         WsSessionConfig ws_config{config.ws_idle_timeout, config.ws_max_message_bytes,
                                   config.ws_close_timeout};
-        auto session = run_websocket_session(std::move(connection->stream), std::move(request),
-                                             *websocket, ws_config, connection->websocket);
+        WsHandshake handshake;
+        handshake.protocol = chosen_websocket_protocol(
+            header_value(request, http::field::sec_websocket_protocol));
+        handshake.peer.key_name = std::move(read.key_name);
+        auto session =
+            run_websocket_session(std::move(connection->stream), std::move(request), *websocket,
+                                  ws_config, std::move(handshake), connection->websocket);
         co_await std::move(session);
         break;
       } else {
         keep_alive = request.keep_alive() && !stopping.load(std::memory_order_acquire);
         HttpRequest plain = to_plain_request(std::move(request));
         plain.connection_id = connection->id;
+        plain.api_key_name = std::move(read.key_name);
         router->dispatch(std::move(plain), out);
       }
     }
@@ -316,7 +346,23 @@ asio::awaitable<RequestRead> HttpServer::Impl::read_request(
   }
   // Before the body: with untrustworthy framing we do not know where the body ends.
   read.refusal = check_framing(parser.get());
-  if (read.refusal || parser.is_done()) co_return read;
+  if (read.refusal) co_return read;
+  // Before the body too: an unauthenticated client costs a header and a 401.
+  AccessDecision access_decision = check_access(*access, parser.get());
+  if (access_decision.refusal) {
+    const std::string_view target(parser.get().target().data(), parser.get().target().size());
+    spdlog::info("http {} {} status=401 finish=invalid_api_key", parser.get().method_string(),
+                 target.substr(0, target.find('?')));
+    read.refusal = std::move(access_decision.refusal);
+    const auto length = parser.content_length();
+    if (!parser.is_done() && length && *length <= kMaxUnauthenticatedBodyBytes) {
+      [[maybe_unused]] auto [drop_ec, drop_bytes] =
+          co_await http::async_read(stream, buffer, parser, kAsTuple);
+    }
+    co_return read;
+  }
+  read.key_name = std::move(access_decision.key_name);
+  if (parser.is_done()) co_return read;
   auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, kAsTuple);
   if (connection_ended(body_ec)) {
     read.connection_ended = true;
@@ -446,6 +492,10 @@ uint16_t HttpServer::port() const { return impl_->bound_port; }
 
 void HttpServer::add_websocket_route(std::string path, WebSocketFactory factory) {
   impl_->websocket_routes.emplace(std::move(path), std::move(factory));
+}
+
+void HttpServer::set_access_policy(std::shared_ptr<const AccessPolicy> policy) {
+  impl_->access = std::move(policy);
 }
 
 void HttpServer::begin_shutdown() {

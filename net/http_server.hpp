@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "net/access_policy.hpp"
 #include "net/connection_metrics.hpp"
 #include "net/router.hpp"
 #include "net/websocket_endpoint.hpp"
@@ -58,6 +59,10 @@ class HttpServer {
 
   // Serves WebSocket upgrades of GET `path` with one endpoint per connection (before start()).
   void add_websocket_route(std::string path, WebSocketFactory factory);
+
+  // Who may reach what (before start()); without one every request is served. Applied right
+  // after each request's header, before its body is read.
+  void set_access_policy(std::shared_ptr<const AccessPolicy> policy);
 
   // The bound port; valid after start().
   uint16_t port() const;

@@ -87,6 +87,7 @@ void WsCloseRequest::attach(std::function<void()> on_request) {
 asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
                                             beast::http::request<beast::http::string_body> request,
                                             const WebSocketFactory& factory, WsSessionConfig config,
+                                            WsHandshake handshake,
                                             std::shared_ptr<WsCloseRequest> close_request) {
   stream.expires_never();  // the websocket stream's own timeouts apply from here on
   auto ws = std::make_shared<WsStream>(std::move(stream));
@@ -95,7 +96,10 @@ asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
   timeouts.keep_alive_pings = true;
   ws->set_option(timeouts);
   ws->set_option(websocket::stream_base::decorator(
-      [](websocket::response_type& response) { response.set(beast::http::field::server, "troupe"); }));
+      [protocol = handshake.protocol](websocket::response_type& response) {
+        response.set(beast::http::field::server, "troupe");
+        if (!protocol.empty()) response.set(beast::http::field::sec_websocket_protocol, protocol);
+      }));
   ws->read_message_max(config.max_message_bytes);
   auto [accept_ec] = co_await ws->async_accept(request, kAsTuple);
   if (accept_ec) co_return;
@@ -107,7 +111,8 @@ asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
       [executor](std::function<void()> work) { asio::post(executor, std::move(work)); },
       [weak_bell] {
         if (auto bell = weak_bell.lock()) bell->try_send(beast::error_code{});
-      });
+      },
+      handshake.peer);
   asio::co_spawn(executor,
                  write_frames(ws, doorbell, endpoint, close_request, config.close_timeout),
                  asio::detached);
