@@ -25,6 +25,7 @@ const ServeFlags& serve_flags() {
       {"--port", &ServeOptions::port},          {"--backend", &ServeOptions::backend},
       {"--log-level", &ServeOptions::log_level},
       {"--admin-socket", &ServeOptions::admin_socket},
+      {"--ssl-cert", &ServeOptions::ssl_cert},  {"--ssl-key", &ServeOptions::ssl_key},
   };
   return flags;
 }
@@ -131,6 +132,7 @@ std::string serve_usage_text() {
   return R"(Usage: troupe serve [--config FILE] [--model PATH] [--model-id NAME] [--host H]
                     [--port P] [--backend cpu|cuda|auto] [--log-level L]
                     [--admin-socket PATH] [--api-key KEY]...
+                    [--ssl-cert FILE --ssl-key FILE]
 
   --config FILE      JSON config (configs/default.json documents every key); flags override it
   --model PATH       GGUF model file (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -144,6 +146,8 @@ std::string serve_usage_text() {
   --api-key KEY      require `Authorization: Bearer KEY` on /v1/*, /tokenize, /detokenize, the
                      WebSocket chat and (api.metrics_require_key) /metrics; repeatable. Keys
                      also come from api.keys_file ("NAME:KEY" lines) and $TROUPE_API_KEY
+  --ssl-cert FILE    serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-key
+  --ssl-key FILE     the certificate's PEM private key (http.ssl_cert_file/ssl_key_file)
 )";
 }
 

@@ -115,6 +115,12 @@ ObjectReader http_reader(net::HttpServerConfig& http) {
   reader.on("ws_close_timeout_ms", [&http](element v, const std::string& p) {
     http.ws_close_timeout = milliseconds(read_uint(v, p, 10, 600'000));
   });
+  reader.on("ssl_cert_file", [&http](element v, const std::string& p) {
+    http.ssl_cert_file = read_string(v, p);
+  });
+  reader.on("ssl_key_file", [&http](element v, const std::string& p) {
+    http.ssl_key_file = read_string(v, p);
+  });
   reader.on("shutdown_grace_ms", [&http](element v, const std::string& p) {
     http.shutdown_grace = milliseconds(read_uint(v, p, 0, 600'000));
   });

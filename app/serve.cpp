@@ -48,6 +48,8 @@ void apply_flags(const ServeOptions& options, ServerConfig& config) {
     config.backend = *choice;
   }
   for (const std::string& key : options.api_keys) config.access.keys.push_back(key);
+  if (options.ssl_cert) config.http.ssl_cert_file = *options.ssl_cert;
+  if (options.ssl_key) config.http.ssl_key_file = *options.ssl_key;
   if (options.log_level) {
     if (!is_valid_log_level(*options.log_level)) {
       throw ConfigError(fmt::format("--log-level: '{}' is not a log level", *options.log_level));
@@ -107,6 +109,13 @@ int run_serve(const ServeOptions& options) {
   }
   configure_logging(config.log);
   spdlog::info("troupe {} starting", kVersionString);
+  // Before the model loads: a bad certificate should not wait for it.
+  try {
+    net::HttpServer::check_tls(config.http);
+  } catch (const net::TlsConfigError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
   // Before any thread starts: every HTTP connection holds a descriptor (http.max_connections).
   const OpenFileLimit file_limit = raise_open_file_limit();
   if (file_limit.error != 0) {
@@ -174,14 +183,15 @@ int run_serve(const ServeOptions& options) {
                              net::ws_chat_factory(*engine, ws_chat, serving_metrics));
   try {
     server.start();
-  } catch (const std::system_error& e) {
+  } catch (const std::exception& e) {  // std::system_error (bind), TlsConfigError
     spdlog::error("{}", e.what());
     return 1;
   }
   log_access(*access, config);
   state->phase.store(net::ServerPhase::kReady, std::memory_order_release);
-  spdlog::info("serving {} on http://{}:{}/ (backend {})", m.id, config.http.host, server.port(),
-               state->backend);
+  spdlog::info("serving {} on {}://{}:{}/ (backend {})", m.id,
+               config.http.ssl_cert_file.empty() ? "http" : "https", config.http.host,
+               server.port(), state->backend);
 
   // The main thread only waits for a stop signal; the io threads serve.
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);

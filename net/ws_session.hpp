@@ -12,12 +12,16 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
 #include "net/websocket_endpoint.hpp"
 
 namespace troupe::net {
+
+// A connection's stream over TLS (plain ones are beast::tcp_stream).
+using TlsStream = boost::beast::ssl_stream<boost::beast::tcp_stream>;
 
 struct WsSessionConfig {
   std::chrono::milliseconds idle_timeout{300'000};  // no frame and no pong for this long: close
@@ -52,8 +56,10 @@ class WsCloseRequest {
 
 // Runs one WebSocket connection to its end: handshake, frames both ways, close. Returns when
 // the socket is closed (by either side, a timeout, or the close `close_request` asks for).
+// `Stream`: beast::tcp_stream or TlsStream (both instantiated in ws_session.cpp).
+template <class Stream>
 boost::asio::awaitable<void> run_websocket_session(
-    boost::beast::tcp_stream stream, boost::beast::http::request<boost::beast::http::string_body> request,
+    Stream stream, boost::beast::http::request<boost::beast::http::string_body> request,
     const WebSocketFactory& factory, WsSessionConfig config, WsHandshake handshake,
     std::shared_ptr<WsCloseRequest> close_request);
 

@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import ssl
 import subprocess
 import time
@@ -185,3 +186,97 @@ def test_malformed_key_is_a_config_error(start_server):
     server = start_server("--api-key", "has space")
     assert server.process.wait(timeout=30) == 2
     assert "--api-key" in server.read_log()
+
+
+def make_certificate(directory, name="server"):
+    """A self-signed certificate for 127.0.0.1 and localhost (openssl CLI); returns (cert, key)."""
+    openssl = shutil.which("openssl")
+    if not openssl:
+        pytest.skip("the openssl CLI is not installed")
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def wait_ready_tls(server, cert, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"troupe exited with {server.process.returncode}: {server.read_log()}")
+        try:
+            if requests.get(server.base_url + "/health", timeout=1, verify=str(cert)).ok:
+                return server
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"troupe not ready after {timeout}s: {server.read_log()}")
+
+
+def test_tls_serves_https_sse_and_wss_with_a_key(start_server, tmp_path):
+    cert, key = make_certificate(tmp_path)
+    server = start_server("--ssl-cert", str(cert), "--ssl-key", str(key), "--api-key", KEY)
+    server.base_url = f"https://127.0.0.1:{server.port}"
+    wait_ready_tls(server, cert)
+    assert "https://" in server.read_log()
+
+    http_client = httpx.Client(verify=str(cert))
+    client = openai_client(server.base_url, KEY, http_client=http_client)
+    assert short_chat(client).choices[0].message.content
+    streamed = client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": "Say hi."}], max_tokens=3,
+        temperature=0, stream=True)
+    chunks = list(streamed)
+    assert chunks and chunks[-1].choices[0].finish_reason in ("stop", "length")
+    with pytest.raises(openai.AuthenticationError):
+        openai_client(server.base_url, OTHER_KEY, http_client=http_client).models.list()
+
+    # Plain HTTP to a TLS port gets nothing served.
+    with pytest.raises(requests.RequestException):
+        requests.get(f"http://127.0.0.1:{server.port}/health", timeout=5)
+    # TLS 1.1 is refused (TLS 1.2 is the oldest offered).
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(str(cert))
+    try:
+        old.minimum_version = ssl.TLSVersion.TLSv1
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    except (ValueError, ssl.SSLError):
+        old = None
+    if old is not None:
+        with pytest.raises((ssl.SSLError, OSError)):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+                with old.wrap_socket(raw, server_hostname="127.0.0.1"):
+                    pass
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(str(cert))
+    with connect(ws_url(server, "wss"), ssl=context, open_timeout=30,
+                 subprotocols=["troupe.chat.v1", f"bearer.{KEY}"]) as ws:
+        assert ws.subprotocol == "troupe.chat.v1"
+        assert ws_chat_once(ws)["finish_reason"] in ("stop", "length")
+    with pytest.raises(InvalidStatus) as refused:
+        with connect(ws_url(server, "wss"), ssl=context, open_timeout=30):
+            pass
+    assert refused.value.response.status_code == 401
+    assert KEY not in server.read_log()
+
+
+def test_tls_with_a_mismatched_pair_exits_with_a_clear_message(start_server, tmp_path):
+    cert, _ = make_certificate(tmp_path, "one")
+    _, other_key = make_certificate(tmp_path, "two")
+    server = start_server("--ssl-cert", str(cert), "--ssl-key", str(other_key))
+    assert server.process.wait(timeout=60) != 0
+    log = server.read_log()
+    assert str(other_key) in log, log
+    assert "does not match" in log or "not a usable PEM private key" in log, log
+
+
+def test_tls_with_an_unreadable_certificate_exits_naming_it(start_server, tmp_path):
+    _, key = make_certificate(tmp_path)
+    missing = tmp_path / "missing.crt"
+    server = start_server("--ssl-cert", str(missing), "--ssl-key", str(key))
+    assert server.process.wait(timeout=60) != 0
+    assert str(missing) in server.read_log()
+    assert "cannot read" in server.read_log()
