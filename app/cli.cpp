@@ -10,6 +10,14 @@ namespace {
 
 using ServeFlags = std::map<std::string, std::optional<std::string> ServeOptions::*>;
 
+// Flags that may be given more than once; each adds a value.
+using RepeatedServeFlags = std::map<std::string, std::vector<std::string> ServeOptions::*>;
+
+const RepeatedServeFlags& repeated_serve_flags() {
+  static const RepeatedServeFlags flags = {{"--api-key", &ServeOptions::api_keys}};
+  return flags;
+}
+
 const ServeFlags& serve_flags() {
   static const ServeFlags flags = {
       {"--config", &ServeOptions::config_path}, {"--model", &ServeOptions::model},
@@ -17,6 +25,7 @@ const ServeFlags& serve_flags() {
       {"--port", &ServeOptions::port},          {"--backend", &ServeOptions::backend},
       {"--log-level", &ServeOptions::log_level},
       {"--admin-socket", &ServeOptions::admin_socket},
+      {"--ssl-cert", &ServeOptions::ssl_cert},  {"--ssl-key", &ServeOptions::ssl_key},
   };
   return flags;
 }
@@ -33,12 +42,19 @@ std::variant<Command, UsageError> parse_serve(const std::vector<std::string>& ar
     }
     if (flag == "--help" || flag == "-h") return Command{HelpCommand{"serve"}};
     auto it = flags.find(flag);
-    if (it == flags.end()) return UsageError{fmt::format("serve: unknown option '{}'", args[i])};
+    auto repeated = repeated_serve_flags().find(flag);
+    if (it == flags.end() && repeated == repeated_serve_flags().end()) {
+      return UsageError{fmt::format("serve: unknown option '{}'", args[i])};
+    }
     if (!inline_value) {
       if (i + 1 >= args.size()) return UsageError{fmt::format("serve: {} needs a value", flag)};
       inline_value = args[++i];
     }
-    options.*(it->second) = *inline_value;
+    if (it != flags.end()) {
+      options.*(it->second) = *inline_value;
+    } else {
+      (options.*(repeated->second)).push_back(*inline_value);
+    }
   }
   return Command{ServeCommand{std::move(options)}};
 }
@@ -108,13 +124,15 @@ config error.
 std::vector<std::string> serve_flag_names() {
   std::vector<std::string> names;
   for (const auto& [name, member] : serve_flags()) names.push_back(name);
+  for (const auto& [name, member] : repeated_serve_flags()) names.push_back(name);
   return names;
 }
 
 std::string serve_usage_text() {
   return R"(Usage: troupe serve [--config FILE] [--model PATH] [--model-id NAME] [--host H]
                     [--port P] [--backend cpu|cuda|auto] [--log-level L]
-                    [--admin-socket PATH]
+                    [--admin-socket PATH] [--api-key KEY]...
+                    [--ssl-cert FILE --ssl-key FILE]
 
   --config FILE      JSON config (configs/default.json documents every key); flags override it
   --model PATH       GGUF model file (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -125,6 +143,11 @@ std::string serve_usage_text() {
   --log-level L      trace, debug, info, warn, error, critical or off
   --admin-socket P   the admin Unix socket (default $XDG_RUNTIME_DIR/troupe.sock, else
                      /tmp/troupe-$UID/troupe.sock); `troupe admin --socket P` talks to it
+  --api-key KEY      require `Authorization: Bearer KEY` on /v1/*, /tokenize, /detokenize, the
+                     WebSocket chat and (api.metrics_require_key) /metrics; repeatable. Keys
+                     also come from api.keys_file ("NAME:KEY" lines) and $TROUPE_API_KEY
+  --ssl-cert FILE    serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-key
+  --ssl-key FILE     the certificate's PEM private key (http.ssl_cert_file/ssl_key_file)
 )";
 }
 

@@ -23,6 +23,9 @@ struct ServeOptions {
   std::optional<std::string> backend;
   std::optional<std::string> log_level;
   std::optional<std::string> admin_socket;
+  std::optional<std::string> ssl_cert;
+  std::optional<std::string> ssl_key;
+  std::vector<std::string> api_keys;  // --api-key, repeatable
 };
 
 struct HelpCommand {

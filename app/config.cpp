@@ -115,6 +115,12 @@ ObjectReader http_reader(net::HttpServerConfig& http) {
   reader.on("ws_close_timeout_ms", [&http](element v, const std::string& p) {
     http.ws_close_timeout = milliseconds(read_uint(v, p, 10, 600'000));
   });
+  reader.on("ssl_cert_file", [&http](element v, const std::string& p) {
+    http.ssl_cert_file = read_string(v, p);
+  });
+  reader.on("ssl_key_file", [&http](element v, const std::string& p) {
+    http.ssl_key_file = read_string(v, p);
+  });
   reader.on("shutdown_grace_ms", [&http](element v, const std::string& p) {
     http.shutdown_grace = milliseconds(read_uint(v, p, 0, 600'000));
   });
@@ -174,8 +180,19 @@ ObjectReader cpu_reader(engine::CpuBackendOptions& cpu) {
   return reader;
 }
 
-ObjectReader api_reader(net::OpenAiApiConfig& api) {
+ObjectReader api_reader(net::OpenAiApiConfig& api, AccessConfig& access) {
   ObjectReader reader("api");
+  reader.on("keys_file", [&access](element v, const std::string& p) {
+    const std::string path = read_string(v, p);
+    if (path.empty()) {
+      access.keys_file.reset();
+    } else {
+      access.keys_file = path;
+    }
+  });
+  reader.on("metrics_require_key", [&access](element v, const std::string& p) {
+    access.metrics_require_key = read_bool(v, p);
+  });
   reader.on("default_max_tokens", [&api](element v, const std::string& p) {
     api.default_max_tokens = read_int32(v, p, 1, 1 << 24);
   });
@@ -256,6 +273,21 @@ net::HttpServerConfig http_server_config_of(const ServerConfig& config) {
   return http;
 }
 
+net::AccessPolicy access_policy_of(const AccessConfig& access, std::string_view environment_key) {
+  try {
+    return net::AccessPolicy(
+        net::ApiKeys::from_sources(access.keys, access.keys_file, environment_key),
+        access.metrics_require_key);
+  } catch (const net::ApiKeyError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+bool is_loopback_host(std::string_view host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  return host.starts_with("127.");
+}
+
 std::string_view to_string(BackendChoice choice) {
   switch (choice) {
     case BackendChoice::kAuto: return "auto";
@@ -309,7 +341,9 @@ ServerConfig parse_config(std::string_view json, ServerConfig base) {
     scheduler_reader(config.scheduler).read(v);
   });
   reader.on("cpu", [&config](element v, const std::string&) { cpu_reader(config.cpu).read(v); });
-  reader.on("api", [&config](element v, const std::string&) { api_reader(config.api).read(v); });
+  reader.on("api", [&config](element v, const std::string&) {
+    api_reader(config.api, config.access).read(v);
+  });
   reader.on("admin", [&config](element v, const std::string&) { admin_reader(config.admin).read(v); });
   reader.on("http", [&config](element v, const std::string&) { http_reader(config.http).read(v); });
   reader.read(root);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/engine/engine_config.hpp"
 #include "net/admin_server.hpp"
@@ -32,6 +33,14 @@ struct LogConfig {
   std::string pattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v";
 };
 
+// Who may use the API (issue 16; net/access_policy.hpp). Keys also come from --api-key and the
+// TROUPE_API_KEY environment variable; none anywhere: every surface is open.
+struct AccessConfig {
+  std::vector<std::string> keys;                   // --api-key (never from the config file)
+  std::optional<std::filesystem::path> keys_file;  // api.keys_file: "KEY" or "NAME:KEY" lines
+  bool metrics_require_key = true;                 // api.metrics_require_key (with keys only)
+};
+
 struct ServerConfig {
   std::filesystem::path model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   std::string model_id;  // served name; empty => derived from the file name
@@ -40,6 +49,7 @@ struct ServerConfig {
   LogConfig log;
   net::HttpServerConfig http;   // host, port, io threads, limits, timeouts
   net::OpenAiApiConfig api;     // request defaults and limits of the OpenAI API
+  AccessConfig access;          // API keys (the "api" object's keys_file, metrics_require_key)
   scheduler::SchedulerConfig scheduler = engine::EngineConfig{}.scheduler;
   engine::CpuBackendOptions cpu;
   net::AdminServerConfig admin;  // the admin socket (and the optional token-guarded TCP port)
@@ -57,6 +67,13 @@ ServerConfig parse_config(std::string_view json, ServerConfig base = {});
 
 // Reads and parses a config file. Throws ConfigError (naming the path when it cannot be read).
 ServerConfig load_config_file(const std::filesystem::path& path, ServerConfig base = {});
+
+// The access policy of `access` plus the key in `environment_key` (TROUPE_API_KEY's value, "" when
+// unset). Throws ConfigError for a malformed key or an unreadable keys file.
+net::AccessPolicy access_policy_of(const AccessConfig& access, std::string_view environment_key);
+
+// True for an address only this machine can reach (127.0.0.0/8, ::1, "localhost").
+bool is_loopback_host(std::string_view host);
 
 std::optional<BackendChoice> parse_backend(std::string_view text);
 bool is_valid_log_level(std::string_view level);

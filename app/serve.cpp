@@ -3,6 +3,7 @@
 #include <charconv>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include <boost/asio/io_context.hpp>
@@ -46,6 +47,9 @@ void apply_flags(const ServeOptions& options, ServerConfig& config) {
     }
     config.backend = *choice;
   }
+  for (const std::string& key : options.api_keys) config.access.keys.push_back(key);
+  if (options.ssl_cert) config.http.ssl_cert_file = *options.ssl_cert;
+  if (options.ssl_key) config.http.ssl_key_file = *options.ssl_key;
   if (options.log_level) {
     if (!is_valid_log_level(*options.log_level)) {
       throw ConfigError(fmt::format("--log-level: '{}' is not a log level", *options.log_level));
@@ -57,6 +61,21 @@ void apply_flags(const ServeOptions& options, ServerConfig& config) {
 void configure_logging(const LogConfig& log) {
   spdlog::set_level(spdlog::level::from_str(log.level));
   spdlog::set_pattern(log.pattern);
+}
+
+// Says who may use the API; warns when anyone on the network may (issue 16). Never logs a key.
+void log_access(const net::AccessPolicy& access, const ServerConfig& config) {
+  if (access.keys_required()) {
+    spdlog::info("API keys: {} configured; /v1/*, /tokenize, /detokenize and the WebSocket chat "
+                 "need one{}",
+                 access.num_keys(), config.access.metrics_require_key ? ", /metrics too" : "");
+    return;
+  }
+  if (is_loopback_host(config.http.host)) return;
+  spdlog::warn("listening on {} with no API key: anyone who can reach this port can run "
+               "generations, fill the queue and read /metrics; set one with --api-key KEY "
+               "(or api.keys_file, or the TROUPE_API_KEY environment variable)",
+               config.http.host);
 }
 
 }  // namespace
@@ -79,8 +98,24 @@ int run_serve(const ServeOptions& options) {
     std::cerr << "troupe: " << e.what() << "\n";
     return 2;
   }
+  std::shared_ptr<const net::AccessPolicy> access;
+  try {
+    const char* environment_key = std::getenv("TROUPE_API_KEY");
+    access = std::make_shared<const net::AccessPolicy>(
+        access_policy_of(config.access, environment_key != nullptr ? environment_key : ""));
+  } catch (const ConfigError& e) {
+    std::cerr << "troupe: " << e.what() << "\n";
+    return 2;
+  }
   configure_logging(config.log);
   spdlog::info("troupe {} starting", kVersionString);
+  // Before the model loads: a bad certificate should not wait for it.
+  try {
+    net::HttpServer::check_tls(config.http);
+  } catch (const net::TlsConfigError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
   // Before any thread starts: every HTTP connection holds a descriptor (http.max_connections).
   const OpenFileLimit file_limit = raise_open_file_limit();
   if (file_limit.error != 0) {
@@ -100,6 +135,7 @@ int run_serve(const ServeOptions& options) {
     spdlog::error("cannot load model: {}", e.what());
     return 1;
   }
+  state->api_key_required = access->keys_required();
   state->model = engine->model_card().info;
   state->backend = engine->model_card().backend;
   const model::ModelInfo& m = state->model;
@@ -137,6 +173,7 @@ int run_serve(const ServeOptions& options) {
   net::add_openai_routes(*router, *engine, *state, config.api, serving_metrics);
   net::add_web_page_routes(*router);
   net::HttpServer server(http_server_config_of(config), router, state->connections);
+  server.set_access_policy(access);
   net::WsChatConfig ws_chat;
   ws_chat.api = config.api;
   // One limit for every streaming surface: a WebSocket reader that slow is dropped too.
@@ -146,13 +183,15 @@ int run_serve(const ServeOptions& options) {
                              net::ws_chat_factory(*engine, ws_chat, serving_metrics));
   try {
     server.start();
-  } catch (const std::system_error& e) {
+  } catch (const std::exception& e) {  // std::system_error (bind), TlsConfigError
     spdlog::error("{}", e.what());
     return 1;
   }
+  log_access(*access, config);
   state->phase.store(net::ServerPhase::kReady, std::memory_order_release);
-  spdlog::info("serving {} on http://{}:{}/ (backend {})", m.id, config.http.host, server.port(),
-               state->backend);
+  spdlog::info("serving {} on {}://{}:{}/ (backend {})", m.id,
+               config.http.ssl_cert_file.empty() ? "http" : "https", config.http.host,
+               server.port(), state->backend);
 
   // The main thread only waits for a stop signal; the io threads serve.
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);

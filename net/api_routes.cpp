@@ -47,7 +47,10 @@ void add_info_routes(Router& router, const ServerState& state) {
     JsonWriter w;
     w.begin_object().field("object", "list").key("data").begin_array();
     w.raw(model_object_json(state));
-    w.end_array().end_object();
+    w.end_array();
+    // Not OpenAI's: tells a client (the web page) whether the server wants a key.
+    w.field("auth", state.api_key_required ? "api_key" : "none");
+    w.end_object();
     return json_response(200, w.take());
   });
 

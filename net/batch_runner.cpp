@@ -98,18 +98,18 @@ class BatchRun {
 
 // Each item is a request of its own for the access log and the metrics.
 std::shared_ptr<RequestRecord> item_record(const OpenAiContext& context, std::string id,
-                                           const BatchItem& item) {
+                                           const BatchItem& item, std::string key_name) {
   return std::make_shared<RequestRecord>(
       context.metrics,
       RequestLabel{"batch", "/v1/batch", std::move(id),
-                   fmt::format("custom_id={}", item.custom_id)});
+                   fmt::format("custom_id={}", item.custom_id), std::move(key_name)});
 }
 
 // One item's sink: collects the whole answer, then hands its output line to the run.
 class BatchItemSink final : public engine::RequestSink {
  public:
   BatchItemSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<BatchRun> run,
-                size_t index, BatchItem item)
+                size_t index, BatchItem item, std::string key_name)
       : context_(std::move(context)),
         run_(std::move(run)),
         index_(index),
@@ -121,7 +121,7 @@ class BatchItemSink final : public engine::RequestSink {
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
     identity_.model = context_->state.model.id;
-    record_ = item_record(*context_, identity_.id, item_);
+    record_ = item_record(*context_, identity_.id, item_, std::move(key_name));
   }
 
   bool on_delta(engine::RequestId, engine::TokenDelta delta) override {
@@ -166,7 +166,7 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   auto parsed = parse_batch(request.body, request.header("Content-Type"),
                             context->state.model.id, context->config);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
-    context->record("/v1/batch", "-")->fail(*error);
+    context->record("/v1/batch", "-", {}, request.api_key_name)->fail(*error);
     out->respond(error_response(*error));
     return;
   }
@@ -186,7 +186,7 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
     } else {
       const BatchItem& item = batch.items[i];
       const ApiError fallback{400, "invalid batch item"};
-      item_record(*context, "-", item)
+      item_record(*context, "-", item, request.api_key_name)
           ->fail(item.response_error ? *item.response_error
                                      : item.line_error ? *item.line_error : fallback);
       run->complete(i, batch_failed_item_json(item));
@@ -196,9 +196,11 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   ids->reserve(valid.size());
   for (const size_t i : valid) {
     engine::GenerateRequest generate = std::move(batch.items[i].request->generate);
-    generate.client = client_key(request.header("Authorization"), batch.items[i].request->user,
+    generate.client = client_key(request.api_key_name, request.header("Authorization"),
+                                 batch.items[i].request->user,
                                  http_connection_label(request.connection_id));
-    auto sink = std::make_shared<BatchItemSink>(context, run, i, std::move(batch.items[i]));
+    auto sink = std::make_shared<BatchItemSink>(context, run, i, std::move(batch.items[i]),
+                                                request.api_key_name);
     ids->push_back(context->engine.submit(std::move(generate), std::move(sink)));
   }
   // Not an access line: each item gets its own when it ends.

@@ -45,8 +45,9 @@ std::string_view clipped(std::string_view user) {
 
 }  // namespace
 
-std::string client_key(std::string_view authorization, std::string_view user,
-                       std::string_view connection) {
+std::string client_key(std::string_view key_name, std::string_view authorization,
+                       std::string_view user, std::string_view connection) {
+  if (!key_name.empty()) return fmt::format("key:{}", key_name);
   if (const std::string_view token = bearer_token(authorization); !token.empty()) {
     return fmt::format("key:{:016x}", salted_hash(token));
   }

@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <type_traits>
 #include <mutex>
 #include <map>
 #include <optional>
@@ -26,6 +29,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
+#include <openssl/ssl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -49,17 +53,33 @@ namespace {
 // close idle connections and begin_shutdown() can reach its WebSocket session.
 std::atomic<uint64_t> next_connection_id{1};
 
-struct Connection {
-  explicit Connection(tcp::socket socket)
-      : executor(socket.get_executor()), stream(std::move(socket)) {}
+// What the server tracks of a connection, whatever its stream (plain TCP or TLS).
+struct ConnectionBase {
+  explicit ConnectionBase(asio::any_io_executor strand) : executor(std::move(strand)) {}
+  virtual ~ConnectionBase() = default;
+  // Cancels what the connection waits for (on its strand).
+  virtual void cancel() = 0;
   const asio::any_io_executor executor;  // the connection's strand; may be read from any thread
   // Process-unique: a request names its connection (the fair-share client of last resort).
   const uint64_t id = next_connection_id.fetch_add(1, std::memory_order_relaxed);
-  beast::tcp_stream stream;  // moved into the WebSocket session on upgrade
   // The rest is touched only on the connection's strand.
   bool busy = false;  // a request is being handled (or the connection is a WebSocket session)
   std::shared_ptr<WsCloseRequest> websocket;  // set when the connection became a WebSocket
 };
+
+// `Stream` is beast::tcp_stream or TlsStream (ws_session.hpp); the session coroutines below are
+// templates over it, instantiated for both in this file.
+template <class Stream>
+struct Connection final : ConnectionBase {
+  Connection(asio::any_io_executor strand, Stream s)
+      : ConnectionBase(std::move(strand)), stream(std::move(s)) {}
+  void cancel() override { beast::get_lowest_layer(stream).cancel(); }
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream); }
+  Stream stream;  // moved into the WebSocket session on upgrade
+};
+
+template <class Stream>
+constexpr bool kIsTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
 
 HttpRequest to_plain_request(http::request<http::string_body>&& request) {
@@ -112,13 +132,15 @@ bool peer_closed(tcp::socket& socket) {
 
 // Watches an otherwise idle socket while a response is being produced: EOF or a reset marks the
 // client gone (which cancels its generation). Runs on the connection's strand.
-void watch_for_disconnect(std::shared_ptr<Connection> connection,
+// NOTE: over TLS a client's close_notify alert is data, so only the TCP close counts there.
+template <class Stream>
+void watch_for_disconnect(std::shared_ptr<Connection<Stream>> connection,
                           std::shared_ptr<ResponseStream> out) {
-  tcp::socket& socket = connection->stream.socket();
+  tcp::socket& socket = connection->tcp().socket();
   socket.async_wait(tcp::socket::wait_read,
                     [connection, out = std::move(out)](const beast::error_code& ec) {
                       if (ec == asio::error::operation_aborted) return;
-                      if (ec || peer_closed(connection->stream.socket())) out->mark_client_gone();
+                      if (ec || peer_closed(connection->tcp().socket())) out->mark_client_gone();
                     });
 }
 
@@ -169,11 +191,72 @@ bool connection_ended(const beast::error_code& ec) {
          ec == asio::error::eof;
 }
 
+// A TLS server context of modern defaults (TLS 1.2+) over the certificate chain and key files.
+std::unique_ptr<asio::ssl::context> make_tls_context(const HttpServerConfig& config) {
+  if (config.ssl_cert_file.empty() != config.ssl_key_file.empty()) {
+    throw TlsConfigError("TLS needs both a certificate (--ssl-cert, http.ssl_cert_file) and its "
+                         "private key (--ssl-key, http.ssl_key_file)");
+  }
+  for (const std::string* file : {&config.ssl_cert_file, &config.ssl_key_file}) {
+    if (!std::ifstream(*file)) {
+      throw TlsConfigError(fmt::format("TLS: cannot read '{}': {}", *file, std::strerror(errno)));
+    }
+  }
+  auto context = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+  context->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                       asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+  SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_2_VERSION);
+  beast::error_code ec;
+  context->use_certificate_chain_file(config.ssl_cert_file, ec);
+  if (ec) {
+    throw TlsConfigError(fmt::format("TLS: '{}' is not a usable PEM certificate: {}",
+                                     config.ssl_cert_file, ec.message()));
+  }
+  context->use_private_key_file(config.ssl_key_file, asio::ssl::context::pem, ec);
+  if (ec) {
+    throw TlsConfigError(fmt::format(
+        "TLS: '{}' is not a usable PEM private key for the certificate '{}': {}",
+        config.ssl_key_file, config.ssl_cert_file, ec.message()));
+  }
+  if (SSL_CTX_check_private_key(context->native_handle()) != 1) {
+    throw TlsConfigError(fmt::format("TLS: the private key '{}' does not match the certificate '{}'",
+                                     config.ssl_key_file, config.ssl_cert_file));
+  }
+  return context;
+}
+
 // One request's worth of reading: what the session does next.
 struct RequestRead {
   bool connection_ended = false;        // nothing to answer: leave
-  std::optional<HttpResponse> refusal;  // answer this and close (parse or framing error)
+  std::optional<HttpResponse> refusal;  // answer this and close (parse, framing or auth error)
+  std::string key_name;                 // the API key that authenticated the request
 };
+
+// A refused request's body is read (and dropped) when it is at most this large, so that closing
+// the connection after the 401 does not reset it under the client's feet with unread bytes;
+// a larger (or chunked) one is not read at all.
+constexpr uint64_t kMaxUnauthenticatedBodyBytes = 64u << 10;
+
+// How long a TLS connection's end waits for the client's close_notify.
+constexpr std::chrono::milliseconds kTlsShutdownTimeout{1'000};
+
+std::string_view header_value(const http::request<http::string_body>& header, http::field name) {
+  const auto it = header.find(name);
+  if (it == header.end()) return {};
+  return {it->value().data(), it->value().size()};
+}
+
+// The access decision for a parsed request header (access_policy.hpp).
+AccessDecision check_access(const AccessPolicy& policy,
+                            const http::request<http::string_body>& header) {
+  const std::string_view target(header.target().data(), header.target().size());
+  const std::string_view protocols = beast::websocket::is_upgrade(header)
+                                         ? header_value(header, http::field::sec_websocket_protocol)
+                                         : std::string_view{};
+  return policy.check(target.substr(0, target.find('?')),
+                      header_value(header, http::field::authorization), protocols);
+}
 
 }  // namespace
 
@@ -189,8 +272,10 @@ struct HttpServer::Impl {
   HttpListener listener{io, config.max_connections, num_connections, metrics,
                         [this](tcp::socket socket) { admit(std::move(socket)); }};
   std::mutex connections_mutex;
-  std::set<std::shared_ptr<Connection>> connections;
+  std::set<std::shared_ptr<ConnectionBase>> connections;
+  std::unique_ptr<asio::ssl::context> tls;  // set when the server speaks TLS
   std::map<std::string, WebSocketFactory, std::less<>> websocket_routes;
+  std::shared_ptr<const AccessPolicy> access = std::make_shared<AccessPolicy>();
   uint16_t bound_port = 0;
   bool started = false;
   bool stopped = false;
@@ -200,39 +285,52 @@ struct HttpServer::Impl {
         router(std::move(r)),
         metrics(m ? std::move(m) : std::make_shared<ConnectionMetrics>()) {}
 
-  void track(const std::shared_ptr<Connection>& connection) {
+  void track(const std::shared_ptr<ConnectionBase>& connection) {
     std::lock_guard lock(connections_mutex);
     connections.insert(connection);
   }
-  void untrack(const std::shared_ptr<Connection>& connection) {
+  void untrack(const std::shared_ptr<ConnectionBase>& connection) {
     std::lock_guard lock(connections_mutex);
     connections.erase(connection);
   }
 
-  asio::awaitable<void> run_session(std::shared_ptr<Connection> connection);
+  template <class Stream>
+  asio::awaitable<void> run_session(std::shared_ptr<Connection<Stream>> connection);
+  // TLS only: the handshake, within read_timeout from the accept. False: the connection failed.
+  asio::awaitable<bool> handshake(TlsStream& stream);
   // Waits (up to the keep-alive timeout) for the first byte of the connection's next request.
   // False: the connection ended first.
-  asio::awaitable<bool> await_next_request(beast::tcp_stream& stream, beast::flat_buffer& buffer);
+  template <class Stream>
+  asio::awaitable<bool> await_next_request(Stream& stream, beast::flat_buffer& buffer);
   // Reads one request's header, checks its framing, then reads its body, all within one
   // read_timeout that starts now.
-  asio::awaitable<RequestRead> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  template <class Stream>
+  asio::awaitable<RequestRead> read_request(Stream& stream, beast::flat_buffer& buffer,
                                             http::request_parser<http::string_body>& parser);
   // The WebSocket route an upgrade request asks for; null for anything else.
   const WebSocketFactory* websocket_route(const http::request<http::string_body>& request) const;
   // Writes what `out` produces until it is complete. False: the connection must close.
-  asio::awaitable<bool> serve_exchange(std::shared_ptr<Connection> connection,
+  template <class Stream>
+  asio::awaitable<bool> serve_exchange(std::shared_ptr<Connection<Stream>> connection,
                                        std::shared_ptr<ResponseStream> out, unsigned version,
                                        bool keep_alive);
-  asio::awaitable<bool> write_bytes(beast::tcp_stream& stream, std::string bytes);
+  template <class Stream>
+  asio::awaitable<bool> write_bytes(Stream& stream, std::string bytes);
   // Starts serving an accepted connection (on the listener strand).
   void admit(tcp::socket socket);
 };
 
-asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> connection) {
-  beast::tcp_stream& stream = connection->stream;
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection<Stream>> connection) {
+  Stream& stream = connection->stream;
   beast::flat_buffer buffer;
   bool first_request = true;
-  while (!stopping.load(std::memory_order_acquire)) {
+  bool upgraded = false;
+  bool open = true;
+  if constexpr (kIsTls<Stream>) {
+    open = co_await handshake(stream);
+  }
+  while (open && !stopping.load(std::memory_order_acquire)) {
     // NOTE: a connection's first request gets read_timeout from the accept; a pipelined one
     // (bytes already buffered) from now.
     if (!first_request && buffer.size() == 0) {
@@ -265,14 +363,21 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
         connection->websocket = std::make_shared<WsCloseRequest>();
         WsSessionConfig ws_config{config.ws_idle_timeout, config.ws_max_message_bytes,
                                   config.ws_close_timeout};
-        auto session = run_websocket_session(std::move(connection->stream), std::move(request),
-                                             *websocket, ws_config, connection->websocket);
+        WsHandshake handshake;
+        handshake.protocol = chosen_websocket_protocol(
+            header_value(request, http::field::sec_websocket_protocol));
+        handshake.peer.key_name = std::move(read.key_name);
+        auto session =
+            run_websocket_session(std::move(connection->stream), std::move(request), *websocket,
+                                  ws_config, std::move(handshake), connection->websocket);
         co_await std::move(session);
+        upgraded = true;  // the stream is gone: the WebSocket session closed it
         break;
       } else {
         keep_alive = request.keep_alive() && !stopping.load(std::memory_order_acquire);
         HttpRequest plain = to_plain_request(std::move(request));
         plain.connection_id = connection->id;
+        plain.api_key_name = std::move(read.key_name);
         router->dispatch(std::move(plain), out);
       }
     }
@@ -280,31 +385,51 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection> 
     connection->busy = false;
     if (!reusable || !keep_alive) break;
   }
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  stream.socket().close(ignored);
+  if constexpr (kIsTls<Stream>) {
+    // close_notify, and the client's answer read, so that its own close_notify does not meet a
+    // closed socket (a reset, which clients report instead of the last response).
+    if (open && !upgraded && !stopping.load(std::memory_order_acquire)) {
+      connection->tcp().expires_after(std::min(config.read_timeout, kTlsShutdownTimeout));
+      [[maybe_unused]] auto [shutdown_ec] = co_await stream.async_shutdown(kAsTuple);
+    }
+  }
+  // NOTE: after an upgrade the stream was moved into the WebSocket session, which closed it; a
+  // moved-from TLS stream has no lowest layer to reach.
+  if (!upgraded) {
+    beast::error_code ignored;
+    connection->tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    connection->tcp().socket().close(ignored);
+  }
   untrack(connection);
   num_connections.fetch_sub(1, std::memory_order_acq_rel);
   metrics->num_open.fetch_sub(1, std::memory_order_relaxed);
 }
 
-asio::awaitable<bool> HttpServer::Impl::await_next_request(beast::tcp_stream& stream,
+asio::awaitable<bool> HttpServer::Impl::handshake(TlsStream& stream) {
+  beast::get_lowest_layer(stream).expires_after(config.read_timeout);
+  auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kAsTuple);
+  if (ec) spdlog::debug("http: TLS handshake failed: {}", ec.message());
+  co_return !ec;
+}
+
+template <class Stream>
+asio::awaitable<bool> HttpServer::Impl::await_next_request(Stream& stream,
                                                            beast::flat_buffer& buffer) {
   // Only the keep-alive timeout runs until a byte arrives; read_request() then gives the request
   // read_timeout. Waiting for the whole request here under the keep-alive timeout would let a
   // client trickle a request in a byte at a time for that much longer (issue 14).
   constexpr size_t kFirstReadBytes = 4096;
-  stream.expires_after(config.keep_alive_timeout);
+  beast::get_lowest_layer(stream).expires_after(config.keep_alive_timeout);
   auto [ec, num_bytes] = co_await stream.async_read_some(buffer.prepare(kFirstReadBytes), kAsTuple);
   buffer.commit(num_bytes);
   co_return !ec;
 }
 
+template <class Stream>
 asio::awaitable<RequestRead> HttpServer::Impl::read_request(
-    beast::tcp_stream& stream, beast::flat_buffer& buffer,
-    http::request_parser<http::string_body>& parser) {
+    Stream& stream, beast::flat_buffer& buffer, http::request_parser<http::string_body>& parser) {
   RequestRead read;
-  stream.expires_after(config.read_timeout);
+  beast::get_lowest_layer(stream).expires_after(config.read_timeout);
   auto [head_ec, head_bytes] = co_await http::async_read_header(stream, buffer, parser, kAsTuple);
   if (connection_ended(head_ec)) {
     read.connection_ended = true;
@@ -316,7 +441,23 @@ asio::awaitable<RequestRead> HttpServer::Impl::read_request(
   }
   // Before the body: with untrustworthy framing we do not know where the body ends.
   read.refusal = check_framing(parser.get());
-  if (read.refusal || parser.is_done()) co_return read;
+  if (read.refusal) co_return read;
+  // Before the body too: an unauthenticated client costs a header and a 401.
+  AccessDecision access_decision = check_access(*access, parser.get());
+  if (access_decision.refusal) {
+    const std::string_view target(parser.get().target().data(), parser.get().target().size());
+    spdlog::info("http {} {} status=401 finish=invalid_api_key", parser.get().method_string(),
+                 target.substr(0, target.find('?')));
+    read.refusal = std::move(access_decision.refusal);
+    const auto length = parser.content_length();
+    if (!parser.is_done() && length && *length <= kMaxUnauthenticatedBodyBytes) {
+      [[maybe_unused]] auto [drop_ec, drop_bytes] =
+          co_await http::async_read(stream, buffer, parser, kAsTuple);
+    }
+    co_return read;
+  }
+  read.key_name = std::move(access_decision.key_name);
+  if (parser.is_done()) co_return read;
   auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, kAsTuple);
   if (connection_ended(body_ec)) {
     read.connection_ended = true;
@@ -334,17 +475,20 @@ const WebSocketFactory* HttpServer::Impl::websocket_route(
   return route == websocket_routes.end() ? nullptr : &route->second;
 }
 
-asio::awaitable<bool> HttpServer::Impl::write_bytes(beast::tcp_stream& stream, std::string bytes) {
-  stream.expires_after(config.read_timeout);
+template <class Stream>
+asio::awaitable<bool> HttpServer::Impl::write_bytes(Stream& stream, std::string bytes) {
+  beast::get_lowest_layer(stream).expires_after(config.read_timeout);
   auto [ec, written] = co_await asio::async_write(stream, asio::buffer(bytes), kAsTuple);
   co_return !ec;
 }
 
-asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connection> connection,
-                                                       std::shared_ptr<ResponseStream> out,
-                                                       unsigned version, bool keep_alive) {
-  beast::tcp_stream& stream = connection->stream;
-  auto doorbell = std::make_shared<Doorbell>(stream.get_executor(), 1);
+template <class Stream>
+asio::awaitable<bool> HttpServer::Impl::serve_exchange(
+    std::shared_ptr<Connection<Stream>> connection, std::shared_ptr<ResponseStream> out,
+    unsigned version, bool keep_alive) {
+  Stream& stream = connection->stream;
+  beast::tcp_stream& tcp = connection->tcp();
+  auto doorbell = std::make_shared<Doorbell>(connection->executor, 1);
   out->attach([weak = std::weak_ptr<Doorbell>(doorbell)] {
     if (auto bell = weak.lock()) bell->try_send(beast::error_code{});
   });
@@ -361,7 +505,7 @@ asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connectio
     if (pending.head && !pending.streaming) {
       http::response<http::string_body> response =
           to_beast_response(std::move(*pending.head), version, keep_alive);
-      stream.expires_after(config.read_timeout);
+      tcp.expires_after(config.read_timeout);
       auto [write_ec, written] = co_await http::async_write(stream, response, kAsTuple);
       ok = !write_ec;
       break;
@@ -371,7 +515,7 @@ asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connectio
       http::response<http::empty_body> head =
           stream_head(std::move(*pending.head), version, keep_alive && chunked);
       http::response_serializer<http::empty_body> serializer{head};
-      stream.expires_after(config.read_timeout);
+      tcp.expires_after(config.read_timeout);
       auto [head_ec, head_bytes] = co_await http::async_write_header(stream, serializer, kAsTuple);
       if (head_ec) {
         ok = false;
@@ -400,7 +544,7 @@ asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connectio
       watching = true;
       watch_for_disconnect(connection, out);
     }
-    stream.expires_never();
+    tcp.expires_never();
     auto [bell_ec] = co_await doorbell->async_receive(kAsTuple);
     if (bell_ec) {
       ok = false;  // the server is stopping
@@ -411,7 +555,7 @@ asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connectio
   if (!ok) out->mark_client_gone();
   if (watching) {
     beast::error_code ignored;
-    stream.socket().cancel(ignored);
+    tcp.socket().cancel(ignored);
   }
   co_return ok;
 }
@@ -419,11 +563,20 @@ asio::awaitable<bool> HttpServer::Impl::serve_exchange(std::shared_ptr<Connectio
 void HttpServer::Impl::admit(tcp::socket socket) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);  // streamed tokens must not wait for Nagle
-  auto connection = std::make_shared<Connection>(std::move(socket));
-  track(connection);
+  const asio::any_io_executor strand = socket.get_executor();
   num_connections.fetch_add(1, std::memory_order_acq_rel);
   metrics->num_open.fetch_add(1, std::memory_order_relaxed);
-  asio::co_spawn(connection->stream.get_executor(), run_session(connection), asio::detached);
+  if (tls) {
+    auto connection = std::make_shared<Connection<TlsStream>>(
+        strand, TlsStream(beast::tcp_stream(std::move(socket)), *tls));
+    track(connection);
+    asio::co_spawn(strand, run_session(connection), asio::detached);
+  } else {
+    auto connection =
+        std::make_shared<Connection<beast::tcp_stream>>(strand, beast::tcp_stream(std::move(socket)));
+    track(connection);
+    asio::co_spawn(strand, run_session(connection), asio::detached);
+  }
 }
 
 HttpServer::HttpServer(HttpServerConfig config, std::shared_ptr<const Router> router,
@@ -432,8 +585,16 @@ HttpServer::HttpServer(HttpServerConfig config, std::shared_ptr<const Router> ro
 
 HttpServer::~HttpServer() { stop(); }
 
+void HttpServer::check_tls(const HttpServerConfig& config) {
+  if (config.ssl_cert_file.empty() && config.ssl_key_file.empty()) return;
+  (void)make_tls_context(config);
+}
+
 void HttpServer::start() {
   Impl& s = *impl_;
+  if (!s.config.ssl_cert_file.empty() || !s.config.ssl_key_file.empty()) {
+    s.tls = make_tls_context(s.config);
+  }
   s.bound_port = s.listener.listen(s.config.host, s.config.port);
   s.listener.start();
   for (int i = 0; i < std::max(1, s.config.io_threads); ++i) {
@@ -446,6 +607,10 @@ uint16_t HttpServer::port() const { return impl_->bound_port; }
 
 void HttpServer::add_websocket_route(std::string path, WebSocketFactory factory) {
   impl_->websocket_routes.emplace(std::move(path), std::move(factory));
+}
+
+void HttpServer::set_access_policy(std::shared_ptr<const AccessPolicy> policy) {
+  impl_->access = std::move(policy);
 }
 
 void HttpServer::begin_shutdown() {
@@ -473,7 +638,7 @@ void HttpServer::stop() {
     std::lock_guard lock(s.connections_mutex);
     for (const auto& connection : s.connections) {
       asio::post(connection->executor, [connection] {
-        if (!connection->busy) connection->stream.cancel();
+        if (!connection->busy) connection->cancel();
       });
     }
   }

@@ -15,8 +15,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
+#include "net/access_policy.hpp"
 #include "net/connection_metrics.hpp"
 #include "net/router.hpp"
 #include "net/websocket_endpoint.hpp"
@@ -41,6 +43,17 @@ struct HttpServerConfig {
   std::chrono::milliseconds ws_idle_timeout{300'000};   // WebSocket: no traffic (pings included)
   uint64_t ws_max_message_bytes = 1u << 20;              // WebSocket: larger messages close 1009
   std::chrono::milliseconds ws_close_timeout{1'000};     // WebSocket: our close frame unanswered
+  // TLS (HTTP, SSE and WebSocket alike) when both are set: a PEM certificate (chain) and its
+  // private key. TLS 1.2 is the oldest version offered.
+  std::string ssl_cert_file;
+  std::string ssl_key_file;
+};
+
+// The TLS certificate or key cannot be used: unreadable, not PEM, or not a pair. The message
+// names the file.
+class TlsConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class HttpServer {
@@ -52,12 +65,20 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
+  // Loads the TLS certificate and key of `config` (when set) as start() would, and throws
+  // TlsConfigError when they cannot be used; lets a server fail before loading its model.
+  static void check_tls(const HttpServerConfig& config);
+
   // Binds, listens and starts the io threads. Throws std::system_error (with the address in the
-  // message) when the address cannot be bound.
+  // message) when the address cannot be bound, TlsConfigError for an unusable certificate.
   void start();
 
   // Serves WebSocket upgrades of GET `path` with one endpoint per connection (before start()).
   void add_websocket_route(std::string path, WebSocketFactory factory);
+
+  // Who may reach what (before start()); without one every request is served. Applied right
+  // after each request's header, before its body is read.
+  void set_access_policy(std::shared_ptr<const AccessPolicy> policy);
 
   // The bound port; valid after start().
   uint16_t port() const;

@@ -18,6 +18,9 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
   uint64_t connection_id = 0;  // the server's id of the TCP connection it came on (0: none)
+  // The name of the API key that authenticated the request (access_policy.hpp); empty when the
+  // server needs no key.
+  std::string api_key_name;
 
   // The target without its query string.
   std::string_view path() const {

@@ -31,24 +31,25 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
   ParsedCompletion parsed = parse_completion_request(kind, request.body, context->state.model.id,
                                                      context->config, ChoiceLimit::kUpToMaxN);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
-    context->record(route, "-")->fail(*error);
+    context->record(route, "-", {}, request.api_key_name)->fail(*error);
     out->respond(error_response(*error));
     return;
   }
   CompletionRequest& completion = std::get<CompletionRequest>(parsed);
-  completion.generate.client = client_key(request.header("Authorization"), completion.user,
+  completion.generate.client = client_key(request.api_key_name, request.header("Authorization"), completion.user,
                                           http_connection_label(request.connection_id));
   ResponseIdentity identity{kind, make_response_id(kind), unix_now(), context->state.model.id};
   SinkOptions options{route, completion.stream, completion.include_usage,
                       completion.generate.sampling.logprobs};
   if (completion.n > 1) {
-    auto record = context->record(route, identity.id, fmt::format("n={}", completion.n));
+    auto record = context->record(route, identity.id, fmt::format("n={}", completion.n),
+                                  request.api_key_name);
     auto response = std::make_shared<MultiChoiceResponse>(context, out, std::move(identity),
                                                           options, completion.n, std::move(record));
     response->start(completion.generate, completion.has_seed);
     return;
   }
-  auto record = context->record(route, identity.id);
+  auto record = context->record(route, identity.id, {}, request.api_key_name);
   auto sink = std::make_shared<CompletionSink>(context, out, std::move(identity), options,
                                                std::move(record));
   const engine::RequestId id = context->engine.submit(std::move(completion.generate), sink);

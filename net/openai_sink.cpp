@@ -10,9 +10,11 @@ TokenTextFn OpenAiContext::token_text() const {
 }
 
 std::shared_ptr<RequestRecord> OpenAiContext::record(std::string_view route, std::string id,
-                                                    std::string detail) const {
+                                                    std::string detail,
+                                                    std::string key_name) const {
   return std::make_shared<RequestRecord>(
-      metrics, RequestLabel{"http", std::string(route), std::move(id), std::move(detail)});
+      metrics, RequestLabel{"http", std::string(route), std::move(id), std::move(detail),
+                            std::move(key_name)});
 }
 
 HttpResponse engine_error_response(const ApiError& error) {

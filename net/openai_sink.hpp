@@ -32,8 +32,10 @@ struct OpenAiContext {
   const std::shared_ptr<ServingMetrics> metrics;  // shared with the WebSocket chat
   TokenTextFn token_text() const;
   // A record for one request of `route` (id "-" until it has one).
+  // `key_name`: the API key that authenticated it (HttpRequest::api_key_name).
   std::shared_ptr<RequestRecord> record(std::string_view route, std::string id,
-                                        std::string detail = {}) const;
+                                        std::string detail = {},
+                                        std::string key_name = {}) const;
 };
 
 struct SinkOptions {

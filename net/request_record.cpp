@@ -60,9 +60,10 @@ void RequestRecord::write_line(int status, std::string_view finish, const engine
           .count();
   const bool has_param = error != nullptr && !error->param.empty();
   spdlog::info(
-      "{} {} id={}{}{} request={} status={} prompt_tokens={} completion_tokens={} ttft_ms={:.1f} "
+      "{} {} id={}{}{}{}{} request={} status={} prompt_tokens={} completion_tokens={} ttft_ms={:.1f} "
       "total_ms={:.1f} finish={}{}{}{}{}",
       label_.surface, label_.route, label_.id, label_.detail.empty() ? "" : " ", label_.detail,
+      label_.key_name.empty() ? "" : " key=", label_.key_name,
       request_id_.load(std::memory_order_relaxed), status, usage.prompt_tokens,
       usage.completion_tokens, first_token_ms_.load(std::memory_order_relaxed), total_ms, finish,
       has_param ? " param=" : "", has_param ? std::string_view(error->param) : "",

@@ -13,7 +13,7 @@
 // counted as a failure rather than lost.
 //
 // Access line (spdlog info):
-//   <surface> <route> id=<id>[ <detail>] request=<engine id> status=<s> prompt_tokens=<n>
+//   <surface> <route> id=<id>[ <detail>][ key=<key name>] request=<engine id> status=<s> prompt_tokens=<n>
 //   completion_tokens=<n> ttft_ms=<ms> total_ms=<ms> finish=<reason or error code>
 //   [ param=<field>][ client_gone][: <error message>]
 //
@@ -38,6 +38,7 @@ struct RequestLabel {
   std::string route;    // "/v1/chat/completions", "/v1/chat/ws", "/v1/batch", ...
   std::string id;       // what the client knows it by: response id, chat id ("-": none yet)
   std::string detail;   // pre-formatted extra fields ("n=2", "custom_id=x"), or empty
+  std::string key_name;  // the API key's name (never the key), or empty when none was needed
 };
 
 class RequestRecord {

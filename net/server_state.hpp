@@ -24,6 +24,7 @@ struct ServerState {
   model::ModelInfo model;
   std::string backend;            // "cpu", "cuda"
   int64_t created_unix_seconds = 0;  // the `created` field of /v1/models
+  bool api_key_required = false;     // /v1/models says "auth": "api_key" (else "none")
   std::atomic<ServerPhase> phase{ServerPhase::kLoading};
   // Shared with the HttpServer that updates it (it may outlive this struct during shutdown).
   std::shared_ptr<ConnectionMetrics> connections = std::make_shared<ConnectionMetrics>();

@@ -34,7 +34,12 @@ class WebSocketEndpoint {
   virtual bool idle() const = 0;
 };
 
-using WebSocketFactory =
-    std::function<std::shared_ptr<WebSocketEndpoint>(WebSocketEndpoint::Post, WebSocketEndpoint::Wake)>;
+// Who is on the other end of a session, as the handshake established it.
+struct WebSocketPeer {
+  std::string key_name;  // the API key that authenticated the upgrade; empty when none needed
+};
+
+using WebSocketFactory = std::function<std::shared_ptr<WebSocketEndpoint>(
+    WebSocketEndpoint::Post, WebSocketEndpoint::Wake, const WebSocketPeer&)>;
 
 }  // namespace troupe::net

@@ -106,18 +106,20 @@ static std::string next_ws_label() {
 }
 
 WsChatConnection::WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post,
-                                   Wake wake, std::shared_ptr<ServingMetrics> metrics)
+                                   Wake wake, std::shared_ptr<ServingMetrics> metrics,
+                                   std::string key_name)
     : engine_(engine),
       config_(std::move(config)),
       post_(std::move(post)),
       wake_(std::move(wake)),
       metrics_(metrics ? std::move(metrics) : std::make_shared<ServingMetrics>()),
-      connection_label_(next_ws_label()) {}
+      connection_label_(next_ws_label()),
+      key_name_(std::move(key_name)) {}
 
 std::shared_ptr<RequestRecord> WsChatConnection::record(std::string_view client_id) const {
   return std::make_shared<RequestRecord>(
       metrics_, RequestLabel{"ws", "/v1/chat/ws", client_id.empty() ? "-" : std::string(client_id),
-                             connection_label_});
+                             connection_label_, key_name_});
 }
 
 void WsChatConnection::push(std::string frame) {
@@ -202,7 +204,7 @@ void WsChatConnection::start_chat(std::string_view frame, const std::string& cli
   CompletionRequest& request = std::get<CompletionRequest>(parsed);
   request.generate.origin = engine::RequestOrigin::kWebSocket;
   request.generate.client_label = client_id;
-  request.generate.client = client_key("", request.user, connection_label_);
+  request.generate.client = client_key(key_name_, "", request.user, connection_label_);
   auto sink = std::make_shared<WsSink>(weak_from_this(), post_, client_id, record(client_id));
   // Insert before submit: the sink may answer (and be posted back) before submit returns.
   live_[client_id] = 0;
@@ -245,10 +247,10 @@ void WsChatConnection::emit_error(const std::string& client_id, const engine::Re
 WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config,
                                  std::shared_ptr<ServingMetrics> metrics) {
   if (!metrics) metrics = std::make_shared<ServingMetrics>();
-  return [&engine, config = std::move(config), metrics](WebSocketEndpoint::Post post,
-                                                        WebSocketEndpoint::Wake wake) {
+  return [&engine, config = std::move(config), metrics](
+             WebSocketEndpoint::Post post, WebSocketEndpoint::Wake wake, const WebSocketPeer& peer) {
     return std::make_shared<WsChatConnection>(engine, config, std::move(post), std::move(wake),
-                                              metrics);
+                                              metrics, peer.key_name);
   };
 }
 

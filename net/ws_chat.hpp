@@ -54,8 +54,10 @@ class WsChatConnection final : public WebSocketEndpoint,
 
   // `metrics`: shared with the HTTP routes so that /metrics counts WebSocket chats too (null:
   // the connection's own).
+  // `key_name`: the API key that authenticated the upgrade (the fair-share client and the
+  // access log's key=), empty when the server needs none.
   WsChatConnection(engine::Engine& engine, WsChatConfig config, Post post, Wake wake,
-                   std::shared_ptr<ServingMetrics> metrics = nullptr);
+                   std::shared_ptr<ServingMetrics> metrics = nullptr, std::string key_name = {});
 
   // A text frame from the client.
   void on_text(std::string_view frame) override;
@@ -97,6 +99,7 @@ class WsChatConnection final : public WebSocketEndpoint,
   // This socket as a fair-share client (a WebSocket session counts as one, unless a chat
   // names its `user`): "ws:<n>", process-unique.
   const std::string connection_label_;
+  const std::string key_name_;
   std::deque<std::string> output_;
   uint64_t pending_bytes_ = 0;
 };

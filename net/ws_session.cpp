@@ -12,6 +12,7 @@
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <spdlog/spdlog.h>
 
 namespace troupe::net {
@@ -23,14 +24,17 @@ constexpr auto kAsTuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-using WsStream = websocket::stream<beast::tcp_stream>;
+template <class Stream>
+using WsStream = websocket::stream<Stream>;
 // Rings the writer when the endpoint has output (capacity 1: one pending ring is enough).
 using Doorbell = asio::experimental::concurrent_channel<void(beast::error_code)>;
 
 // Sends our close frame (1001, going away) and waits at most `close_timeout` for the client's
 // answer; Beast closes the socket when it does not come, so a silent client cannot hold the
 // session (or the server's shutdown) open.
-asio::awaitable<void> close_going_away(WsStream& ws, std::chrono::milliseconds close_timeout) {
+template <class Stream>
+asio::awaitable<void> close_going_away(WsStream<Stream>& ws,
+                                       std::chrono::milliseconds close_timeout) {
   websocket::stream_base::timeout timeouts;
   ws.get_option(timeouts);
   timeouts.handshake_timeout = close_timeout;  // Beast times the closing handshake with this
@@ -42,7 +46,9 @@ asio::awaitable<void> close_going_away(WsStream& ws, std::chrono::milliseconds c
 
 // The single writer: frames leave in the order the endpoint produced them. After a close was
 // requested it keeps sending until the endpoint is idle with nothing left to send, then closes.
-asio::awaitable<void> write_frames(std::shared_ptr<WsStream> ws, std::shared_ptr<Doorbell> doorbell,
+template <class Stream>
+asio::awaitable<void> write_frames(std::shared_ptr<WsStream<Stream>> ws,
+                                   std::shared_ptr<Doorbell> doorbell,
                                    std::shared_ptr<WebSocketEndpoint> endpoint,
                                    std::shared_ptr<WsCloseRequest> close_request,
                                    std::chrono::milliseconds close_timeout) {
@@ -84,18 +90,23 @@ void WsCloseRequest::attach(std::function<void()> on_request) {
   if (requested_) on_request_();
 }
 
-asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
+template <class Stream>
+asio::awaitable<void> run_websocket_session(Stream stream,
                                             beast::http::request<beast::http::string_body> request,
                                             const WebSocketFactory& factory, WsSessionConfig config,
+                                            WsHandshake handshake,
                                             std::shared_ptr<WsCloseRequest> close_request) {
-  stream.expires_never();  // the websocket stream's own timeouts apply from here on
-  auto ws = std::make_shared<WsStream>(std::move(stream));
+  beast::get_lowest_layer(stream).expires_never();  // the websocket stream's timeouts apply now
+  auto ws = std::make_shared<WsStream<Stream>>(std::move(stream));
   websocket::stream_base::timeout timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
   timeouts.idle_timeout = config.idle_timeout;
   timeouts.keep_alive_pings = true;
   ws->set_option(timeouts);
   ws->set_option(websocket::stream_base::decorator(
-      [](websocket::response_type& response) { response.set(beast::http::field::server, "troupe"); }));
+      [protocol = handshake.protocol](websocket::response_type& response) {
+        response.set(beast::http::field::server, "troupe");
+        if (!protocol.empty()) response.set(beast::http::field::sec_websocket_protocol, protocol);
+      }));
   ws->read_message_max(config.max_message_bytes);
   auto [accept_ec] = co_await ws->async_accept(request, kAsTuple);
   if (accept_ec) co_return;
@@ -107,7 +118,8 @@ asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
       [executor](std::function<void()> work) { asio::post(executor, std::move(work)); },
       [weak_bell] {
         if (auto bell = weak_bell.lock()) bell->try_send(beast::error_code{});
-      });
+      },
+      handshake.peer);
   asio::co_spawn(executor,
                  write_frames(ws, doorbell, endpoint, close_request, config.close_timeout),
                  asio::detached);
@@ -133,5 +145,12 @@ asio::awaitable<void> run_websocket_session(beast::tcp_stream stream,
   endpoint->on_closed();
   doorbell->close();
 }
+
+template asio::awaitable<void> run_websocket_session<beast::tcp_stream>(
+    beast::tcp_stream, beast::http::request<beast::http::string_body>, const WebSocketFactory&,
+    WsSessionConfig, WsHandshake, std::shared_ptr<WsCloseRequest>);
+template asio::awaitable<void> run_websocket_session<TlsStream>(
+    TlsStream, beast::http::request<beast::http::string_body>, const WebSocketFactory&,
+    WsSessionConfig, WsHandshake, std::shared_ptr<WsCloseRequest>);
 
 }  // namespace troupe::net

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -18,10 +20,19 @@
 
 namespace troupe::net {
 
+// A connection's stream over TLS (plain ones are beast::tcp_stream).
+using TlsStream = boost::beast::ssl_stream<boost::beast::tcp_stream>;
+
 struct WsSessionConfig {
   std::chrono::milliseconds idle_timeout{300'000};  // no frame and no pong for this long: close
   uint64_t max_message_bytes = 1u << 20;             // larger messages: close 1009
   std::chrono::milliseconds close_timeout{1'000};    // our close frame unanswered this long: drop
+};
+
+// What the server decided about the upgrade before the handshake (access_policy.hpp).
+struct WsHandshake {
+  std::string protocol;  // the Sec-WebSocket-Protocol to echo ("" for none); never a key
+  WebSocketPeer peer;
 };
 
 // How the server asks one session to close with 1001 (going away) when it shuts down. The
@@ -45,9 +56,11 @@ class WsCloseRequest {
 
 // Runs one WebSocket connection to its end: handshake, frames both ways, close. Returns when
 // the socket is closed (by either side, a timeout, or the close `close_request` asks for).
+// `Stream`: beast::tcp_stream or TlsStream (both instantiated in ws_session.cpp).
+template <class Stream>
 boost::asio::awaitable<void> run_websocket_session(
-    boost::beast::tcp_stream stream, boost::beast::http::request<boost::beast::http::string_body> request,
-    const WebSocketFactory& factory, WsSessionConfig config,
+    Stream stream, boost::beast::http::request<boost::beast::http::string_body> request,
+    const WebSocketFactory& factory, WsSessionConfig config, WsHandshake handshake,
     std::shared_ptr<WsCloseRequest> close_request);
 
 }  // namespace troupe::net

@@ -14,6 +14,14 @@ TEST(CommandLine, ParsesServeFlags) {
   EXPECT_FALSE(serve.options.host);
 }
 
+TEST(CommandLine, ApiKeyIsRepeatable) {
+  auto parsed = parse_command_line({"serve", "--api-key", "sk-one", "--api-key=sk-two"});
+  const auto& serve = std::get<ServeCommand>(std::get<Command>(parsed));
+  EXPECT_EQ(serve.options.api_keys, (std::vector<std::string>{"sk-one", "sk-two"}));
+  const auto missing = parse_command_line({"serve", "--api-key"});
+  ASSERT_TRUE(std::holds_alternative<UsageError>(missing));
+}
+
 TEST(CommandLine, HelpAndVersion) {
   EXPECT_TRUE(std::holds_alternative<HelpCommand>(std::get<Command>(parse_command_line({}))));
   EXPECT_TRUE(std::holds_alternative<HelpCommand>(std::get<Command>(parse_command_line({"--help"}))));

@@ -67,6 +67,61 @@ TEST(Config, ErrorsNameTheKey) {
   expect_config_error(R"({"model": )", "invalid JSON");
 }
 
+TEST(Config, ReadsTheAccessKeys) {
+  const ServerConfig defaults = parse_config("{}");
+  EXPECT_FALSE(defaults.access.keys_file);
+  EXPECT_TRUE(defaults.access.metrics_require_key);
+  const ServerConfig c =
+      parse_config(R"({"api": {"keys_file": "/etc/troupe/keys", "metrics_require_key": false}})");
+  EXPECT_EQ(c.access.keys_file, std::filesystem::path("/etc/troupe/keys"));
+  EXPECT_FALSE(c.access.metrics_require_key);
+  EXPECT_FALSE(parse_config(R"({"api": {"keys_file": ""}})").access.keys_file);
+  expect_config_error(R"({"api": {"metrics_require_key": 1}})",
+                      "api.metrics_require_key: expected true or false");
+  expect_config_error(R"({"api": {"keys_file": 3}})", "api.keys_file: expected a string");
+  expect_config_error(R"({"api": {"keys": ["x"]}})", "api.keys: unknown config key");
+}
+
+// Keys from the flag, the file and the environment all count; no key anywhere: all open.
+TEST(Config, AccessPolicyGathersEverySource) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("troupe_keys_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto keys_file = dir / "keys";
+  std::ofstream(keys_file) << "# team keys\nalice:sk-file-alice\n\nsk-file-anonymous\n";
+  AccessConfig access;
+  EXPECT_FALSE(access_policy_of(access, "").keys_required());
+  access.keys = {"sk-flag"};
+  access.keys_file = keys_file;
+  const net::AccessPolicy policy = access_policy_of(access, "sk-env");
+  EXPECT_EQ(policy.num_keys(), 4u);
+  EXPECT_EQ(policy.check("/v1/models", "Bearer sk-file-alice", "").key_name, "alice");
+  EXPECT_FALSE(policy.check("/v1/models", "Bearer sk-flag", "").refusal);
+  EXPECT_FALSE(policy.check("/v1/models", "Bearer sk-env", "").refusal);
+  EXPECT_FALSE(policy.check("/v1/models", "Bearer sk-file-anonymous", "").refusal);
+  EXPECT_TRUE(policy.check("/metrics", "", "").refusal);
+  access.metrics_require_key = false;
+  EXPECT_FALSE(access_policy_of(access, "").check("/metrics", "", "").refusal);
+
+  access.keys_file = dir / "missing";
+  try {
+    (void)access_policy_of(access, "");
+    FAIL() << "an unreadable keys file must be an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, LoopbackHosts) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "localhost"}) {
+    EXPECT_TRUE(is_loopback_host(host)) << host;
+  }
+  for (const char* host : {"0.0.0.0", "::", "10.0.0.1", "192.168.1.2"}) {
+    EXPECT_FALSE(is_loopback_host(host)) << host;
+  }
+}
+
 TEST(Config, ReadsConnectionLimitsAndTimeouts) {
   const ServerConfig c = parse_config(R"({
     "http": {"read_timeout_ms": 10, "keep_alive_timeout_ms": 20, "max_connections": 7},

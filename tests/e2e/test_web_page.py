@@ -134,3 +134,38 @@ def test_chat_page_ends_an_answer_when_the_socket_is_lost(start_server, browser)
     assert "connection lost" in meta.text
     assert not browser.find_element(By.ID, "stop").is_enabled()
     assert "disconnected" in browser.find_element(By.ID, "status").text
+
+
+def test_chat_page_asks_for_the_key_of_a_keyed_server(start_server, browser):
+    key = "sk-troupe-web-5e1f0c"
+    server = start_server("--api-key", key).wait_ready()
+    browser.get(server.base_url + "/")
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    wait.until(lambda d: d.find_element(By.ID, "api-key").is_displayed())
+    assert "API key needed" in browser.find_element(By.ID, "status").text
+    assert not browser.find_element(By.ID, "send").is_enabled()
+
+    # A wrong key is refused and asked for again.
+    set_field(browser, "api-key", "sk-wrong")
+    browser.find_element(By.ID, "key-submit").click()
+    wait.until(lambda d: "refused" in d.find_element(By.ID, "key-message").text
+               and d.find_element(By.ID, "api-key").is_displayed())
+
+    set_field(browser, "api-key", key)
+    browser.find_element(By.ID, "key-submit").click()
+    wait.until(lambda d: d.find_element(By.ID, "status").text == "connected")
+    assert not browser.find_element(By.ID, "api-key").is_displayed()
+    assert browser.execute_script("return sessionStorage.getItem('troupe.api_key')") == key
+    set_field(browser, "max_tokens", 4)
+    ask(browser, "Say hello.")
+    bubble = wait.until(lambda d: assistant_bubbles(d))[0]
+    reason, meta_text = finish_reason(browser, bubble, timeout=180)
+    assert reason in ("length", "stop"), meta_text
+
+    # A reload in the same tab keeps the key: no second question.
+    browser.refresh()
+    wait.until(lambda d: d.find_element(By.ID, "status").text == "connected")
+    assert not browser.find_element(By.ID, "api-key").is_displayed()
+    log = server.read_log()
+    assert key not in log and "sk-wrong" not in log
+    assert "ws /v1/chat/ws" in log and "key=key-1" in log

@@ -29,6 +29,15 @@ TEST(ApiKeys, AuthenticatesOnlyTheExactKeyAndGivesItsName) {
   EXPECT_FALSE(keys.authenticate(""));
 }
 
+// The whole digest is compared: this key's SHA-256 begins with the same three bytes as
+// sk-alice-0123456789's (76 7c e1, found by search), so a compare of a prefix lets it in.
+TEST(ApiKeys, AKeyWhoseDigestSharesItsFirstBytesIsRefused) {
+  ApiKeys keys;
+  keys.add("alice", "sk-alice-0123456789", "test");
+  EXPECT_FALSE(keys.authenticate("sk-near-32161378"));
+  EXPECT_EQ(keys.authenticate("sk-alice-0123456789"), "alice");
+}
+
 TEST(ApiKeys, KeysFileLinesNamesCommentsAndErrors) {
   ApiKeys keys;
   keys.add_lines("# operators\n\nalice: sk-a\r\nsk-unnamed\na/b:sk-odd\n", "keys.txt");

@@ -7,6 +7,8 @@ troupe_add_test(NAME net_test
     ${CMAKE_CURRENT_LIST_DIR}/request_record_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/accept_backoff_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/http_framing_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/access_policy_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/http_auth_test.cpp
   LIBS troupe_net
   LABELS "unit;net")
 

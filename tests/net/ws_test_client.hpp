@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace troupe::net::testing {
 
@@ -49,12 +50,15 @@ class WsTestClient {
 
   // Sends the upgrade request and returns the response head (status line and headers); for a
   // refusal the body is left unread.
-  std::string handshake(std::string_view path = "/v1/chat/ws") {
+  // `extra_headers`: whole header lines, each ending in CRLF.
+  std::string handshake(std::string_view path = "/v1/chat/ws", std::string_view extra_headers = {}) {
     std::string request = "GET ";
     request.append(path);
     request +=
         " HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+    request.append(extra_headers);
+    request += "\r\n";
     send_raw(request);
     size_t end = std::string::npos;
     while ((end = buffer_.find("\r\n\r\n")) == std::string::npos) {
@@ -119,7 +123,13 @@ class WsTestClient {
     return n == 0 || (n < 0 && errno == ECONNRESET);
   }
 
- private:
+  // Everything the server sends until it closes the connection (or the receive timeout).
+  std::string read_all() {
+    while (receive_more()) {
+    }
+    return std::exchange(buffer_, {});
+  }
+
   void send_raw(std::string_view bytes) {
     size_t sent = 0;
     while (sent < bytes.size()) {
@@ -129,6 +139,7 @@ class WsTestClient {
     }
   }
 
+ private:
   void send_frame(uint8_t opcode, std::string_view payload) {
     std::string frame;
     frame.push_back(static_cast<char>(0x80 | opcode));
