@@ -6,6 +6,7 @@ from api.keys_file shows its name in the access log, and with --ssl-cert/--ssl-k
 over https:// and wss:// with a self-signed certificate made here by the `openssl` CLI.
 
 Generations are a few tokens: the CPU backend on a shared machine is slow."""
+import asyncio
 import json
 import os
 import pathlib
@@ -19,6 +20,7 @@ import httpx
 import openai
 import pytest
 import requests
+from websockets.asyncio.client import connect as async_connect
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -215,6 +217,25 @@ def wait_ready_tls(server, cert, timeout=60):
     raise RuntimeError(f"troupe not ready after {timeout}s: {server.read_log()}")
 
 
+async def wss_chat_and_refusal(url, context):
+    """A chat over wss:// with the key as subprotocol, then an upgrade without a key: 401."""
+    async with async_connect(url, ssl=context, open_timeout=30,
+                             subprotocols=["troupe.chat.v1", f"bearer.{KEY}"]) as ws:
+        assert ws.subprotocol == "troupe.chat.v1"
+        await ws.send(json.dumps({"type": "chat", "id": "c1", "max_tokens": 3, "temperature": 0,
+                                  "messages": [{"role": "user", "content": "Say hi."}]}))
+        while True:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=300))
+            assert frame["type"] in ("delta", "done"), frame
+            if frame["type"] == "done":
+                assert frame["finish_reason"] in ("stop", "length")
+                break
+    with pytest.raises(InvalidStatus) as refused:
+        async with async_connect(url, ssl=context, open_timeout=30):
+            pass
+    assert refused.value.response.status_code == 401
+
+
 def test_tls_serves_https_sse_and_wss_with_a_key(start_server, tmp_path):
     cert, key = make_certificate(tmp_path)
     server = start_server("--ssl-cert", str(cert), "--ssl-key", str(key), "--api-key", KEY)
@@ -250,16 +271,13 @@ def test_tls_serves_https_sse_and_wss_with_a_key(start_server, tmp_path):
                 with old.wrap_socket(raw, server_hostname="127.0.0.1"):
                     pass
 
+    # wss:// with the asyncio client: the sync client reads and writes one SSLSocket from two
+    # threads, which Python's ssl does not support; with TLS 1.3's post-handshake session
+    # tickets it loses the server's 101 now and then (a client bug: a one-thread client and
+    # Chromium never do).
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.load_verify_locations(str(cert))
-    with connect(ws_url(server, "wss"), ssl=context, open_timeout=30,
-                 subprotocols=["troupe.chat.v1", f"bearer.{KEY}"]) as ws:
-        assert ws.subprotocol == "troupe.chat.v1"
-        assert ws_chat_once(ws)["finish_reason"] in ("stop", "length")
-    with pytest.raises(InvalidStatus) as refused:
-        with connect(ws_url(server, "wss"), ssl=context, open_timeout=30):
-            pass
-    assert refused.value.response.status_code == 401
+    asyncio.run(wss_chat_and_refusal(ws_url(server, "wss"), context))
     assert KEY not in server.read_log()
 
 
