@@ -70,9 +70,15 @@ TEST(Engine, CancelMidGenerationFreesEverything) {
 // tokenized ends it "cancelled" as soon as its prompt comes back, and the engine goes on.
 TEST(Engine, ACancelWhileThePromptIsBuiltEndsItCancelled) {
   TROUPE_REQUIRE_MODEL();
-  auto engine = Engine::start(test_config());
+  EngineConfig config = test_config();
+  config.cpu.kv_memory_bytes = 256ll << 20;  // ~11k tokens: the prompt below fits the pool
+  auto engine = Engine::start(config);
+  // ~5k tokens: long enough that the cancel most likely lands while it is tokenized, short
+  // enough to fit the 8k context and the KV pool. (Otherwise the prompt may be refused before
+  // the cancel arrives, since tokenization stops once past the limit: a correct error, not a
+  // cancel.) Wherever the cancel lands — tokenizing, waiting, prefilling — the end is "cancelled".
   std::string long_text;
-  for (int i = 0; i < 1500; ++i) long_text += "paragraph " + std::to_string(i) + " of a long letter. ";
+  for (int i = 0; i < 600; ++i) long_text += "paragraph " + std::to_string(i) + " of a long letter. ";
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto sink = std::make_shared<RecordingSink>();
     const RequestId id = engine->submit(greedy_chat(long_text, 8), sink);
