@@ -36,6 +36,7 @@
 
 #include "net/http_framing.hpp"
 #include "net/http_listener.hpp"
+#include "net/http_message.hpp"
 #include "net/response_stream.hpp"
 #include "net/ws_session.hpp"
 
@@ -81,17 +82,6 @@ struct Connection final : ConnectionBase {
 template <class Stream>
 constexpr bool kIsTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
-
-HttpRequest to_plain_request(http::request<http::string_body>&& request) {
-  HttpRequest plain;
-  plain.method = std::string(request.method_string());
-  plain.target = std::string(request.target());
-  for (const auto& field : request) {
-    plain.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-  }
-  plain.body = std::move(request.body());
-  return plain;
-}
 
 http::response<http::string_body> to_beast_response(HttpResponse&& plain, unsigned version,
                                                     bool keep_alive) {
@@ -142,46 +132,6 @@ void watch_for_disconnect(std::shared_ptr<Connection<Stream>> connection,
                       if (ec == asio::error::operation_aborted) return;
                       if (ec || peer_closed(connection->tcp().socket())) out->mark_client_gone();
                     });
-}
-
-// The response for a request Beast could not parse; the connection closes afterwards.
-HttpResponse parse_error_response(const beast::error_code& ec, uint64_t max_body_bytes) {
-  if (ec == http::error::body_limit) {
-    return error_response(413, fmt::format("request body exceeds the limit of {} bytes",
-                                           max_body_bytes),
-                          "invalid_request_error", {}, "request_too_large");
-  }
-  if (ec == http::error::header_limit) {
-    return error_response(431, "request headers are too large", "invalid_request_error", {},
-                          "headers_too_large");
-  }
-  if (ec == http::error::bad_transfer_encoding) {
-    return error_response(400,
-                          "invalid Transfer-Encoding header: it may appear once, must end in "
-                          "chunked and must not come with a Content-Length",
-                          "invalid_request_error", {}, "invalid_transfer_encoding");
-  }
-  if (ec == http::error::bad_content_length || ec == http::error::multiple_content_length) {
-    return error_response(400,
-                          fmt::format("invalid Content-Length header ({}); it must not come with a "
-                                      "Transfer-Encoding",
-                                      ec.message()),
-                          "invalid_request_error", {}, "invalid_content_length");
-  }
-  return error_response(400, fmt::format("malformed HTTP request: {}", ec.message()),
-                        "invalid_request_error", {}, "bad_request");
-}
-
-// The framing check of a parsed request header (http_framing.hpp).
-std::optional<HttpResponse> check_framing(const http::request<http::string_body>& header) {
-  std::string transfer_encoding;
-  for (const auto& field : header) {
-    if (field.name() != http::field::transfer_encoding) continue;
-    if (!transfer_encoding.empty()) transfer_encoding += ", ";
-    transfer_encoding.append(field.value().data(), field.value().size());
-  }
-  return check_request_framing(transfer_encoding,
-                               header.find(http::field::content_length) != header.end());
 }
 
 // The end of a connection that needs no answer: the peer left, a timeout, or stop().

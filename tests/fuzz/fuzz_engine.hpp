@@ -18,28 +18,13 @@
 
 #include "actors/engine/engine.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/net/test_tokenizer.hpp"
 
 namespace troupe::fuzz {
 
-// Byte-level BPE over printable ASCII plus 'Ġ' (space), one token per character: enough for
-// /tokenize and /detokenize to run real tokenizer code without loading a model.
-inline model::Tokenizer make_small_tokenizer() {
-  model::TokenizerVocab vocab;
-  vocab.kind = model::TokenizerKind::kBytePairBpe;
-  vocab.pre = "default";
-  for (char c = '!'; c <= '~'; ++c) vocab.tokens.emplace_back(1, c);
-  vocab.tokens.emplace_back("\xC4\xA0");  // 'Ġ'
-  vocab.tokens.emplace_back("<|endoftext|>");
-  vocab.token_types.assign(vocab.tokens.size(), model::TokenType::kNormal);
-  vocab.token_types.back() = model::TokenType::kControl;
-  vocab.eos_id = static_cast<int32_t>(vocab.tokens.size() - 1);
-  vocab.add_bos = false;
-  return model::Tokenizer::from_vocab(std::move(vocab));
-}
-
 class FuzzEngine final : public engine::Engine {
  public:
-  FuzzEngine() : tokenizer_(make_small_tokenizer()) {
+  FuzzEngine() : tokenizer_(net::testing::make_test_tokenizer()) {
     card_.info.id = "smollm2";
     card_.info.context_length = 2048;
     card_.backend = "cpu";

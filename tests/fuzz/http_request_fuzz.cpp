@@ -1,7 +1,8 @@
 // Fuzzes the HTTP request path without sockets: the raw bytes of one keep-alive connection go
 // through Beast's request_parser (with the server's header and body limits, fed in chunks as a
-// socket would deliver them), each request is converted as net/http_server.cpp does and
-// dispatched to the server's real Router with every route troupe serves (/health, /v1/models,
+// socket would deliver them), then the server's own framing check, parse-error answers and
+// request conversion (net/http_message.hpp), and each request is dispatched to the server's
+// real Router with every route troupe serves (/health, /v1/models,
 // /v1/chat/completions, /v1/completions, /v1/batch, /tokenize, /detokenize, /metrics, /), backed
 // by the synchronous FuzzEngine; the engine then plays every generation to its end.
 // Input: byte 0 scripts the engine (FuzzEngine::script); byte 1 sets the read chunk size
@@ -48,6 +49,7 @@
 #include "net/router.hpp"
 #include "net/server_state.hpp"
 #include "net/web_page.hpp"
+#include "net/http_message.hpp"
 #include "tests/fuzz/fuzz_engine.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
@@ -99,33 +101,6 @@ struct Server {
   }
 };
 Server* g_server = nullptr;
-
-// As net/http_server.cpp's to_plain_request (file-local there).
-net::HttpRequest to_plain_request(http::request<http::string_body>&& request) {
-  net::HttpRequest plain;
-  plain.method = std::string(request.method_string());
-  plain.target = std::string(request.target());
-  for (const auto& field : request) {
-    plain.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-  }
-  plain.body = std::move(request.body());
-  return plain;
-}
-
-// As net/http_server.cpp's parse_error_response (file-local there).
-net::HttpResponse parse_error_response(const beast::error_code& ec) {
-  if (ec == http::error::body_limit) {
-    return net::error_response(413, fmt::format("request body exceeds the limit of {} bytes",
-                                                kMaxBodyBytes),
-                               "invalid_request_error", {}, "request_too_large");
-  }
-  if (ec == http::error::header_limit) {
-    return net::error_response(431, "request headers are too large", "invalid_request_error", {},
-                               "headers_too_large");
-  }
-  return net::error_response(400, fmt::format("malformed HTTP request: {}", ec.message()),
-                             "invalid_request_error", {}, "bad_request");
-}
 
 bool header_safe(std::string_view s) { return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos; }
 
@@ -235,8 +210,12 @@ void fuzz_one(const uint8_t* data, size_t size) {
     if (ec == http::error::end_of_stream) break;  // the client closed between requests
     if (ec) {
       // The server answers and closes the connection.
-      const net::HttpResponse response = parse_error_response(ec);
+      const net::HttpResponse response = net::parse_error_response(ec, kMaxBodyBytes);
       check_response(response, response.body);
+      break;
+    }
+    if (std::optional<net::HttpResponse> refusal = net::check_framing(parser.get())) {
+      check_response(*refusal, refusal->body);  // the server answers it and closes
       break;
     }
     http::request<http::string_body> request = parser.release();
@@ -245,7 +224,7 @@ void fuzz_one(const uint8_t* data, size_t size) {
       break;  // a WebSocket session from here on (HttpServer::Impl::websocket_route)
     }
     const bool keep_alive = request.keep_alive();
-    serve(to_plain_request(std::move(request)), flags);
+    serve(net::to_plain_request(std::move(request)), flags);
     if (!keep_alive) break;
   }
 }

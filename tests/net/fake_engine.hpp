@@ -14,23 +14,9 @@
 
 #include "actors/engine/engine.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/net/test_tokenizer.hpp"
 
 namespace troupe::net::testing {
-
-// Byte-level BPE over printable ASCII plus 'Ġ' (space): one token per character.
-inline model::Tokenizer make_test_tokenizer() {
-  model::TokenizerVocab vocab;
-  vocab.kind = model::TokenizerKind::kBytePairBpe;
-  vocab.pre = "default";
-  for (char c = '!'; c <= '~'; ++c) vocab.tokens.emplace_back(1, c);
-  vocab.tokens.emplace_back("\xC4\xA0");  // 'Ġ'
-  vocab.tokens.emplace_back("<|endoftext|>");
-  vocab.token_types.assign(vocab.tokens.size(), model::TokenType::kNormal);
-  vocab.token_types.back() = model::TokenType::kControl;
-  vocab.eos_id = static_cast<int32_t>(vocab.tokens.size() - 1);
-  vocab.add_bos = false;
-  return model::Tokenizer::from_vocab(std::move(vocab));
-}
 
 struct FakeScript {
   std::vector<std::string> pieces{"Hel", "lo", " world"};
