@@ -14,7 +14,8 @@ using ServeFlags = std::map<std::string, std::optional<std::string> ServeOptions
 using RepeatedServeFlags = std::map<std::string, std::vector<std::string> ServeOptions::*>;
 
 const RepeatedServeFlags& repeated_serve_flags() {
-  static const RepeatedServeFlags flags = {{"--api-key", &ServeOptions::api_keys}};
+  static const RepeatedServeFlags flags = {{"--api-key", &ServeOptions::api_keys},
+                                           {"--prefill-url", &ServeOptions::prefill_urls}};
   return flags;
 }
 
@@ -26,6 +27,7 @@ const ServeFlags& serve_flags() {
       {"--log-level", &ServeOptions::log_level},
       {"--admin-socket", &ServeOptions::admin_socket},
       {"--ssl-cert", &ServeOptions::ssl_cert},  {"--ssl-key", &ServeOptions::ssl_key},
+      {"--role", &ServeOptions::role},          {"--kv-transport", &ServeOptions::kv_transport},
   };
   return flags;
 }
@@ -148,6 +150,10 @@ std::string serve_usage_text() {
                      also come from api.keys_file ("NAME:KEY" lines) and $TROUPE_API_KEY
   --ssl-cert FILE    serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-key
   --ssl-key FILE     the certificate's PEM private key (http.ssl_cert_file/ssl_key_file)
+  --role ROLE        combined (default), prefill or decode: disaggregated prefill/decode
+                     (disagg.role; KV moves between servers over UCX)
+  --prefill-url URL  decode role: a prefill server (host:port), repeatable (disagg.prefill_urls)
+  --kv-transport T   UCX transports for KV pulls, e.g. tcp or posix,cma (disagg.ucx_tls)
 )";
 }
 

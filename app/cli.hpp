@@ -26,6 +26,9 @@ struct ServeOptions {
   std::optional<std::string> ssl_cert;
   std::optional<std::string> ssl_key;
   std::vector<std::string> api_keys;  // --api-key, repeatable
+  std::optional<std::string> role;    // --role combined|prefill|decode
+  std::vector<std::string> prefill_urls;  // --prefill-url, repeatable
+  std::optional<std::string> kv_transport;  // --kv-transport (UCX_TLS for KV pulls)
 };
 
 struct HelpCommand {

@@ -2,6 +2,8 @@
 // that unknown keys can be reported by their full dotted path.
 #include "app/config.hpp"
 
+#include <charconv>
+
 #include <fstream>
 #include <functional>
 #include <map>
@@ -249,6 +251,57 @@ ObjectReader admin_reader(net::AdminServerConfig& admin) {
 
 }  // namespace
 
+disagg::PeerAddress parse_peer_url(std::string_view text, std::string_view what) {
+  std::string_view rest = text;
+  if (rest.starts_with("http://")) rest.remove_prefix(7);
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  const size_t colon = rest.rfind(':');
+  uint32_t port = 0;
+  if (colon == std::string_view::npos || colon == 0 ||
+      std::from_chars(rest.data() + colon + 1, rest.data() + rest.size(), port).ec != std::errc() ||
+      port == 0 || port > 65535 || rest.substr(colon + 1).find_first_not_of("0123456789") != std::string_view::npos) {
+    throw ConfigError(fmt::format("{}: '{}' is not host:port or http://host:port", what, text));
+  }
+  return disagg::PeerAddress{std::string(rest.substr(0, colon)), static_cast<uint16_t>(port)};
+}
+
+namespace {
+
+ObjectReader disagg_reader(ServerConfig& config) {
+  using std::chrono::milliseconds;
+  disagg::DisaggConfig& d = config.disagg;
+  ObjectReader reader("disagg");
+  reader.on("role", [&d](element v, const std::string& p) {
+    const std::string text = read_string(v, p);
+    const auto role = disagg::parse_role(text);
+    if (!role) throw ConfigError(fmt::format("{}: '{}' is not one of combined, prefill, decode", p, text));
+    d.role = *role;
+  });
+  reader.on("prefill_urls", [&d](element v, const std::string& p) {
+    simdjson::dom::array urls;
+    if (v.get(urls) != simdjson::SUCCESS) throw ConfigError(p + ": expected an array of strings");
+    d.prefill_peers.clear();
+    for (element url : urls) d.prefill_peers.push_back(parse_peer_url(read_string(url, p), p));
+  });
+  reader.on("min_remote_prefill_tokens", [&d](element v, const std::string& p) {
+    d.min_remote_prefill_tokens = read_int32(v, p, 1, 1 << 24);
+  });
+  reader.on("kv_lease_ms", [&d](element v, const std::string& p) {
+    d.kv_lease = milliseconds(read_uint(v, p, 100, 3'600'000));
+  });
+  reader.on("prefill_timeout_ms", [&d](element v, const std::string& p) {
+    d.prefill_timeout = milliseconds(read_uint(v, p, 100, 3'600'000));
+  });
+  reader.on("pull_timeout_ms", [&d](element v, const std::string& p) {
+    d.pull_timeout = milliseconds(read_uint(v, p, 100, 3'600'000));
+  });
+  reader.on("advertise_host", [&d](element v, const std::string& p) { d.advertise_host = read_string(v, p); });
+  reader.on("ucx_tls", [&config](element v, const std::string& p) { config.kv_transport_tls = read_string(v, p); });
+  return reader;
+}
+
+}  // namespace
+
 engine::EngineConfig engine_config_of(const ServerConfig& config) {
   engine::EngineConfig e;
   e.model_path = config.model;
@@ -264,6 +317,14 @@ engine::EngineConfig engine_config_of(const ServerConfig& config) {
   // A request limit of the API (429 to the client), enforced where the waiting queue lives.
   e.scheduler.max_waiting_per_client = config.api.max_waiting_per_client;
   e.max_stop_strings = config.api.max_stop_strings;
+  e.disagg = config.disagg;
+  // remote_host/remote_port in kv_transfer_params: how peers reach this server's HTTP.
+  if (e.disagg.advertise_host.empty()) {
+    const std::string& host = config.http.host;
+    e.disagg.advertise_host = (host.empty() || host == "0.0.0.0" || host == "::") ? "127.0.0.1" : host;
+  }
+  if (e.disagg.advertise_port == 0) e.disagg.advertise_port = config.http.port;
+  e.kv_transport_tls = config.kv_transport_tls;
   return e;
 }
 
@@ -346,6 +407,7 @@ ServerConfig parse_config(std::string_view json, ServerConfig base) {
   });
   reader.on("admin", [&config](element v, const std::string&) { admin_reader(config.admin).read(v); });
   reader.on("http", [&config](element v, const std::string&) { http_reader(config.http).read(v); });
+  reader.on("disagg", [&config](element v, const std::string&) { disagg_reader(config).read(v); });
   reader.read(root);
   return config;
 }

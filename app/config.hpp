@@ -15,6 +15,7 @@
 
 #include "actors/engine/engine_config.hpp"
 #include "net/admin_server.hpp"
+#include "actors/disagg/disagg_config.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_request.hpp"
 
@@ -54,7 +55,13 @@ struct ServerConfig {
   engine::CpuBackendOptions cpu;
   net::AdminServerConfig admin;  // the admin socket (and the optional token-guarded TCP port)
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests may finish
+  disagg::DisaggConfig disagg;   // disaggregated prefill/decode (role, prefill peers, leases)
+  std::string kv_transport_tls;  // disagg.ucx_tls: UCX transports for KV pulls ("" = UCX's)
 };
+
+// "host:port" or "http://host:port[/]" as --prefill-url and disagg.prefill_urls give a prefill
+// server. Throws ConfigError naming `what`.
+disagg::PeerAddress parse_peer_url(std::string_view text, std::string_view what);
 
 // The engine's config from the server's.
 engine::EngineConfig engine_config_of(const ServerConfig& config);

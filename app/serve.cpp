@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "net/peer_client.hpp"
 #include "app/file_limit.hpp"
 #include "app/version.hpp"
 #include "actors/engine/engine.hpp"
@@ -50,6 +51,18 @@ void apply_flags(const ServeOptions& options, ServerConfig& config) {
   for (const std::string& key : options.api_keys) config.access.keys.push_back(key);
   if (options.ssl_cert) config.http.ssl_cert_file = *options.ssl_cert;
   if (options.ssl_key) config.http.ssl_key_file = *options.ssl_key;
+  if (options.role) {
+    const auto role = disagg::parse_role(*options.role);
+    if (!role) throw ConfigError(fmt::format("--role: '{}' is not one of combined, prefill, decode", *options.role));
+    config.disagg.role = *role;
+  }
+  if (!options.prefill_urls.empty()) {
+    config.disagg.prefill_peers.clear();
+    for (const std::string& url : options.prefill_urls) {
+      config.disagg.prefill_peers.push_back(parse_peer_url(url, "--prefill-url"));
+    }
+  }
+  if (options.kv_transport) config.kv_transport_tls = *options.kv_transport;
   if (options.log_level) {
     if (!is_valid_log_level(*options.log_level)) {
       throw ConfigError(fmt::format("--log-level: '{}' is not a log level", *options.log_level));
@@ -130,7 +143,13 @@ int run_serve(const ServeOptions& options) {
                                     .count();
   std::unique_ptr<engine::Engine> engine;
   try {
-    engine = engine::Engine::start(engine_config_of(config));
+    std::shared_ptr<disagg::PeerClient> peers;
+    if (config.disagg.role != disagg::Role::kCombined) {
+      net::PeerClientConfig peer_config;
+      peer_config.api_key = config.disagg.peer_api_key;
+      peers = std::make_shared<net::HttpPeerClient>(peer_config);
+    }
+    engine = engine::Engine::start(engine_config_of(config), peers);
   } catch (const std::exception& e) {
     spdlog::error("cannot load model: {}", e.what());
     return 1;

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +23,22 @@ struct KvCacheGeometry {
   int32_t num_blocks = 0;
   int32_t block_size = 16;  // tokens per block
   int64_t bytes = 0;        // device (or host) memory the KV blocks take
+};
+
+// The paged KV memory as bytes in this process, for moving KV between servers (disaggregated
+// prefill/decode): one block of one layer's K (kv 0) or V (kv 1) is the contiguous run of
+// block_bytes at layer * layer_stride + kv * kv_stride + block * block_bytes from base.
+struct KvHostMemory {
+  std::byte* base = nullptr;
+  int64_t bytes = 0;
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  int32_t num_blocks = 0;
+  int64_t block_bytes = 0;
+  int64_t kv_stride = 0;
+  int64_t layer_stride = 0;
 };
 
 // A step either produced its tokens or failed as a whole (device error); scarcity never gets
@@ -39,6 +57,11 @@ class Backend {
 
   virtual std::string_view name() const = 0;  // "cpu", "cuda"
   virtual KvCacheGeometry kv_geometry() const = 0;
+  // The KV memory when it is host memory a transport can register (the CPU backend); nullopt
+  // otherwise (CUDA: device memory is to be staged through pinned host buffers, not yet built).
+  // Who writes into it outside a step must know the blocks are in no step (the scheduler
+  // schedules a sequence only once its pulled KV is resident).
+  virtual std::optional<KvHostMemory> kv_host_memory() { return std::nullopt; }
 
   // Enqueues one step; returns at once. `done` runs exactly once when the step's results are
   // ready (after the device's completion event on CUDA).

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "net/disagg_codec.hpp"
 #include "net/json_input.hpp"
 
 namespace troupe::net {
@@ -454,6 +455,28 @@ Error read_stream(dom::object o, CompletionRequest& request) {
   return read_bool(dom::object(*options), "include_usage", request.include_usage);
 }
 
+// vLLM's disaggregated prefill/decode field (NixlConnector), null fields allowed as its proxies
+// send them. The engine refuses it when this server moves no KV.
+Error read_kv_transfer(dom::object o, CompletionRequest& request) {
+  const std::optional<dom::element> value = field(o, "kv_transfer_params");
+  if (!value || value->is_null()) return std::nullopt;
+  if (!value->is_object()) return invalid("kv_transfer_params", "'kv_transfer_params' must be an object.");
+  DisaggParsed<disagg::KvTransferParams> parsed = parse_kv_transfer_params(*value);
+  if (const std::string* error = std::get_if<std::string>(&parsed)) return invalid("kv_transfer_params", *error);
+  disagg::KvTransferParams params = std::get<disagg::KvTransferParams>(std::move(parsed));
+  if (!params.do_remote_decode && !params.do_remote_prefill) return std::nullopt;
+  if (request.n > 1) {
+    return invalid("kv_transfer_params", "'kv_transfer_params' is not supported with n > 1.");
+  }
+  if (params.do_remote_decode && request.stream) {
+    return invalid("kv_transfer_params",
+                   "'kv_transfer_params.do_remote_decode' needs stream: false (the answer carries "
+                   "the KV's whereabouts).");
+  }
+  request.generate.kv_transfer = std::move(params);
+  return std::nullopt;
+}
+
 Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id,
                    const OpenAiApiConfig& config, ChoiceLimit choice_limit,
                    CompletionRequest& request) {
@@ -483,6 +506,7 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   if (auto err = read_stream(o, request)) return err;
   if (auto err = read_string(o, "user", request.user)) return err;
   g.client_label = request.user;
+  if (auto err = read_kv_transfer(o, request)) return err;
   return std::nullopt;
 }
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "net/disagg_codec.hpp"
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
 
@@ -177,12 +178,14 @@ std::string usage_chunk_json(const ResponseIdentity& identity, const engine::Usa
 std::string completion_json(const ResponseIdentity& identity, const ChunkContent& content,
                             const engine::Completion& completion, const TokenTextFn& token_text) {
   const ChoiceOutput choice{content, completion.finish_reason};
-  return multi_completion_json(identity, std::span(&choice, 1), completion.usage, token_text);
+  return multi_completion_json(identity, std::span(&choice, 1), completion.usage, token_text,
+                               completion.kv_transfer ? &*completion.kv_transfer : nullptr);
 }
 
 std::string multi_completion_json(const ResponseIdentity& identity,
                                   std::span<const ChoiceOutput> choices, const engine::Usage& usage,
-                                  const TokenTextFn& token_text) {
+                                  const TokenTextFn& token_text,
+                                  const disagg::KvTransferParams* kv_transfer) {
   JsonWriter w;
   w.begin_object();
   write_head(w, identity, false);
@@ -203,6 +206,10 @@ std::string multi_completion_json(const ResponseIdentity& identity,
   }
   w.end_array();
   write_usage(w, usage);
+  if (kv_transfer != nullptr) {
+    w.key("kv_transfer_params");
+    write_kv_transfer_params(w, *kv_transfer);
+  }
   w.end_object();
   return w.take();
 }

@@ -69,7 +69,8 @@ std::string completion_json(const ResponseIdentity& identity, const ChunkContent
 // index) and the request's usage (prompt counted once, completion tokens summed by the caller).
 std::string multi_completion_json(const ResponseIdentity& identity,
                                   std::span<const ChoiceOutput> choices, const engine::Usage& usage,
-                                  const TokenTextFn& token_text);
+                                  const TokenTextFn& token_text,
+                                  const disagg::KvTransferParams* kv_transfer = nullptr);
 // An error inside a stream that already sent its headers: {"error":{...}}.
 std::string error_json(const ApiError& error);
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "net/disagg_codec.hpp"
 #include "model/tokenizer.hpp"
 #include "net/client_key.hpp"
 #include "net/batch_runner.hpp"
@@ -146,6 +147,30 @@ void on_tokenizer_thread(const std::shared_ptr<OpenAiContext>& context, HttpRequ
       });
 }
 
+// Disaggregated prefill/decode: the handshake a decode server makes before pulling KV.
+HttpResponse handle_kv_metadata(const OpenAiContext& context) {
+  const std::optional<disagg::KvMetadata> metadata = context.engine.kv_metadata();
+  if (!metadata) {
+    return error_response(404, "This server moves no KV (disagg.role is combined).",
+                          "invalid_request_error", "", "kv_transfer_disabled");
+  }
+  return json_response(200, kv_metadata_json(*metadata));
+}
+
+// A decode server is done with a held request's KV (or gives up on it).
+HttpResponse handle_kv_release(const OpenAiContext& context, const HttpRequest& request) {
+  JsonBody body;
+  if (auto error = parse_object(request, body)) return error_response(*error);
+  std::string_view id;
+  if (dom::object(body.root)["remote_request_id"].get(id) != simdjson::SUCCESS) {
+    return error_response(400, "'remote_request_id' (a string) is required.",
+                          "invalid_request_error", "remote_request_id", "invalid_type");
+  }
+  JsonWriter w;
+  w.begin_object().field("released", context.engine.release_kv_lease(id)).end_object();
+  return json_response(200, w.take());
+}
+
 HttpResponse handle_metrics(const OpenAiContext& context) {
   HttpResponse response;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -181,6 +206,11 @@ void add_openai_routes(Router& router, engine::Engine& engine, const ServerState
     on_tokenizer_thread(context, std::move(request), std::move(out), handle_detokenize);
   });
   router.add("GET", "/metrics", [context](const HttpRequest&) { return handle_metrics(*context); });
+  router.add("GET", "/v1/kv/metadata", [context](const HttpRequest&) { return handle_kv_metadata(*context); });
+  // The release waits for the kv-cache actor's answer: off the io thread, like /tokenize.
+  router.add_async("POST", "/v1/kv/release", [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
+    on_tokenizer_thread(context, std::move(request), std::move(out), handle_kv_release);
+  });
 }
 
 }  // namespace troupe::net

@@ -11,7 +11,9 @@
 #include "actors/engine/engine.hpp"
 
 #include <atomic>
+#include <charconv>
 #include <future>
+#include <random>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -20,7 +22,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/disagg/compatibility.hpp"
+#include "actors/disagg/peer_client.hpp"
 #include "actors/engine/engine_config.hpp"
+#include "actors/kv_cache/transfer/ucx_transport.hpp"
 #include "actors/engine/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
 #include "actors/ingress/ingress_actor.hpp"
@@ -74,9 +79,77 @@ scheduler::StepCostFitterConfig step_cost_fitter_config(const model::ModelInfo& 
   return config;
 }
 
+// A message from another thread that must not be lost (a lost KvResident would hold its
+// blocks forever): try_send, and when the mailbox is momentarily full, wait for room on the
+// actor's own executor.
+template <typename ActorT, typename Message>
+void deliver_to(const std::weak_ptr<ActorT>& weak, Message message) {
+  std::shared_ptr<ActorT> actor = weak.lock();
+  if (!actor || actor->try_send(std::move(message)) != SendStatus::kFull) return;
+  boost::asio::co_spawn(
+      actor->lifecycle().executor(),
+      [actor, message = std::move(message)]() mutable {
+        return [](std::shared_ptr<ActorT> target, Message pending) -> boost::asio::awaitable<void> {
+          auto sending = target->send(std::move(pending));
+          co_await std::move(sending);
+        }(std::move(actor), std::move(message));
+      },
+      boost::asio::detached);
+}
+
+std::string random_engine_id() {
+  std::random_device random;
+  return fmt::format("troupe-{:08x}{:08x}", random(), random());
+}
+
+// Disaggregated prefill/decode: the transport over the backend's KV memory and the metadata
+// peers shake hands with. Start-up failures throw (a misconfigured role must not serve).
+struct KvMovement {
+  std::unique_ptr<kv_transfer::KvTransport> transport;
+  disagg::KvMetadata metadata;
+};
+
+KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
+                             const model::GgufFile& file) {
+  const std::optional<gpu::KvHostMemory> memory = backend.kv_host_memory();
+  if (!memory) {
+    throw std::runtime_error(fmt::format(
+        "disagg.role '{}' needs KV in host memory: the {} backend's device memory is not "
+        "registered for transfer yet (use --backend cpu)",
+        disagg::to_string(config.disagg.role), backend.name()));
+  }
+  KvMovement movement;
+  kv_transfer::UcxTransportConfig ucx;
+  ucx.transports = config.kv_transport_tls;
+  std::string error;
+  movement.transport = kv_transfer::make_ucx_transport(memory->base, static_cast<size_t>(memory->bytes), ucx, &error);
+  if (!movement.transport) throw std::runtime_error("KV transport (UCX) failed to start: " + error);
+  disagg::KvMetadata& m = movement.metadata;
+  m.engine_id = random_engine_id();
+  const kv_transfer::LocalDescriptor& local = movement.transport->local_descriptor();
+  m.transport = local.transport;
+  m.worker_address = local.worker_address;
+  m.rkey = local.rkey;
+  m.base_address = local.base_address;
+  m.region_bytes = local.region_bytes;
+  m.layout.num_layers = memory->num_layers;
+  m.layout.num_kv_heads = memory->num_kv_heads;
+  m.layout.head_dim = memory->head_dim;
+  m.layout.block_size = memory->block_size;
+  m.layout.num_blocks = memory->num_blocks;
+  m.layout.block_bytes = static_cast<uint64_t>(memory->block_bytes);
+  m.layout.kv_stride = static_cast<uint64_t>(memory->kv_stride);
+  m.layout.layer_stride = static_cast<uint64_t>(memory->layer_stride);
+  m.compatibility_hash = disagg::kv_compatibility_hash(file, m.layout);
+  spdlog::info("disagg: role {}, engine id {}, KV over {} ({} blocks, {:.1f} MiB registered)",
+               disagg::to_string(config.disagg.role), m.engine_id, movement.transport->name(),
+               m.layout.num_blocks, static_cast<double>(m.region_bytes) / (1 << 20));
+  return movement;
+}
+
 class EngineImpl final : public Engine {
  public:
-  explicit EngineImpl(const EngineConfig& config);
+  EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerClient> peers);
   ~EngineImpl() override;
 
   RequestId submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) override;
@@ -90,6 +163,8 @@ class EngineImpl final : public Engine {
     boost::asio::post(tokenize_thread_->executor(), std::move(work));
   }
   const ModelCard& model_card() const override { return card_; }
+  std::optional<disagg::KvMetadata> kv_metadata() const override { return kv_metadata_; }
+  bool release_kv_lease(std::string_view remote_request_id) override;
 
  private:
   void shutdown(std::chrono::milliseconds deadline);
@@ -111,10 +186,11 @@ class EngineImpl final : public Engine {
   std::shared_ptr<kv_cache::KvCacheActor> kv_cache_;
   std::shared_ptr<scheduler::SchedulerActor> scheduler_;
   std::shared_ptr<ingress::IngressActor> ingress_;
+  std::optional<disagg::KvMetadata> kv_metadata_;  // set when this server moves KV
   bool shut_down_ = false;
 };
 
-EngineImpl::EngineImpl(const EngineConfig& config) {
+EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerClient> peers) {
   file_ = std::make_shared<const model::GgufFile>(model::GgufFile::open(config.model_path));
   card_.info = model::read_model_info(*file_, config.model_id);
   tokenizer_.emplace(model::Tokenizer::from_gguf(*file_));
@@ -141,6 +217,12 @@ EngineImpl::EngineImpl(const EngineConfig& config) {
   spdlog::info("KV cache: {} blocks of {} tokens ({:.1f} MiB)", geometry.num_blocks,
                geometry.block_size, static_cast<double>(geometry.bytes) / (1 << 20));
 
+  KvMovement movement;
+  if (config.disagg.role != disagg::Role::kCombined) {
+    movement = start_kv_movement(config, *built.backend, *file_);
+    kv_metadata_ = movement.metadata;
+  }
+
   ingress::PromptLimits limits{policy.max_model_len, config.default_max_tokens, config.max_stop_strings};
   const auto capacity = static_cast<size_t>(config.mailbox_capacity);
   gpu_worker_ = std::make_shared<gpu_worker::GpuWorkerActor>(std::move(built.backend));
@@ -157,11 +239,25 @@ EngineImpl::EngineImpl(const EngineConfig& config) {
       prompt_thread_->executor(), board_, config.stats_window, capacity);
   scheduler_->connect(ingress_, kv_cache_, gpu_worker_);
   ingress_->connect(scheduler_);
+  const std::string engine_id = kv_metadata_ ? kv_metadata_->engine_id : std::string();
+  ingress_->set_disagg({config.disagg, engine_id, kv_metadata_.has_value(), peers});
+  if (kv_metadata_) {
+    std::weak_ptr<kv_cache::KvCacheActor> kv_weak = kv_cache_;
+    std::weak_ptr<scheduler::SchedulerActor> scheduler_weak = scheduler_;
+    kv_cache::KvTransferAgent::Outbox outbox{
+        [kv_weak](kv_cache::KvCacheMessage m) {
+          if (auto kv = kv_weak.lock()) kv->deliver(std::move(m));
+        },
+        [scheduler_weak](scheduler::SchedulerMessage m) { deliver_to(scheduler_weak, std::move(m)); }};
+    kv_cache_->set_transfer_agent(std::make_unique<kv_cache::KvTransferAgent>(
+        config.disagg, *kv_metadata_, std::move(movement.transport), peers, std::move(outbox)));
+  }
 
   engine_thread_ = std::make_unique<ExecutorThreads>("engine", 1);
   ingress_thread_ = std::make_unique<ExecutorThreads>("ingress", 1);
   gpu_worker_->start(engine_thread_->executor());
   kv_cache_->start(engine_thread_->executor());
+  if (kv_metadata_) kv_cache_->start_lease_clock(std::chrono::milliseconds(250));
   scheduler_->start(engine_thread_->executor());
   ingress_->start(ingress_thread_->executor());
 }
@@ -205,6 +301,23 @@ void EngineImpl::post_cancel(RequestId request_id) {
         }(ingress, request_id);
       },
       boost::asio::detached);
+}
+
+bool EngineImpl::release_kv_lease(std::string_view remote_request_id) {
+  RequestId id = 0;
+  const auto [end, error] =
+      std::from_chars(remote_request_id.data(), remote_request_id.data() + remote_request_id.size(), id);
+  if (error != std::errc() || end != remote_request_id.data() + remote_request_id.size()) return false;
+  auto reply = std::make_shared<std::promise<bool>>();
+  std::future<bool> released = reply->get_future();
+  kv_cache::KvCacheMessage message{kv_cache::ReleaseKvLease{id, reply}};
+  if (kv_cache_->try_send(std::move(message)) != SendStatus::kAccepted) return false;
+  if (released.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return false;
+  try {
+    return released.get();
+  } catch (const std::future_error&) {
+    return false;
+  }
 }
 
 int64_t EngineImpl::flush_prefix_cache() {
@@ -258,6 +371,11 @@ EngineStats EngineImpl::stats() const {
   out.time_to_first_token = front->time_to_first_token;
   out.uptime_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
   out.draining = draining_.load(std::memory_order_acquire);
+  out.kv_transfer = kv_home->transfer;
+  out.kv_transfer.num_remote_prefills = front->num_remote_prefills;
+  out.kv_transfer.num_remote_prefill_fallbacks = front->num_remote_prefill_fallbacks;
+  out.kv_transfer.num_kv_pull_fallbacks = s.num_kv_pull_fallbacks;
+  out.kv_transfer.num_awaiting_kv = s.num_awaiting_kv;
   return out;
 }
 
@@ -341,8 +459,9 @@ void EngineImpl::shutdown(std::chrono::milliseconds deadline) {
 
 }  // namespace
 
-std::unique_ptr<Engine> Engine::start(const EngineConfig& config) {
-  return std::make_unique<EngineImpl>(config);
+std::unique_ptr<Engine> Engine::start(const EngineConfig& config,
+                                      std::shared_ptr<disagg::PeerClient> peers) {
+  return std::make_unique<EngineImpl>(config, std::move(peers));
 }
 
 }  // namespace troupe::engine

@@ -12,12 +12,17 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "actors/disagg/disagg_types.hpp"
 #include "actors/engine/engine_types.hpp"
 
 namespace troupe::model {
 class Tokenizer;
+}
+namespace troupe::disagg {
+class PeerClient;
 }
 
 namespace troupe::engine {
@@ -28,7 +33,10 @@ class Engine {
  public:
   // Loads the model named in `config` and starts the actors. Throws std::runtime_error (with a
   // message naming the file or key) when the model cannot be loaded — a start-up failure.
-  static std::unique_ptr<Engine> start(const EngineConfig& config);
+  // `peers` reaches other servers for disaggregated prefill/decode (net's HttpPeerClient); null
+  // is fine for a combined server, and for a decode server only brought KV by its clients.
+  static std::unique_ptr<Engine> start(const EngineConfig& config,
+                                       std::shared_ptr<disagg::PeerClient> peers = nullptr);
 
   virtual ~Engine() = default;
 
@@ -60,6 +68,15 @@ class Engine {
   // only other /tokenize calls. `work` must not block on I/O.
   virtual void post_tokenizer_work(std::function<void()> work) = 0;
   virtual const ModelCard& model_card() const = 0;
+
+  // Disaggregated prefill/decode. What GET /v1/kv/metadata serves (nullopt: this server moves
+  // no KV), and POST /v1/kv/release: a decode server is done with a held request's KV (false
+  // when no such lease exists, e.g. it expired). Defaults: a server that moves no KV.
+  virtual std::optional<disagg::KvMetadata> kv_metadata() const { return std::nullopt; }
+  virtual bool release_kv_lease(std::string_view remote_request_id) {
+    (void)remote_request_id;
+    return false;
+  }
 };
 
 }  // namespace troupe::engine

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "actors/disagg/disagg_config.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
 
 namespace troupe::engine {
@@ -54,6 +55,9 @@ struct EngineConfig {
   int32_t max_stop_strings = 16;
   int32_t mailbox_capacity = 4096;  // per actor; a full ingress mailbox refuses submits
   std::chrono::milliseconds stats_window{10'000};  // tokens/s is averaged over this window
+  disagg::DisaggConfig disagg;
+  // UCX transports for KV movement ("tcp", "posix,cma"); empty: UCX_TLS or UCX's choice.
+  std::string kv_transport_tls;
 };
 
 }  // namespace troupe::engine

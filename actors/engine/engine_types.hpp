@@ -4,6 +4,7 @@
 // Thread-safety: plain values, except RequestSink, whose contract is below.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "actors/common/priority.hpp"
+#include "actors/disagg/disagg_types.hpp"
 #include "model/chat_template.hpp"
 #include "model/model_info.hpp"
 #include "model/sampling_params.hpp"
@@ -37,6 +39,9 @@ struct GenerateRequest {
   model::StopConditions stop;  // stop.max_tokens <= 0: as many as the context leaves
   Priority priority = Priority::kNormal;
   bool include_stop_string_in_output = false;
+  // Disaggregated prefill/decode, vLLM's field: do_remote_decode (a prefill server holds the
+  // KV for a decode server) or do_remote_prefill (the KV is on that prefill server).
+  std::optional<disagg::KvTransferParams> kv_transfer;
 };
 
 enum class ErrorCode : uint8_t {
@@ -87,6 +92,8 @@ struct Completion {
   std::string finish_reason;  // OpenAI's: "stop" | "length" | "cancelled"
   Usage usage;
   Timings timings;
+  // A do_remote_decode request: where a decode server finds its KV (do_remote_prefill set).
+  std::optional<disagg::KvTransferParams> kv_transfer;
 };
 
 // Implemented by net per request (an HTTP stream, a WS generation, a batch item, ...).
@@ -129,6 +136,33 @@ struct StepCostStats {
   uint64_t num_time_budgeted_steps = 0;  // steps whose prefill the budget cut
 };
 
+inline constexpr std::array<double, 11> kPullMsBuckets{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
+
+struct KvTransferStats {
+  std::string role = "combined";
+  std::string engine_id;
+  std::string transport;  // "" when this server moves no KV
+  int32_t num_leases = 0;          // prefill side: held sequences a decode server may pull
+  uint64_t num_leases_expired = 0;
+  uint64_t num_leases_released = 0;
+  int32_t num_pulls_in_flight = 0;
+  uint64_t num_pulls_ok = 0;
+  uint64_t num_pulls_failed = 0;
+  uint64_t num_blocks_pulled = 0;
+  uint64_t bytes_pulled = 0;
+  double pull_seconds_total = 0;
+  // Pull durations: counts per bucket of kPullMsBuckets (upper bounds, ms), last one +Inf.
+  std::array<uint64_t, 12> pull_ms_buckets{};
+  int32_t num_peers = 0;
+  uint64_t num_handshake_failures = 0;
+  // Decode side: prompts sent to prefill servers, those that came back unusable (and were
+  // computed here), and pulls that failed (computed here too).
+  uint64_t num_remote_prefills = 0;
+  uint64_t num_remote_prefill_fallbacks = 0;
+  uint64_t num_kv_pull_fallbacks = 0;
+  int32_t num_awaiting_kv = 0;
+};
+
 struct EngineStats {
   int32_t num_waiting = 0;
   int32_t num_running = 0;
@@ -159,6 +193,7 @@ struct EngineStats {
   LatencySummary time_to_first_token;
   double uptime_s = 0;
   bool draining = false;
+  KvTransferStats kv_transfer;
 };
 
 enum class RequestPhase : uint8_t { kWaiting, kPreempted, kPrefill, kDecode, kFinishing };

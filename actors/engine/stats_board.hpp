@@ -7,7 +7,9 @@
 // load_* from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <string>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -54,9 +56,11 @@ struct SchedulerSnapshot {
   StepCostStats step_cost;
 };
 
+// KV movement between servers (disaggregated prefill/decode), as the kv-cache actor counts it.
 struct KvCacheSnapshot {
   kv_cache::KvCacheStats stats;
   uint64_t num_loans = 0;  // ticks the scheduler borrowed the manager for
+  KvTransferStats transfer;
 };
 
 struct LiveRequestSummary {
@@ -72,6 +76,8 @@ struct IngressSnapshot {
   LatencySummary time_to_first_token;
   double tokens_per_s = 0;
   uint64_t num_refused = 0;  // refused before reaching the scheduler (validation, overload)
+  uint64_t num_remote_prefills = 0;  // decode role: prompts sent to prefill servers
+  uint64_t num_remote_prefill_fallbacks = 0;
 };
 
 class StatsBoard {

@@ -85,9 +85,11 @@ boost::asio::awaitable<void> IngressActor::handle(IngressMessage message) {
           on_sequences_ended(m.finished, now);
         } else if constexpr (std::is_same_v<T, AdmissionRefused>) {
           on_refused(m);
-        } else {
-          static_assert(std::is_same_v<T, StepFailed>);
+        } else if constexpr (std::is_same_v<T, StepFailed>) {
           on_step_failed(m);
+        } else {
+          static_assert(std::is_same_v<T, RemotePrefillDone>);
+          on_remote_prefill_done(m);
         }
       },
       message);
@@ -212,7 +214,158 @@ void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::Generat
   admit.priority = request.priority;
   admit.client = request.client;
   live.num_prompt_tokens = static_cast<int32_t>(admit.prompt_token_ids.size());
+  if (auto error = apply_kv_transfer(admit, request)) {
+    ++num_refused_;
+    fail(live, std::move(*error));
+    live_.erase(live.request_id);
+    return;
+  }
+  if (start_remote_prefill(live, admit, request)) return;
+  send_admission(live, std::move(admit));
+}
 
+std::optional<RequestError> IngressActor::apply_kv_transfer(scheduler::NewRequest& admit,
+                                                            const engine::GenerateRequest& request) const {
+  if (!request.kv_transfer) return std::nullopt;
+  const disagg::KvTransferParams& params = *request.kv_transfer;
+  if (params.do_remote_decode && params.do_remote_prefill) {
+    return RequestError{ErrorCode::kInvalidRequest,
+                        "kv_transfer_params: do_remote_decode and do_remote_prefill exclude each other",
+                        "kv_transfer_params"};
+  }
+  if ((params.do_remote_decode || params.do_remote_prefill) && !disagg_.moves_kv) {
+    return RequestError{ErrorCode::kInvalidRequest,
+                        "kv_transfer_params: this server moves no KV (start it with --role prefill "
+                        "or --role decode)",
+                        "kv_transfer_params"};
+  }
+  if (params.do_remote_decode) {
+    admit.hold_kv_when_finished = true;
+    return std::nullopt;
+  }
+  if (!params.do_remote_prefill) return std::nullopt;
+  if (params.remote_engine_id.empty() || params.remote_host.empty() || params.remote_port <= 0 ||
+      params.remote_port > 65535 || params.remote_request_id.empty()) {
+    return RequestError{ErrorCode::kInvalidRequest,
+                        "kv_transfer_params: do_remote_prefill needs remote_engine_id, "
+                        "remote_request_id, remote_host and remote_port",
+                        "kv_transfer_params"};
+  }
+  scheduler::RemoteKvSource source;
+  source.engine_id = params.remote_engine_id;
+  source.host = params.remote_host;
+  source.port = params.remote_port;
+  source.request_id = params.remote_request_id;
+  source.block_ids = params.remote_block_ids;
+  // vLLM's prefill servers do not say how many positions the blocks hold: the prompt's.
+  source.num_tokens = params.remote_num_tokens > 0 ? params.remote_num_tokens
+                                                   : static_cast<int32_t>(admit.prompt_token_ids.size());
+  admit.remote_kv = std::move(source);
+  // The prefill server's token carries no logprobs: a request that wants them samples its
+  // first token here (the prompt's last position is recomputed).
+  if (!request.sampling.logprobs && request.sampling.top_logprobs == 0) {
+    admit.first_token_id = params.first_token_id;
+  }
+  return std::nullopt;
+}
+
+bool IngressActor::start_remote_prefill(LiveRequest& live, scheduler::NewRequest& admit,
+                                        const engine::GenerateRequest& request) {
+  const disagg::DisaggConfig& config = disagg_.config;
+  if (config.role != disagg::Role::kDecode || config.prefill_peers.empty() || !disagg_.peers ||
+      request.kv_transfer || request.sampling.logprobs || request.sampling.top_logprobs > 0 ||
+      static_cast<int32_t>(admit.prompt_token_ids.size()) < config.min_remote_prefill_tokens) {
+    return false;
+  }
+  // Least in-flight calls first; among equals, round robin.
+  prefill_calls_per_peer_.resize(config.prefill_peers.size(), 0);
+  size_t chosen = next_prefill_peer_ % config.prefill_peers.size();
+  for (size_t k = 0; k < config.prefill_peers.size(); ++k) {
+    const size_t i = (next_prefill_peer_ + k) % config.prefill_peers.size();
+    if (prefill_calls_per_peer_[i] < prefill_calls_per_peer_[chosen]) chosen = i;
+  }
+  next_prefill_peer_ = chosen + 1;
+  ++prefill_calls_per_peer_[chosen];
+  disagg::PrefillCall call;
+  call.peer = config.prefill_peers[chosen];
+  call.prompt_token_ids = admit.prompt_token_ids;
+  call.sampling = admit.sampling;
+  call.stop_token_ids = admit.stop.stop_token_ids;
+  call.ignore_eos = admit.stop.ignore_eos;
+  call.priority = admit.priority;
+  call.client = admit.client;
+  call.timeout = config.prefill_timeout;
+  live.building = true;
+  live.prefill_peer = static_cast<int32_t>(chosen);
+  live.awaiting_remote_prefill = std::move(admit);
+  std::weak_ptr<Actor<IngressMessage>> self = weak_from_this();
+  const engine::RequestId request_id = live.request_id;
+  ++num_remote_prefills_;
+  live.prefill_call_id = disagg_.peers->prefill(std::move(call), [self, request_id](disagg::PrefillReply reply) {
+    std::shared_ptr<Actor<IngressMessage>> actor = self.lock();
+    if (!actor) return;
+    IngressMessage message{RemotePrefillDone{request_id, std::move(reply)}};
+    // A full mailbox: retried by a coroutine on the actor's executor, never dropped (the
+    // request would hang).
+    if (actor->try_send(std::move(message)) != SendStatus::kFull) return;
+    boost::asio::co_spawn(
+        actor->lifecycle().executor(),
+        [actor, message = std::move(message)]() mutable {
+          return [](std::shared_ptr<Actor<IngressMessage>> target,
+                    IngressMessage pending) -> boost::asio::awaitable<void> {
+            auto sending = target->send(std::move(pending));
+            co_await std::move(sending);
+          }(std::move(actor), std::move(message));
+        },
+        boost::asio::detached);
+  });
+  return true;
+}
+
+void IngressActor::on_remote_prefill_done(RemotePrefillDone& done) {
+  auto it = live_.find(done.request_id);
+  if (it == live_.end()) return;
+  LiveRequest& live = it->second;
+  if (live.prefill_peer >= 0 && static_cast<size_t>(live.prefill_peer) < prefill_calls_per_peer_.size()) {
+    --prefill_calls_per_peer_[static_cast<size_t>(live.prefill_peer)];
+  }
+  live.building = false;
+  scheduler::NewRequest admit = std::move(*live.awaiting_remote_prefill);
+  live.awaiting_remote_prefill.reset();
+  const disagg::PrefillReply& reply = done.reply;
+  if (live.cancelled_building) {
+    if (reply.error.empty()) {
+      disagg_.peers->release(disagg::PeerAddress{reply.params.remote_host,
+                                                 static_cast<uint16_t>(reply.params.remote_port)},
+                             reply.params.remote_request_id);
+    }
+    LiveRequest ended = std::move(live);
+    live_.erase(it);
+    publish_stats();
+    if (!ended.closed) ended.sink->on_finish(ended.request_id, completion_of(ended, "cancelled", nullptr, Clock::now()));
+    return;
+  }
+  if (!reply.error.empty()) {
+    // Prefill server down, slow or refusing: this server computes the prompt itself.
+    ++num_remote_prefill_fallbacks_;
+    spdlog::warn("request {}: remote prefill failed ({}); prefilling locally", live.request_id, reply.error);
+    send_admission(live, std::move(admit));
+    return;
+  }
+  scheduler::RemoteKvSource source;
+  source.engine_id = reply.params.remote_engine_id;
+  source.host = reply.params.remote_host;
+  source.port = reply.params.remote_port;
+  source.request_id = reply.params.remote_request_id;
+  source.block_ids = reply.params.remote_block_ids;
+  source.num_tokens = reply.params.remote_num_tokens > 0 ? reply.params.remote_num_tokens
+                                                         : static_cast<int32_t>(admit.prompt_token_ids.size());
+  admit.remote_kv = std::move(source);
+  admit.first_token_id = reply.params.first_token_id;
+  send_admission(live, std::move(admit));
+}
+
+void IngressActor::send_admission(LiveRequest& live, scheduler::NewRequest admit) {
   scheduler::SchedulerMessage message{scheduler::Admit{std::move(admit)}};
   const SendStatus status = scheduler_->try_send(std::move(message));
   if (status != SendStatus::kAccepted) {
@@ -228,7 +381,9 @@ void IngressActor::on_cancel(engine::RequestId request_id) {
   auto it = live_.find(request_id);
   if (it == live_.end()) return;
   if (it->second.building) {
-    it->second.cancelled_building = true;  // ends when its prompt comes back
+    it->second.cancelled_building = true;  // ends when its prompt (or prefill) comes back
+    // A prefill server working for it: drop the call, which makes that server cancel too.
+    if (it->second.awaiting_remote_prefill && disagg_.peers) disagg_.peers->cancel(it->second.prefill_call_id);
     return;
   }
   // The scheduler answers with a FinishedSequence (kCancelled), which ends the request.
@@ -381,6 +536,19 @@ engine::Completion IngressActor::completion_of(const LiveRequest& request,
     }
   }
   t.total_ms = milliseconds_between(request.submitted_at, now);
+  if (finished != nullptr && finished->held_kv) {
+    // vLLM's answer for a decode server (or a proxy): where the KV is and under what lease.
+    disagg::KvTransferParams params;
+    params.do_remote_prefill = true;
+    params.remote_engine_id = disagg_.engine_id;
+    params.remote_block_ids.assign(finished->held_kv->block_ids.begin(), finished->held_kv->block_ids.end());
+    params.remote_request_id = std::to_string(finished->request_id);
+    params.remote_host = disagg_.config.advertise_host;
+    params.remote_port = disagg_.config.advertise_port;
+    params.remote_num_tokens = finished->held_kv->num_tokens;
+    params.first_token_id = finished->held_kv->first_token_id;
+    completion.kv_transfer = std::move(params);
+  }
   return completion;
 }
 
@@ -396,6 +564,8 @@ void IngressActor::publish_stats() {
   snapshot.time_to_first_token = time_to_first_token_.summary();
   snapshot.tokens_per_s = generated_tokens_.per_second(Clock::now());
   snapshot.num_refused = num_refused_;
+  snapshot.num_remote_prefills = num_remote_prefills_;
+  snapshot.num_remote_prefill_fallbacks = num_remote_prefill_fallbacks_;
   board_->publish_ingress(std::move(snapshot));
 }
 

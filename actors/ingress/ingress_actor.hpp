@@ -21,6 +21,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "actors/disagg/disagg_config.hpp"
 #include "actors/engine/stats_board.hpp"
 #include "actors/ingress/ingress_messages.hpp"
 #include "actors/ingress/prompt_builder.hpp"
@@ -39,6 +40,16 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   IngressActor(PromptBuilder prompts, boost::asio::any_io_executor prompt_executor,
                std::shared_ptr<engine::StatsBoard> board, std::chrono::milliseconds stats_window,
                size_t mailbox_capacity);
+
+  // Disaggregated prefill/decode: what this server is, and (decode role) the prefill servers
+  // long prompts go to. From the wiring thread, before start().
+  struct Disagg {
+    disagg::DisaggConfig config;
+    std::string engine_id;
+    bool moves_kv = false;  // a KV transport runs here (prefill or decode role)
+    std::shared_ptr<disagg::PeerClient> peers;
+  };
+  void set_disagg(Disagg disagg) { disagg_ = std::move(disagg); }
 
   void connect(std::shared_ptr<SchedulerActorBase> scheduler);
   void disconnect();
@@ -73,8 +84,13 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
     // ("cancelled", once the scheduler confirms) still comes, so that net can account for
     // every request (issue 14: dropped streams used to leave no log line and no metric).
     bool client_gone = false;
-    bool building = true;             // its prompt is on a worker; the scheduler has not seen it
+    bool building = true;             // its prompt is on a worker (or a prefill server); the
+                                      // scheduler has not seen it
     bool cancelled_building = false;  // ... and a cancel came meanwhile
+    // Decode role: the admission waiting for a prefill server's answer, and that call.
+    std::optional<scheduler::NewRequest> awaiting_remote_prefill;
+    disagg::PeerClient::CallId prefill_call_id = 0;
+    int32_t prefill_peer = -1;
   };
 
   void on_submit(Submit& submit);
@@ -82,6 +98,14 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   void on_prompt_built(PromptBuilt& built);
   void admit(LiveRequest& live, BuiltPrompt& prompt, engine::GenerateRequest& request);
   void on_cancel(engine::RequestId request_id);
+  // Maps kv_transfer_params onto the admission; an error when this server cannot honour them.
+  std::optional<engine::RequestError> apply_kv_transfer(scheduler::NewRequest& admit,
+                                                        const engine::GenerateRequest& request) const;
+  // Decode role: sends the prompt to a prefill server instead of the scheduler when worth it.
+  bool start_remote_prefill(LiveRequest& live, scheduler::NewRequest& admit,
+                            const engine::GenerateRequest& request);
+  void on_remote_prefill_done(RemotePrefillDone& done);
+  void send_admission(LiveRequest& live, scheduler::NewRequest admit);
   void on_step_events(StepEvents& events);
   void on_token(LiveRequest& request, const scheduler::GeneratedToken& token, Clock::time_point now);
   void on_sequences_ended(std::span<const scheduler::FinishedSequence> finished, Clock::time_point now);
@@ -110,6 +134,11 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   engine::RollingLatency time_to_first_token_;
   engine::RollingRate generated_tokens_;
   uint64_t num_refused_ = 0;
+  Disagg disagg_;
+  std::vector<int32_t> prefill_calls_per_peer_;  // in flight, for least-loaded choice
+  size_t next_prefill_peer_ = 0;                 // round robin among the least loaded
+  uint64_t num_remote_prefills_ = 0;
+  uint64_t num_remote_prefill_fallbacks_ = 0;
 };
 
 }  // namespace troupe::ingress

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "actors/disagg/peer_client.hpp"
 #include "actors/engine/engine_types.hpp"
 #include "actors/ingress/prompt_builder.hpp"
 #include "actors/scheduler/scheduler_types.hpp"
@@ -64,7 +65,13 @@ struct StepFailed {
   std::string message;
 };
 
+// Decode role with prefill peers: a prefill server answered (or did not) for this request.
+struct RemotePrefillDone {
+  engine::RequestId request_id = 0;
+  disagg::PrefillReply reply;
+};
+
 using IngressMessage = std::variant<Submit, PromptBuilt, CancelRequest, CancelAll, StepEvents,
-                                    SequencesEnded, AdmissionRefused, StepFailed>;
+                                    SequencesEnded, AdmissionRefused, StepFailed, RemotePrefillDone>;
 
 }  // namespace troupe::ingress

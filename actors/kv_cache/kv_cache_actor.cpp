@@ -2,6 +2,12 @@
 
 #include <type_traits>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
 namespace troupe::kv_cache {
@@ -22,13 +28,81 @@ boost::asio::awaitable<void> KvCacheActor::handle(KvCacheMessage message) {
           lend(m);
         } else if constexpr (std::is_same_v<T, ReturnKvCache>) {
           take_back(m);
-        } else {
-          static_assert(std::is_same_v<T, FlushPrefixCache>);
+        } else if constexpr (std::is_same_v<T, FlushPrefixCache>) {
           flush(m);
         }
       },
       message);
+  const bool moves_kv = !std::holds_alternative<LendKvCache>(message) &&
+                        !std::holds_alternative<ReturnKvCache>(message) &&
+                        !std::holds_alternative<FlushPrefixCache>(message);
+  if (moves_kv) handle_transfer(message);
   co_return;
+}
+
+void KvCacheActor::handle_transfer(KvCacheMessage& message) {
+  if (agent_ == nullptr) {
+    // Only a wiring bug sends these without an agent; answer so nothing waits forever.
+    if (auto* release = std::get_if<ReleaseKvLease>(&message)) release->reply->set_value(false);
+    spdlog::error("kv-cache: a KV transfer message without a transfer agent");
+    return;
+  }
+  std::visit(
+      [this](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, PullKv>) {
+          agent_->pull(std::move(m.order));
+        } else if constexpr (std::is_same_v<T, ReleaseRemoteKv>) {
+          agent_->release_remote(m.source);
+        } else if constexpr (std::is_same_v<T, PeerMetadataArrived>) {
+          agent_->on_metadata(m.peer_key, std::move(m.reply));
+        } else if constexpr (std::is_same_v<T, PullFinished>) {
+          agent_->on_pull_finished(m.request_id, m.status);
+        } else if constexpr (std::is_same_v<T, OpenKvLease>) {
+          agent_->open_lease(m.request_id, std::chrono::steady_clock::now());
+        } else if constexpr (std::is_same_v<T, ReleaseKvLease>) {
+          m.reply->set_value(agent_->release_lease(m.request_id));
+        } else if constexpr (std::is_same_v<T, SweepKvLeases>) {
+          agent_->expire_leases(std::chrono::steady_clock::now());
+        }
+      },
+      message);
+  publish_stats();
+}
+
+void KvCacheActor::deliver(KvCacheMessage message) {
+  if (try_send(std::move(message)) != actors::runtime::SendStatus::kFull) return;
+  // NOTE: try_send leaves the message intact when it refuses it.
+  auto self = std::static_pointer_cast<KvCacheActor>(shared_from_this());
+  boost::asio::co_spawn(
+      lifecycle().executor(),
+      [self, message = std::move(message)]() mutable -> boost::asio::awaitable<void> {
+        return [](std::shared_ptr<KvCacheActor> actor, KvCacheMessage m) -> boost::asio::awaitable<void> {
+          auto sending = actor->send(std::move(m));
+          co_await std::move(sending);
+        }(std::move(self), std::move(message));
+      },
+      boost::asio::detached);
+}
+
+void KvCacheActor::start_lease_clock(std::chrono::milliseconds period) {
+  std::weak_ptr<KvCacheActor> weak = std::static_pointer_cast<KvCacheActor>(shared_from_this());
+  boost::asio::co_spawn(
+      lifecycle().executor(),
+      [weak, period]() -> boost::asio::awaitable<void> {
+        return [](std::weak_ptr<KvCacheActor> w, std::chrono::milliseconds p) -> boost::asio::awaitable<void> {
+          boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+          for (;;) {
+            timer.expires_after(p);
+            auto [error] = co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+            if (error) co_return;
+            auto actor = w.lock();
+            if (actor == nullptr || actor->mailbox().is_closed()) co_return;
+            (void)actor->try_send(SweepKvLeases{});  // a full mailbox: the next tick sweeps
+          }
+        }(weak, period);
+      },
+      boost::asio::detached);
 }
 
 void KvCacheActor::lend(LendKvCache& request) {
@@ -77,8 +151,10 @@ void KvCacheActor::abandon(KvCacheMessage message) {
           m.reply->complete(nullptr);
         } else if constexpr (std::is_same_v<T, ReturnKvCache>) {
           if (home_ == nullptr) home_ = std::move(m.lease);
-        } else {
+        } else if constexpr (std::is_same_v<T, FlushPrefixCache>) {
           m.reply->set_value(0);
+        } else if constexpr (std::is_same_v<T, ReleaseKvLease>) {
+          m.reply->set_value(false);
         }
       },
       message);
@@ -88,7 +164,13 @@ void KvCacheActor::abandon(KvCacheMessage message) {
 
 void KvCacheActor::publish_stats() {
   engine::KvCacheSnapshot snapshot;
-  snapshot.stats = home_->stats();
+  // While lent, the last figures stand (the scheduler owns the manager for that tick).
+  if (home_ != nullptr) {
+    snapshot.stats = home_->stats();
+  } else if (auto last = board_->load_kv_cache()) {
+    snapshot.stats = last->stats;
+  }
+  if (agent_ != nullptr) snapshot.transfer = agent_->snapshot();
   snapshot.num_loans = num_loans_;
   board_->publish_kv_cache(std::move(snapshot));
 }

@@ -14,16 +14,28 @@
 //     schedule(), step, on_step_complete() with the lease
 //     tick end ─── ReturnKvCache ──► home_ (publish stats, serve waiting flushes)
 //
-// Thread-safety: start()/try_send()/shutdown() as for every Actor; the rest runs on the actor's
-// executor (the engine thread, shared with the scheduler actor by default).
+// It also owns KV movement between servers (disaggregated prefill/decode): the transfer agent
+// (kv_transfer_agent.hpp) with the transport, the handshakes, pulls in flight and leases.
+//
+// Why the loan survives now that this actor has real work of its own: pulls and leases never
+// touch the block pool — the scheduler allocates destination blocks and frees released ones
+// inside its tick, with the manager it borrowed; this actor only moves bytes into blocks the
+// scheduler set aside and tells it when they are resident. Allocation stays synchronous with
+// the policy (the reason for the loan) and the network stays off the tick.
+//
+// Thread-safety: set_transfer_agent() from the wiring thread before start(); start()/
+// try_send()/deliver()/shutdown() as for every Actor; the rest runs on the actor's executor
+// (the engine thread, shared with the scheduler actor by default).
 #pragma once
 
+#include <chrono>
 #include <future>
 #include <memory>
 #include <vector>
 
 #include "actors/engine/stats_board.hpp"
 #include "actors/kv_cache/kv_cache_messages.hpp"
+#include "actors/kv_cache/kv_transfer_agent.hpp"
 #include "actors/runtime/actor.hpp"
 
 namespace troupe::kv_cache {
@@ -32,6 +44,15 @@ class KvCacheActor final : public actors::runtime::Actor<KvCacheMessage> {
  public:
   KvCacheActor(const KvCacheConfig& config, std::shared_ptr<engine::StatsBoard> board,
                size_t mailbox_capacity);
+
+  void set_transfer_agent(std::unique_ptr<KvTransferAgent> agent) { agent_ = std::move(agent); }
+  // After start(): a timer on this actor's executor sends SweepKvLeases every `period` until
+  // the mailbox closes.
+  void start_lease_clock(std::chrono::milliseconds period);
+  // try_send(), or when the mailbox is momentarily full a coroutine that waits for room: for
+  // callbacks from other threads whose message must not be lost (a lost PullFinished would
+  // keep its blocks forever).
+  void deliver(KvCacheMessage message);
 
  protected:
   boost::asio::awaitable<void> handle(KvCacheMessage message) override;
@@ -43,11 +64,13 @@ class KvCacheActor final : public actors::runtime::Actor<KvCacheMessage> {
   void take_back(ReturnKvCache& returned);
   void flush(FlushPrefixCache& request);
   void publish_stats();
+  void handle_transfer(KvCacheMessage& message);
 
   KvLease home_;  // null while lent
   std::vector<std::shared_ptr<std::promise<int64_t>>> waiting_flushes_;  // arrived while lent
   uint64_t num_loans_ = 0;
   std::shared_ptr<engine::StatsBoard> board_;
+  std::unique_ptr<KvTransferAgent> agent_;  // null in tests that move no KV
 };
 
 }  // namespace troupe::kv_cache

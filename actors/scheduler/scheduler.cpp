@@ -60,7 +60,8 @@ const kv_cache::KvCacheManager& Scheduler::kv() const {
 }
 
 AddResult Scheduler::check_admissible(const NewRequest& request) const {
-  if (sequences_.contains(request.request_id) || transferring_.contains(request.request_id)) {
+  if (sequences_.contains(request.request_id) || transferring_.contains(request.request_id) ||
+      cancelled_pulls_.contains(request.request_id)) {
     return AddResult::kDuplicateId;
   }
   if (request.prompt_token_ids.empty()) return AddResult::kEmptyPrompt;
@@ -97,10 +98,14 @@ AddResult Scheduler::add_request(NewRequest request) {
   seq->client = std::move(request.client);
   seq->arrival_index = next_arrival_index_++;
   seq->arrival_step = num_steps_;
+  seq->hold_kv_when_finished = request.hold_kv_when_finished;
+  seq->remote_kv = std::move(request.remote_kv);
   waiting_.push_back(seq.get());
   ++num_requests_accepted_;
   num_prompt_tokens_ += static_cast<uint64_t>(seq->num_prompt_tokens);
+  Sequence& added = *seq;
   sequences_.emplace(seq->request_id, std::move(seq));
+  if (added.remote_kv) start_remote(added, request.first_token_id);
   return AddResult::kAccepted;
 }
 
@@ -122,13 +127,26 @@ FinishedSequence Scheduler::retire(Sequence& seq, FinishReason reason) {
                             seq.num_generated_tokens(), seq.num_cached_prompt_tokens,
                             seq.num_preemptions};
   switch (seq.state) {
-    case SequenceState::kWaiting: waiting_.erase(&seq); break;
+    case SequenceState::kWaiting:
+      waiting_.erase(&seq);
+      // Never pulled: the prefill server's lease is not needed any more.
+      if (seq.remote_kv) kv_work_.releases.push_back(std::move(*seq.remote_kv));
+      break;
     case SequenceState::kRunning: erase_running(&seq); break;
     case SequenceState::kPrefillDone:
       std::erase(prefill_done_, &seq);
       break;
+    case SequenceState::kAwaitingKv:
+      // NOTE: the pull may still be writing into these blocks; they are freed when
+      // kv_resident() reports it over (the kv-cache actor always reports).
+      std::erase(awaiting_kv_, &seq);
+      cancelled_pulls_.emplace(seq.request_id, std::move(seq.kv));
+      seq.kv = {};
+      break;
   }
-  kv().free_sequence(seq.kv);
+  finished.held_kv = hold_finished_kv(seq, reason);
+  // Before the KV manager is needed: a remote request whose first token ended it holds none.
+  if (!seq.kv.blocks.empty()) kv().free_sequence(seq.kv);
   ++num_requests_finished_;
   sequences_.erase(seq.request_id);  // destroys seq
   return finished;
@@ -147,6 +165,9 @@ SchedulerStats Scheduler::stats() const {
   });
   s.num_running = static_cast<int32_t>(running_.size());
   s.num_awaiting_transfer = static_cast<int32_t>(prefill_done_.size() + transferring_.size());
+  s.num_awaiting_kv = static_cast<int32_t>(awaiting_kv_.size());
+  s.num_kv_pulls = num_kv_pulls_;
+  s.num_kv_pull_fallbacks = num_kv_pull_fallbacks_;
   if (kv_ != nullptr) {  // lent out: the kv-cache actor publishes the KV figures itself
     s.kv = kv_->stats();
     s.prefix_cache_hit_rate = s.kv.prefix.hit_rate();
@@ -206,6 +227,9 @@ std::vector<SlotInfo> Scheduler::slots() const {
   for (const Sequence* seq : prefill_done_) {
     result.push_back(slot_of(*seq, SlotPhase::kAwaitingTransfer));
   }
+  for (const Sequence* seq : awaiting_kv_) {
+    result.push_back(slot_of(*seq, SlotPhase::kAwaitingTransfer));
+  }
   return result;
 }
 
@@ -231,6 +255,7 @@ std::optional<std::string> Scheduler::check_invariants() const {
     }
   }
   for (const auto& [id, kv] : transferring_) count(kv);
+  for (const auto& [id, kv] : cancelled_pulls_) count(kv);
   for (kv_cache::BlockId b = 0; b < pool.num_blocks(); ++b) {
     if (holders[static_cast<size_t>(b)] != pool.ref_count(b)) {
       return fmt::format("block {} has ref count {} but {} holders", b, pool.ref_count(b),
@@ -245,11 +270,12 @@ std::optional<std::string> Scheduler::check_invariants() const {
       return std::string("running_ is not sorted by (priority desc, arrival asc)");
     }
   }
-  if (running_.size() > static_cast<size_t>(config_.max_num_seqs)) return std::string("too many running");
+  if (num_sequence_slots_used() > config_.max_num_seqs) return std::string("too many running");
   std::unordered_map<std::string, int32_t> per_client;
   for (const Sequence* seq : running_) ++per_client[seq->client];
   if (per_client != running_per_client_) return std::string("running_per_client_ is out of step");
-  num_placed = running_.size() + prefill_done_.size() + static_cast<size_t>(waiting_.size());
+  num_placed = running_.size() + prefill_done_.size() + awaiting_kv_.size() +
+               static_cast<size_t>(waiting_.size());
   if (num_placed != sequences_.size()) {
     return fmt::format("{} sequences but {} placed in queues", sequences_.size(), num_placed);
   }

@@ -105,6 +105,17 @@ class Scheduler {
   // blocks are free now; the copies to make are in the result.
   TransferAdmission admit_transferred(const PrefillHandoff& handoff);
 
+  // Disaggregated prefill/decode across servers (scheduler_remote_kv.cpp). A request with
+  // remote_kv is admitted like any other, but instead of a prefill its blocks are allocated
+  // (reusing this pool's prefix cache) and a KvPullOrder asks the kv-cache actor to fill them;
+  // kv_resident() then starts it decoding, or (ok false) queues it to compute its prompt here.
+  // A request with hold_kv_when_finished keeps its KV after it finishes (FinishedSequence::
+  // held_kv) until release_transferred().
+  void kv_resident(RequestId request_id, bool ok);
+  // The pulls to start, leases to release, and events to report that arose outside a step
+  // (add_request(), kv_resident(), cancel()); the actor takes them after each of those.
+  KvWork take_kv_work();
+
   // Drops every cached prefix block no sequence references; returns how many.
   int32_t flush_prefix_cache() { return kv().flush_unreferenced_cache(); }
 
@@ -192,6 +203,20 @@ class Scheduler {
 
   // scheduler_transfer.cpp
   AddResult check_transferable(const PrefillHandoff& handoff) const;
+  // Prefill side: moves a finishing hold_kv_when_finished sequence's KV into transferring_.
+  std::optional<HeldKv> hold_finished_kv(Sequence& seq, FinishReason reason);
+
+  // scheduler_remote_kv.cpp
+  // add_request() of a remote_kv request: validates the source, takes the first token.
+  // false when the sequence already finished (its first token ended it).
+  bool start_remote(Sequence& seq, std::optional<int32_t> first_token_id);
+  // The waiting head is a remote_kv sequence: allocate its blocks and order the pull. false:
+  // no room now (the head keeps blocking the queue, as an ordinary prefill would).
+  bool admit_remote(Sequence& seq);
+  void drop_remote_source(Sequence& seq);  // releases the remote lease, computes locally
+  int32_t num_sequence_slots_used() const {
+    return static_cast<int32_t>(running_.size() + awaiting_kv_.size());
+  }
 
   // scheduler.cpp
   FinishedSequence retire(Sequence& seq, FinishReason reason);
@@ -206,6 +231,12 @@ class Scheduler {
   std::vector<Sequence*> running_;
   std::vector<Sequence*> prefill_done_;  // kPrefillOnly: parked, in completion order
   std::unordered_map<RequestId, kv_cache::SequenceBlocks> transferring_;
+  std::vector<Sequence*> awaiting_kv_;  // kAwaitingKv, in admission order
+  // Cancelled while their pull ran: the blocks may still be written until kv_resident().
+  std::unordered_map<RequestId, kv_cache::SequenceBlocks> cancelled_pulls_;
+  KvWork kv_work_;
+  uint64_t num_kv_pulls_ = 0;
+  uint64_t num_kv_pull_fallbacks_ = 0;
   std::optional<InFlightStep> in_flight_;
   std::unordered_map<std::string, int32_t> running_per_client_;
   StepCostModel step_cost_;

@@ -79,12 +79,39 @@ void SchedulerActor::apply(SchedulerMessage message) {
           if (result != AddResult::kAccepted) refused_.push_back({id, result});
         } else if constexpr (std::is_same_v<T, CancelSequence>) {
           if (auto finished = policy_.cancel(m.request_id)) ended_.push_back(*finished);
-        } else {
-          static_assert(std::is_same_v<T, FinishSequence>);
+        } else if constexpr (std::is_same_v<T, FinishSequence>) {
           if (auto finished = policy_.finish(m.request_id, m.reason)) ended_.push_back(*finished);
+        } else if constexpr (std::is_same_v<T, KvResident>) {
+          policy_.kv_resident(m.request_id, m.ok);
+        } else {
+          static_assert(std::is_same_v<T, ReleaseHeldKv>);
+          policy_.release_transferred(m.request_id);
         }
       },
       message);
+}
+
+void SchedulerActor::open_leases(const std::vector<FinishedSequence>& finished) {
+  for (const FinishedSequence& f : finished) {
+    if (!f.held_kv) continue;
+    kv_cache_->deliver(kv_cache::KvCacheMessage{kv_cache::OpenKvLease{f.request_id}});
+  }
+}
+
+boost::asio::awaitable<void> SchedulerActor::dispatch_kv_work() {
+  KvWork work = policy_.take_kv_work();
+  for (KvPullOrder& order : work.pulls) {
+    kv_cache_->deliver(kv_cache::KvCacheMessage{kv_cache::PullKv{std::move(order)}});
+  }
+  for (RemoteKvSource& source : work.releases) {
+    kv_cache_->deliver(kv_cache::KvCacheMessage{kv_cache::ReleaseRemoteKv{std::move(source)}});
+  }
+  if (work.events.tokens.empty() && work.events.finished.empty()) co_return;
+  open_leases(work.events.finished);
+  const Clock::time_point now = Clock::now();
+  ingress::IngressMessage events{ingress::StepEvents{std::move(work.events), {}, now, now}};
+  auto sending = send_to_ingress(std::move(events));
+  co_await std::move(sending);
 }
 
 boost::asio::awaitable<bool> SchedulerActor::borrow_kv_cache() {
@@ -128,6 +155,9 @@ boost::asio::awaitable<void> SchedulerActor::flush_ended() {
     co_await std::move(sending);
   }
   refused_.clear();
+  // Remote first tokens and lease releases from add_request()/cancel() come before the ends.
+  auto dispatching = dispatch_kv_work();
+  co_await std::move(dispatching);
   if (!ended_.empty()) {
     ingress::IngressMessage message{ingress::SequencesEnded{std::move(ended_)}};
     ended_.clear();
@@ -168,6 +198,9 @@ boost::asio::awaitable<void> SchedulerActor::run() {
     auto flushing = flush_ended();
     co_await std::move(flushing);
     StepPlan plan = policy_.schedule();
+    // Admissions of remote-KV requests order pulls (they run while this step does).
+    auto dispatching = dispatch_kv_work();
+    co_await std::move(dispatching);
     if (!plan.empty()) {
       auto stepping = run_step(std::move(plan), tick_started);
       co_await std::move(stepping);
@@ -220,6 +253,7 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
     co_return;
   }
   StepUpdate update = policy_.on_step_complete(outcome->result);
+  open_leases(update.finished);
   const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   learn_step_cost(measured, ms(device_done - started));
   const Clock::time_point finished = Clock::now();

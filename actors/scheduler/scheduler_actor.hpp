@@ -61,6 +61,10 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   boost::asio::awaitable<void> run_step(StepPlan plan, std::chrono::steady_clock::time_point tick_started);
   boost::asio::awaitable<void> send_to_ingress(ingress::IngressMessage message);
   boost::asio::awaitable<void> flush_ended();
+  // The policy's work outside steps (KvWork): pulls and lease releases to the kv-cache actor,
+  // remote first tokens to ingress.
+  boost::asio::awaitable<void> dispatch_kv_work();
+  void open_leases(const std::vector<FinishedSequence>& finished);
   void cancel_everything();
   void publish_stats();
   void learn_step_cost(const StepPlan& plan, double device_ms);

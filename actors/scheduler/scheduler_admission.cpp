@@ -126,7 +126,12 @@ void Scheduler::schedule_waiting(Draft& draft) {
         draft.preempted.end()) {
       break;
     }
-    const bool has_slot = running_.size() < static_cast<size_t>(config_.max_num_seqs);
+    const bool has_slot = num_sequence_slots_used() < config_.max_num_seqs;
+    if (has_slot && head->remote_kv) {
+      // Its prompt is computed elsewhere: blocks and a pull, no prefill tokens this step.
+      if (admit_remote(*head)) continue;
+      break;
+    }
     if (has_slot) {
       const kv_cache::PrefixMatch match = kv().find_cached_prefix(head->token_ids);
       if (deferred.size() < kMaxPrefixDeferralsPerStep && next_block_in_progress(*head, match)) {

@@ -24,6 +24,19 @@ struct FinishSequence {
   FinishReason reason = FinishReason::kStopString;
 };
 
-using SchedulerMessage = std::variant<Admit, CancelSequence, FinishSequence>;
+// The kv-cache actor: a pull ordered by the policy (KvPullOrder) is over. ok false: it failed
+// (peer gone, incompatible, timed out) and the prompt is computed here instead.
+struct KvResident {
+  RequestId request_id = 0;
+  bool ok = false;
+};
+
+// The kv-cache actor: a decode server released a held sequence's KV, or its lease expired.
+struct ReleaseHeldKv {
+  RequestId request_id = 0;
+};
+
+using SchedulerMessage =
+    std::variant<Admit, CancelSequence, FinishSequence, KvResident, ReleaseHeldKv>;
 
 }  // namespace troupe::scheduler

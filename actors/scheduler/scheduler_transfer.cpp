@@ -41,6 +41,24 @@ std::vector<PrefillHandoff> Scheduler::take_completed_prefill() {
   return handoffs;
 }
 
+std::optional<HeldKv> Scheduler::hold_finished_kv(Sequence& seq, FinishReason reason) {
+  if (!seq.hold_kv_when_finished || reason == FinishReason::kCancelled ||
+      seq.state != SequenceState::kRunning || seq.num_computed_tokens == 0 ||
+      seq.num_generated_tokens() == 0) {
+    return std::nullopt;
+  }
+  HeldKv held;
+  held.num_tokens = seq.num_computed_tokens;
+  held.first_token_id = seq.token_ids[static_cast<size_t>(seq.num_prompt_tokens)];
+  const int32_t num_blocks =
+      kv_cache::KvCacheManager::blocks_for_tokens(seq.num_computed_tokens, config_.block_size);
+  held.block_ids.assign(seq.kv.blocks.begin(), seq.kv.blocks.begin() + num_blocks);
+  // The blocks stay referenced (a decode server reads them) until release_transferred().
+  transferring_.emplace(seq.request_id, std::move(seq.kv));
+  seq.kv = {};
+  return held;
+}
+
 bool Scheduler::release_transferred(RequestId request_id) {
   const auto it = transferring_.find(request_id);
   if (it == transferring_.end()) return false;

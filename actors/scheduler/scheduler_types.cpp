@@ -8,6 +8,7 @@ std::string_view to_string(SequenceState state) {
     case SequenceState::kWaiting: return "waiting";
     case SequenceState::kRunning: return "running";
     case SequenceState::kPrefillDone: return "prefill_done";
+    case SequenceState::kAwaitingKv: return "awaiting_kv";
   }
   return "unknown";
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,14 @@ struct GeneratedToken {
   int32_t num_generated_tokens = 0;  // including this one; 1 means "first token"
 };
 
+// The KV a finished hold_kv_when_finished sequence left held for a decode server: blocks
+// holding token positions [0, num_tokens), and the token sampled after them.
+struct HeldKv {
+  std::vector<kv_cache::BlockId> block_ids;
+  int32_t num_tokens = 0;
+  int32_t first_token_id = -1;
+};
+
 struct FinishedSequence {
   RequestId request_id = 0;
   FinishReason reason = FinishReason::kEos;
@@ -62,6 +71,7 @@ struct FinishedSequence {
   int32_t num_generated_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_preemptions = 0;
+  std::optional<HeldKv> held_kv;  // set when the KV stays held until release_transferred()
 };
 
 // Result of on_step_complete(): every token sampled this step, then who finished and why.
@@ -79,6 +89,9 @@ struct SchedulerStats {
   int32_t num_preempted_waiting = 0;  // ... of which were preempted at least once
   int32_t num_running = 0;
   int32_t num_awaiting_transfer = 0;  // parked or handed off, KV still held here
+  int32_t num_awaiting_kv = 0;        // decode side: blocks allocated, remote pull in flight
+  uint64_t num_kv_pulls = 0;          // pull orders issued
+  uint64_t num_kv_pull_fallbacks = 0;  // pulls that failed: the prompt was computed here
   kv_cache::KvCacheStats kv;
   double prefix_cache_hit_rate = 0.0;
   int32_t num_waiting_clients = 0;   // clients with at least one waiting request
@@ -140,6 +153,26 @@ struct PrefillHandoff {
 struct BlockCopy {
   kv_cache::BlockId source = kv_cache::kNoBlock;
   kv_cache::BlockId destination = kv_cache::kNoBlock;
+};
+
+// Decode side: fill `copies` (source = the prefill server's block, destination = ours) from
+// the remote pool, then report kv_resident(request_id, ok).
+struct KvPullOrder {
+  RequestId request_id = 0;
+  RemoteKvSource source;
+  std::vector<BlockCopy> copies;
+};
+
+// What the scheduler decided outside a step: the kv-cache actor's work (pulls, and leases on
+// prefill servers no longer needed), and tokens/finishes to report (a remote first token).
+struct KvWork {
+  std::vector<KvPullOrder> pulls;
+  std::vector<RemoteKvSource> releases;
+  StepUpdate events;  // step_id 0
+
+  bool empty() const {
+    return pulls.empty() && releases.empty() && events.tokens.empty() && events.finished.empty();
+  }
 };
 
 struct TransferAdmission {

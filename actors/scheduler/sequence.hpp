@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,18 @@ namespace troupe::scheduler {
 // Chosen by the engine; doubles as gpu::SequenceSlice::seq_id.
 using RequestId = uint64_t;
 
+// Disaggregated prefill/decode, decode side: where a request's prompt KV already is. A prefill
+// server computed token_ids[0, num_tokens) into `block_ids` of its pool and holds them under a
+// lease named `request_id`; the kv-cache actor pulls them (scheduler_remote_kv.cpp).
+struct RemoteKvSource {
+  std::string engine_id;  // the prefill server's (its KV metadata must carry the same id)
+  std::string host;       // its HTTP surface (metadata handshake, lease release)
+  int32_t port = 0;
+  std::string request_id;  // the lease to release once pulled
+  std::vector<int32_t> block_ids;
+  int32_t num_tokens = 0;
+};
+
 // What the engine hands the scheduler for a new generation (prompt already tokenized).
 struct NewRequest {
   RequestId request_id = 0;
@@ -37,12 +50,21 @@ struct NewRequest {
   // Who sent it, for fair share (SchedulerConfig::fairness): an opaque key chosen upstream (API
   // key, user, connection). Requests with equal keys are one client; "" is a client too.
   std::string client;
+  // Prefill side of P/D: when it finishes (not cancelled), keep its KV blocks held for a decode
+  // server to pull, until release_transferred() (see FinishedSequence::held_kv).
+  bool hold_kv_when_finished = false;
+  // Decode side of P/D: the prompt's KV is on a prefill server. With first_token_id (sampled
+  // there) the sequence starts with that token generated; without, the prompt's last position
+  // is recomputed here to sample from, as vLLM's decode side does.
+  std::optional<RemoteKvSource> remote_kv;
+  std::optional<int32_t> first_token_id;
 };
 
 enum class SequenceState : uint8_t {
   kWaiting,      // queued, never ran (or ran and was preempted: see num_preemptions)
   kRunning,      // holds KV blocks and is scheduled every step it fits
   kPrefillDone,  // kPrefillOnly role: prompt computed, waiting for take_completed_prefill()
+  kAwaitingKv,   // holds blocks that a pull from a prefill server is filling (remote_kv)
 };
 
 enum class FinishReason : uint8_t {
@@ -71,6 +93,9 @@ struct Sequence {
   uint64_t arrival_index = 0;  // add order: FCFS within a priority, and the preemption victim
   SequenceState state = SequenceState::kWaiting;
   kv_cache::SequenceBlocks kv;
+  bool hold_kv_when_finished = false;
+  std::optional<RemoteKvSource> remote_kv;  // reset once pulled, or when the pull failed
+  bool recompute_last_prompt_token = false;  // remote KV without a first token
 
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission

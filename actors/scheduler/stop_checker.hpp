@@ -18,4 +18,10 @@ std::optional<FinishReason> check_stop(const Sequence& seq,
                                        std::span<const int32_t> eos_token_ids,
                                        int32_t max_model_len);
 
+// check_stop, except that an end-of-generation token before min_tokens does not finish the
+// sequence (the backend masks those ids until then).
+std::optional<FinishReason> check_stop_after_min_tokens(const Sequence& seq,
+                                                        std::span<const int32_t> eos_token_ids,
+                                                        int32_t max_model_len);
+
 }  // namespace troupe::scheduler

@@ -65,6 +65,24 @@ KvCacheGeometry CpuBackend::kv_geometry() const {
   return g;
 }
 
+std::optional<KvHostMemory> CpuBackend::kv_host_memory() {
+  const model::LlamaConfig& c = forward_.config();
+  const KvLayerView layer0 = forward_.kv_layer(0);
+  KvHostMemory m;
+  m.base = reinterpret_cast<std::byte*>(layer0.k);
+  m.bytes = forward_.kv_bytes();
+  m.num_layers = c.n_layer;
+  m.num_kv_heads = layer0.num_kv_heads;
+  m.head_dim = layer0.head_dim;
+  m.block_size = layer0.block_size;
+  m.num_blocks = layer0.num_blocks;
+  m.block_bytes = static_cast<int64_t>(layer0.block_elements()) * 2;  // fp16
+  m.kv_stride = reinterpret_cast<std::byte*>(layer0.v) - m.base;
+  m.layer_stride = reinterpret_cast<std::byte*>(forward_.kv_layer(1 % c.n_layer).k) - m.base;
+  if (c.n_layer == 1) m.layer_stride = 2 * m.kv_stride;
+  return m;
+}
+
 std::vector<float> CpuBackend::compute_logits(const StepBatch& batch) {
   std::lock_guard lock(compute_mutex_);
   return forward_.forward(batch, pool_);

@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return "cpu"; }
   KvCacheGeometry kv_geometry() const override;
+  std::optional<KvHostMemory> kv_host_memory() override;
   void launch(StepBatch batch, Completion done) override;
 
   // Runs one step on the calling thread (plus the pool). Throws std::invalid_argument for a

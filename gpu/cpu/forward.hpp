@@ -51,6 +51,8 @@ class LlamaForward {
   int64_t kv_bytes() const { return static_cast<int64_t>(kv_.size()) * 2; }
   static int64_t kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size);
   int64_t packed_weight_bytes() const { return packed_bytes_; }
+  // One layer's K and V blocks (the backend exposes the memory for KV transfer).
+  KvLayerView kv_layer(int32_t layer);
 
   // Throws std::invalid_argument when the batch is malformed (offsets, positions, block ids).
   void validate(const StepBatch& batch) const;
@@ -96,7 +98,6 @@ class LlamaForward {
     int64_t num_tiles = 0;
   };
 
-  KvLayerView kv_layer(int32_t layer);
   static void plan_attention(const StepBatch& batch, int32_t group, bool tiled,
                              AttentionPlan& plan);
   static Projection make_projection(const std::vector<const model::WeightView*>& views);

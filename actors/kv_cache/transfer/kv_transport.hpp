@@ -1,0 +1,164 @@
+// KvTransport: moves KV-cache bytes from a peer engine's registered memory into ours.
+//
+// Transport-neutral so that NIXL (or another RDMA library) can sit behind the same calls as
+// UCX (ucx_transport.hpp). The model is one-sided "pull": the decode engine reads the prefill
+// engine's KV blocks straight out of the prefill engine's arena into its own arena.
+//
+//   prefill engine (peer)                         decode engine (us)
+//   ┌───────────────────────────┐   pull()       ┌───────────────────────────┐
+//   │ registered region         │ ─────────────► │ registered region         │
+//   │ base_address ... +bytes   │  segments:     │ base ... +bytes           │
+//   │   [remote_offset, +bytes) │  remote→local  │   [local_offset, +bytes)  │
+//   └───────────────────────────┘                └───────────────────────────┘
+//
+// Each engine registers ONE region (its KV arena) once; that region is both what peers read
+// from and what our pulls write into. Everything a peer needs to read our region travels in a
+// LocalDescriptor, which the control plane (JSON over HTTP) carries between engines.
+//
+// NOTE: a descriptor is trusted input. Transport libraries parse the address and key bytes
+// without bounds checks (UCX 1.13 does), so descriptors must come from our own engines over the
+// control plane, never from clients.
+//
+// Thread-safety: every KvTransport member may be called from any thread. Completion callbacks
+// run on the transport's own thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace troupe::kv_transfer {
+
+// Why a pull failed; callers choose their reaction by it (a closed set, switch exhaustively).
+enum class StatusCode {
+  kOk,
+  kInvalidRequest,  // bad descriptor or a segment outside a region: a bug upstream, do not retry
+  kPeerFailed,      // unreachable, died, restarted or forgotten: re-resolve the peer first
+  kTimedOut,        // the pull did not finish within its timeout: the endpoint was dropped
+  kShuttingDown,    // this transport is being destroyed
+};
+
+struct Status {
+  StatusCode code = StatusCode::kOk;
+  std::string error;  // empty when ok; otherwise a sentence for logs
+
+  bool ok() const { return code == StatusCode::kOk; }
+  static Status success() { return {}; }
+  static Status failure(StatusCode code, std::string error) { return {code, std::move(error)}; }
+};
+
+// What a peer needs to read our registered memory. Binary blobs (worker address, packed rkey)
+// are raw bytes in std::string; the JSON layer base64-encodes them.
+struct LocalDescriptor {
+  std::string transport;       // "ucx"; a pull refuses a descriptor made by another transport
+  std::string worker_address;  // ucp_worker_get_address bytes
+  std::string rkey;            // ucp_rkey_pack bytes of the registered region
+  uint64_t base_address = 0;   // address of the registered region in the owner's process
+  uint64_t region_bytes = 0;
+
+  bool operator==(const LocalDescriptor&) const = default;
+};
+
+// One contiguous copy; offsets are from the two region bases (peer's and ours).
+struct Segment {
+  uint64_t remote_offset = 0;
+  uint64_t local_offset = 0;
+  uint64_t bytes = 0;
+
+  bool operator==(const Segment&) const = default;
+};
+
+// Checks every segment against both region sizes without overflowing; a pull is refused as a
+// whole if any segment is out of range, so nothing is read for a request that is a bug.
+inline Status check_segments_in_range(const std::vector<Segment>& segments,
+                                      uint64_t remote_region_bytes,
+                                      uint64_t local_region_bytes) {
+  for (size_t index = 0; index < segments.size(); ++index) {
+    const Segment& segment = segments[index];
+    const bool remote_fits = segment.bytes <= remote_region_bytes &&
+                             segment.remote_offset <= remote_region_bytes - segment.bytes;
+    const bool local_fits = segment.bytes <= local_region_bytes &&
+                            segment.local_offset <= local_region_bytes - segment.bytes;
+    if (!remote_fits || !local_fits) {
+      return Status::failure(
+          StatusCode::kInvalidRequest,
+          "segment " + std::to_string(index) + " (remote_offset " +
+              std::to_string(segment.remote_offset) + ", local_offset " +
+              std::to_string(segment.local_offset) + ", bytes " + std::to_string(segment.bytes) +
+              ") is outside the " + (remote_fits ? "local" : "remote") + " region of " +
+              std::to_string(remote_fits ? local_region_bytes : remote_region_bytes) + " bytes");
+    }
+  }
+  return Status::success();
+}
+
+// Merges each segment into the one before it when both its remote and its local range continue
+// that one's, and drops empty segments. Order is kept; only neighbours in the given order merge
+// (a block table lists a sequence's blocks in order, so that is where contiguity shows up).
+inline std::vector<Segment> coalesce_adjacent_segments(const std::vector<Segment>& segments) {
+  std::vector<Segment> merged;
+  merged.reserve(segments.size());
+  for (const Segment& segment : segments) {
+    if (segment.bytes == 0) continue;
+    if (!merged.empty()) {
+      Segment& last = merged.back();
+      if (last.remote_offset + last.bytes == segment.remote_offset &&
+          last.local_offset + last.bytes == segment.local_offset) {
+        last.bytes += segment.bytes;
+        continue;
+      }
+    }
+    merged.push_back(segment);
+  }
+  return merged;
+}
+
+// Thread-safety: every member may be called from any thread, concurrently. Destroying the
+// transport must not race with other calls on it, and must not happen from inside a PullDone.
+class KvTransport {
+ public:
+  // Runs exactly once per pull, on the transport's own thread, outside any transport-library
+  // call. Must not block (it delays every other pull) and must not destroy the transport.
+  using PullDone = std::function<void(Status)>;
+
+  struct Stats {
+    uint64_t pulls_ok = 0;
+    uint64_t pulls_failed = 0;
+    uint64_t bytes_pulled = 0;  // bytes of successful pulls
+    uint64_t segments = 0;      // caller segments of successful pulls, before coalescing
+    uint64_t gets_issued = 0;   // transport read operations issued, after coalescing
+    int32_t peers = 0;          // peers with an endpoint right now
+    int32_t in_flight = 0;      // pulls accepted whose done has not run yet
+  };
+
+  virtual ~KvTransport() = default;
+
+  virtual std::string_view name() const = 0;
+
+  // Immutable after construction; hand it to peers so they can pull from us.
+  virtual const LocalDescriptor& local_descriptor() const = 0;
+
+  // Reads `segments` of the peer's registered region into our registered region. `peer_key`
+  // identifies the peer (its engine id); the first pull to a key connects with `peer`'s
+  // descriptor, later pulls reuse the endpoint (a pull carrying a different descriptor for a
+  // known key drops the old endpoint and reconnects: the peer restarted). Completes with an
+  // error, never hangs, when the peer is unreachable, dies mid-pull, or the pull takes longer
+  // than `timeout` (counted from this call). When `done` runs — with or without an error — no
+  // operation of this pull is still writing into our memory, so the caller may free or reuse
+  // those bytes right away.
+  virtual void pull(const std::string& peer_key, const LocalDescriptor& peer,
+                    std::vector<Segment> segments, std::chrono::milliseconds timeout,
+                    PullDone done) = 0;
+
+  // Drops the endpoint to a peer (it restarted or went away); its in-flight pulls fail with
+  // kPeerFailed. The next pull to the key connects afresh. Unknown keys are ignored.
+  virtual void forget_peer(const std::string& peer_key) = 0;
+
+  virtual Stats stats() const = 0;
+};
+
+}  // namespace troupe::kv_transfer

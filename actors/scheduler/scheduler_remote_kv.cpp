@@ -1,0 +1,132 @@
+// Scheduler: the decode side of disaggregated prefill/decode across servers. A request whose
+// prompt KV a prefill server computed arrives with a RemoteKvSource (and usually the token that
+// server sampled). It waits for admission like any request; admitted, it gets blocks instead of
+// a prefill span, and the kv-cache actor pulls the remote blocks into the ones this pool's
+// prefix cache did not already have:
+//
+//   add_request(remote_kv) ─► kWaiting (first token reported at once)
+//        admit_remote() ─► kAwaitingKv, KvPullOrder{remote block -> local block}
+//        kv_resident(ok) ─► kRunning, num_computed_tokens = remote num_tokens (decodes next)
+//        kv_resident(!ok) ─► kWaiting at the front, remote_kv dropped: computes its prompt here
+//
+// NOTE: a sequence cancelled in kAwaitingKv gives up its blocks only at kv_resident(): until
+// the pull is over the transport may still write into them.
+#include <algorithm>
+#include <utility>
+
+#include "actors/scheduler/scheduler.hpp"
+#include "actors/scheduler/stop_checker.hpp"
+
+namespace troupe::scheduler {
+
+bool Scheduler::start_remote(Sequence& seq, std::optional<int32_t> first_token_id) {
+  const RemoteKvSource& source = *seq.remote_kv;
+  // The remote blocks must hold exactly this prompt: anything else (a different tokenization,
+  // a truncated block list) is computed here instead.
+  const int32_t blocks_needed =
+      kv_cache::KvCacheManager::blocks_for_tokens(source.num_tokens, config_.block_size);
+  const bool usable = source.num_tokens == seq.num_prompt_tokens &&
+                      static_cast<int32_t>(source.block_ids.size()) >= blocks_needed &&
+                      std::all_of(source.block_ids.begin(), source.block_ids.end(),
+                                  [](int32_t b) { return b >= 0; });
+  if (!usable) {
+    ++num_kv_pull_fallbacks_;
+    drop_remote_source(seq);
+  }
+  if (!first_token_id) {
+    seq.recompute_last_prompt_token = seq.remote_kv.has_value();
+    return true;
+  }
+  // The prefill server sampled it with this request's parameters: it is this sequence's first
+  // generated token, reported now (the client sees it before the KV arrives).
+  seq.token_ids.push_back(*first_token_id);
+  ++num_generated_tokens_;
+  seq.first_token_step = num_steps_ == 0 ? 1 : num_steps_;
+  kv_work_.events.tokens.push_back(
+      GeneratedToken{seq.request_id, *first_token_id, 0.0f, {}, seq.num_generated_tokens()});
+  if (const auto reason =
+          check_stop_after_min_tokens(seq, config_.eos_token_ids, config_.max_model_len)) {
+    kv_work_.events.finished.push_back(retire(seq, *reason));  // releases the remote lease
+    return false;
+  }
+  return true;
+}
+
+void Scheduler::drop_remote_source(Sequence& seq) {
+  if (!seq.remote_kv) return;
+  kv_work_.releases.push_back(std::move(*seq.remote_kv));
+  seq.remote_kv.reset();
+  seq.recompute_last_prompt_token = false;
+}
+
+bool Scheduler::admit_remote(Sequence& seq) {
+  const RemoteKvSource& source = *seq.remote_kv;
+  kv_cache::PrefixMatch match = kv().find_cached_prefix(seq.token_ids);
+  const int32_t max_hit_blocks = source.num_tokens / config_.block_size;
+  if (static_cast<int32_t>(match.blocks.size()) > max_hit_blocks) {
+    match.blocks.resize(static_cast<size_t>(max_hit_blocks));
+    match.num_tokens = max_hit_blocks * config_.block_size;
+  }
+  if (!kv().allocate_slots(seq.kv, match, source.num_tokens)) return false;
+  waiting_.pop_front();
+  kv().record_prefix_query(seq.num_tokens(), match.num_tokens);
+  if (seq.first_scheduled_step == 0) {
+    seq.first_scheduled_step = num_steps_ + 1;
+    seq.num_cached_prompt_tokens = match.num_tokens;
+  }
+  KvPullOrder order;
+  order.request_id = seq.request_id;
+  order.source = source;
+  for (size_t i = match.blocks.size(); i < seq.kv.blocks.size(); ++i) {
+    order.copies.push_back({source.block_ids[i], seq.kv.blocks[i]});
+  }
+  seq.state = SequenceState::kAwaitingKv;
+  awaiting_kv_.push_back(&seq);
+  if (order.copies.empty()) {
+    // Everything was cached here already: nothing to pull, the lease can go.
+    kv_work_.releases.push_back(std::move(order.source));
+    kv_resident(seq.request_id, /*ok=*/true);
+    return true;
+  }
+  ++num_kv_pulls_;
+  kv_work_.pulls.push_back(std::move(order));
+  return true;
+}
+
+void Scheduler::kv_resident(RequestId request_id, bool ok) {
+  if (const auto parked = cancelled_pulls_.find(request_id); parked != cancelled_pulls_.end()) {
+    kv().free_sequence(parked->second);
+    cancelled_pulls_.erase(parked);
+    return;
+  }
+  const auto it = sequences_.find(request_id);
+  if (it == sequences_.end() || it->second->state != SequenceState::kAwaitingKv) return;
+  Sequence& seq = *it->second;
+  std::erase(awaiting_kv_, &seq);
+  if (!ok) {
+    // The prefill server is gone, slow, or incompatible: compute the prompt here. The kv-cache
+    // actor already released (or gave up on) the lease.
+    ++num_kv_pull_fallbacks_;
+    kv().free_sequence(seq.kv);
+    seq.remote_kv.reset();
+    seq.recompute_last_prompt_token = false;
+    seq.num_computed_tokens = 0;
+    seq.state = SequenceState::kWaiting;
+    waiting_.push_front(&seq, WaitingQueue::RingPlace::kFront);
+    return;
+  }
+  seq.num_computed_tokens = seq.remote_kv->num_tokens;
+  // Without the prefill server's token, the last prompt position is computed again here to
+  // sample from (its KV is rewritten with the same values).
+  if (seq.recompute_last_prompt_token) --seq.num_computed_tokens;
+  seq.remote_kv.reset();
+  seq.recompute_last_prompt_token = false;
+  // The pulled full blocks hold this prompt's KV now: other requests may share them.
+  kv().cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
+  seq.state = SequenceState::kRunning;
+  insert_running(&seq);
+}
+
+KvWork Scheduler::take_kv_work() { return std::exchange(kv_work_, KvWork{}); }
+
+}  // namespace troupe::scheduler
