@@ -181,6 +181,21 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
   json.field("waiting_clients", stats.num_waiting_clients)
       .field("preemptions", stats.num_fairness_preemptions);
   json.end_object();
+  const engine::KvTransferStats& kv = stats.kv_transfer;
+  json.key("disagg").begin_object();
+  json.field("role", kv.role)
+      .field("engine_id", kv.engine_id)
+      .field("transport", kv.transport)
+      .field("peers", kv.num_peers)
+      .field("leases_held", kv.num_leases)
+      .field("leases_expired", kv.num_leases_expired)
+      .field("transfers_in_flight", kv.num_pulls_in_flight)
+      .field("transfers_ok", kv.num_pulls_ok)
+      .field("transfers_failed", kv.num_pulls_failed)
+      .field("bytes_pulled", kv.bytes_pulled)
+      .field("remote_prefills", kv.num_remote_prefills)
+      .field("fallbacks", kv.num_remote_prefill_fallbacks + kv.num_kv_pull_fallbacks);
+  json.end_object();
   json.key("totals").begin_object();
   json.field("finished", stats.num_requests_finished)
       .field("refused", stats.num_requests_refused)

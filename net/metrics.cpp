@@ -164,6 +164,50 @@ void PrometheusText::summary(std::string_view name, std::string_view help,
   }
 }
 
+namespace {
+
+// Disaggregated prefill/decode: KV moved between servers, its leases and its fallbacks.
+void render_kv_transfer(PrometheusText& p, const engine::KvTransferStats& t) {
+  p.gauge("troupe:kv_transfer_info", "This server's part in disaggregated prefill/decode.",
+          {{{{"role", t.role}, {"engine_id", t.engine_id}, {"transport", t.transport}}, 1.0}});
+  p.gauge("troupe:kv_transfer_leases", "Finished prefills whose KV is held for a decode server.",
+          t.num_leases);
+  p.counter("troupe:kv_transfer_leases_expired_total", "Leases that expired unpulled.",
+            double(t.num_leases_expired));
+  p.counter("troupe:kv_transfer_leases_released_total", "Leases a decode server released.",
+            double(t.num_leases_released));
+  p.gauge("troupe:kv_transfers_in_flight", "KV pulls running.", t.num_pulls_in_flight);
+  p.gauge("troupe:kv_transfer_requests_awaiting_kv", "Requests whose KV is being pulled.",
+          t.num_awaiting_kv);
+  p.counter("troupe:kv_transfers_total", "KV pulls, by outcome.",
+            {{{{"outcome", "ok"}}, double(t.num_pulls_ok)},
+             {{{"outcome", "failed"}}, double(t.num_pulls_failed)}});
+  p.counter("troupe:kv_transfer_blocks_total", "KV blocks pulled.", double(t.num_blocks_pulled));
+  p.counter("troupe:kv_transfer_bytes_total", "KV bytes pulled.", double(t.bytes_pulled));
+  p.gauge("troupe:kv_transfer_throughput_gbps", "Bytes pulled over time spent pulling, GB/s.",
+          t.pull_seconds_total > 0 ? double(t.bytes_pulled) / t.pull_seconds_total / 1e9 : 0.0);
+  Histogram::Snapshot h;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < engine::kPullMsBuckets.size(); ++i) {
+    cumulative += t.pull_ms_buckets[i];
+    h.upper_bounds.push_back(engine::kPullMsBuckets[i] / 1000.0);
+    h.cumulative_counts.push_back(cumulative);
+  }
+  h.count = cumulative + t.pull_ms_buckets.back();
+  h.sum = t.pull_seconds_total;
+  p.histogram("troupe:kv_transfer_seconds", "Time of a successful KV pull.", h);
+  p.counter("troupe:kv_transfer_handshake_failures_total",
+            "Prefill servers whose metadata could not be fetched or did not match.",
+            double(t.num_handshake_failures));
+  p.counter("troupe:remote_prefills_total", "Prompts this decode server sent to prefill servers.",
+            double(t.num_remote_prefills));
+  p.counter("troupe:kv_transfer_fallbacks_total",
+            "Requests whose remote prefill or KV pull failed and that were prefilled here.",
+            double(t.num_remote_prefill_fallbacks + t.num_kv_pull_fallbacks));
+}
+
+}  // namespace
+
 std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& serving,
                            std::string_view model_name, const ConnectionMetrics* connections) {
   PrometheusText p(PrometheusText::Labels{{"model_name", std::string(model_name)}});
@@ -251,6 +295,7 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
               "Failed accepts (EMFILE and the like); the listener backs off after each.",
               double(connections->num_accept_failures.load(std::memory_order_relaxed)));
   }
+  render_kv_transfer(p, s.kv_transfer);
   p.gauge("vllm:num_requests_running", "Requests in a running batch (vLLM name).", s.num_running);
   p.gauge("vllm:num_requests_waiting", "Requests waiting (vLLM name).", s.num_waiting);
   p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (vLLM name).", s.kv_usage_ratio);
