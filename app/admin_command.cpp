@@ -234,6 +234,14 @@ std::vector<std::string> stats_lines(dom::element r) {
   row("fairness", fmt::format("{} clients waiting, {} fair-share preemptions",
                               integer(r, "/fairness/waiting_clients"),
                               integer(r, "/fairness/preemptions")));
+  if (const std::string role = text(r, "/disagg/role"); !role.empty() && role != "combined") {
+    row("disagg", fmt::format("{} ({}), {} peers, {} leases held, {} transfers in flight, {} ok, "
+                              "{} failed, {} remote prefills, {} fallbacks",
+                              role, text(r, "/disagg/transport"), integer(r, "/disagg/peers"),
+                              integer(r, "/disagg/leases_held"), integer(r, "/disagg/transfers_in_flight"),
+                              integer(r, "/disagg/transfers_ok"), integer(r, "/disagg/transfers_failed"),
+                              integer(r, "/disagg/remote_prefills"), integer(r, "/disagg/fallbacks")));
+  }
   row("totals", fmt::format("{} finished, {} refused, {} preemptions, {} prompt + {} generated tokens",
                             integer(r, "/totals/finished"), integer(r, "/totals/refused"),
                             integer(r, "/totals/preemptions"), integer(r, "/totals/prompt_tokens"),

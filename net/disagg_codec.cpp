@@ -2,13 +2,14 @@
 // field, prefixed by the object it sits in ("kv_metadata.layout.block_size"), in its error.
 #include "net/disagg_codec.hpp"
 
+#include <simdjson.h>
+
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include <fmt/format.h>
-#include <simdjson.h>
 
 #include "net/json_input.hpp"
 
@@ -42,8 +43,7 @@ Error read_bool(dom::object o, std::string_view where, std::string_view key, boo
   return std::nullopt;
 }
 
-Error read_string(dom::object o, std::string_view where, std::string_view key,
-                  std::string& out) {
+Error read_string(dom::object o, std::string_view where, std::string_view key, std::string& out) {
   const auto e = field(o, key);
   if (!e) return std::nullopt;
   if (!e->is_string()) return must_be(where, key, "a string");
@@ -175,10 +175,10 @@ Error check_layout_fits(const disagg::KvMetadata& m) {
       __builtin_add_overflow(layers_end, l.kv_stride, &end) ||
       __builtin_add_overflow(end, blocks_end, &end);
   if (overflow || end > m.region_bytes) {
-    return fmt::format("kv_metadata.region_bytes ({}) is smaller than the layout's extent "
-                       "(layers {} x layer_stride {}, kv_stride {}, blocks {} x block_bytes {})",
-                       m.region_bytes, l.num_layers, l.layer_stride, l.kv_stride, l.num_blocks,
-                       l.block_bytes);
+    return fmt::format(
+        "kv_metadata.region_bytes ({}) is smaller than the layout's extent "
+        "(layers {} x layer_stride {}, kv_stride {}, blocks {} x block_bytes {})",
+        m.region_bytes, l.num_layers, l.layer_stride, l.kv_stride, l.num_blocks, l.block_bytes);
   }
   return std::nullopt;
 }
@@ -387,7 +387,9 @@ std::string base64_encode(std::string_view bytes) {
   for (; i + 3 <= bytes.size(); i += 3) {
     const uint32_t group = uint32_t(uint8_t(bytes[i])) << 16 |
                            uint32_t(uint8_t(bytes[i + 1])) << 8 | uint8_t(bytes[i + 2]);
-    for (int shift = 18; shift >= 0; shift -= 6) out.push_back(kBase64Alphabet[group >> shift & 63]);
+    for (int shift = 18; shift >= 0; shift -= 6) {
+      out.push_back(kBase64Alphabet[group >> shift & 63]);
+    }
   }
   const size_t rest = bytes.size() - i;
   if (rest > 0) {

@@ -88,7 +88,9 @@ struct Answer {
   std::string error;
 };
 
-Answer failure(std::string error) { return Answer{.status = 0, .body = {}, .error = std::move(error)}; }
+Answer failure(std::string error) {
+  return Answer{.status = 0, .body = {}, .error = std::move(error)};
+}
 
 // "[::1]" → "::1": the address parsers and resolvers take a bare IPv6 literal.
 std::string_view bare_host(std::string_view host) {
@@ -193,7 +195,8 @@ asio::awaitable<beast::error_code> connect(Exchange& x, const disagg::PeerAddres
   beast::error_code ec;
   const asio::ip::address address = asio::ip::make_address(host, ec);
   if (!ec) {
-    auto [connect_ec] = co_await x.stream.async_connect(tcp::endpoint(address, peer.port), kAsTuple);
+    auto [connect_ec] =
+        co_await x.stream.async_connect(tcp::endpoint(address, peer.port), kAsTuple);
     if (connect_ec) failure_text = fmt::format("cannot connect to {}", peer.to_string());
     co_return connect_ec;
   }
@@ -224,48 +227,51 @@ http::request<http::string_body> make_request(const PeerClientConfig& config, Ta
 }
 
 // One HTTP exchange.
-asio::awaitable<Answer> run_exchange(ClientState* impl, CallId call_id, Target target) {
-  if (impl->shutting_down) co_return failure(std::string(describe(Abort::kShuttingDown)));
-  auto x = std::make_shared<Exchange>(impl->io);
-  impl->exchanges.emplace(call_id, x);
+asio::awaitable<Answer> run_exchange(ClientState* state, CallId call_id, Target target) {
+  if (state->shutting_down) co_return failure(std::string(describe(Abort::kShuttingDown)));
+  auto x = std::make_shared<Exchange>(state->io);
+  state->exchanges.emplace(call_id, x);
   const auto deadline = Clock::now() + target.timeout;
   const std::string where = target.peer.to_string();
 
-  x->stream.expires_after(std::min(impl->config.connect_timeout, target.timeout));
+  x->stream.expires_after(std::min(state->config.connect_timeout, target.timeout));
   std::string connect_failure;
   const beast::error_code connect_ec = co_await connect(*x, target.peer, connect_failure);
   if (x->abort != Abort::kNone) co_return failure(std::string(describe(x->abort)));
   if (connect_ec == beast::error::timeout) {
     co_return failure(fmt::format("connecting to {} timed out after {} ms", where,
-                                  std::min(impl->config.connect_timeout, target.timeout).count()));
+                                  std::min(state->config.connect_timeout, target.timeout).count()));
   }
   if (connect_ec) co_return failure(fmt::format("{}: {}", connect_failure, connect_ec.message()));
 
   x->stream.expires_at(deadline);
-  auto request = make_request(impl->config, target);
+  auto request = make_request(state->config, target);
   auto [write_ec, written] = co_await http::async_write(x->stream, request, kAsTuple);
   if (x->abort != Abort::kNone) co_return failure(std::string(describe(x->abort)));
   if (write_ec == beast::error::timeout) {
-    co_return failure(fmt::format("sending to {} timed out after {} ms", where,
-                                  target.timeout.count()));
+    co_return failure(
+        fmt::format("sending to {} timed out after {} ms", where, target.timeout.count()));
   }
-  if (write_ec) co_return failure(fmt::format("sending to {} failed: {}", where, write_ec.message()));
+  if (write_ec) {
+    co_return failure(fmt::format("sending to {} failed: {}", where, write_ec.message()));
+  }
 
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
-  parser.body_limit(impl->config.max_response_bytes);
+  parser.body_limit(state->config.max_response_bytes);
   auto [read_ec, read] = co_await http::async_read(x->stream, buffer, parser, kAsTuple);
   if (x->abort != Abort::kNone) co_return failure(std::string(describe(x->abort)));
   if (read_ec == beast::error::timeout) {
-    co_return failure(fmt::format("no answer from {}: timed out after {} ms", where,
-                                  target.timeout.count()));
+    co_return failure(
+        fmt::format("no answer from {}: timed out after {} ms", where, target.timeout.count()));
   }
   if (read_ec == http::error::body_limit) {
-    co_return failure(fmt::format("{} answered more than {} bytes", where,
-                                  impl->config.max_response_bytes));
+    co_return failure(
+        fmt::format("{} answered more than {} bytes", where, state->config.max_response_bytes));
   }
-  if (read_ec) co_return failure(fmt::format("reading {}'s answer failed: {}", where,
-                                             read_ec.message()));
+  if (read_ec) {
+    co_return failure(fmt::format("reading {}'s answer failed: {}", where, read_ec.message()));
+  }
   beast::error_code ignored;
   x->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   x->stream.close();
@@ -277,11 +283,11 @@ asio::awaitable<Answer> run_exchange(ClientState* impl, CallId call_id, Target t
 
 // Starts an exchange; `finish` runs once on the client's thread with its Answer.
 template <class Finish>
-void spawn_exchange(ClientState* impl, CallId call_id, Target target, Finish finish) {
-  asio::co_spawn(impl->io, run_exchange(impl, call_id, std::move(target)),
-                 [impl, call_id, finish = std::move(finish)](std::exception_ptr error,
-                                                             Answer answer) mutable {
-                   impl->exchanges.erase(call_id);
+void spawn_exchange(ClientState* state, CallId call_id, Target target, Finish finish) {
+  asio::co_spawn(state->io, run_exchange(state, call_id, std::move(target)),
+                 [state, call_id, finish = std::move(finish)](std::exception_ptr error,
+                                                              Answer answer) mutable {
+                   state->exchanges.erase(call_id);
                    if (error) answer = failure(describe(error));
                    finish(std::move(answer));
                  });
@@ -310,17 +316,16 @@ HttpPeerClient::~HttpPeerClient() {
 }
 
 HttpPeerClient::CallId HttpPeerClient::prefill(disagg::PrefillCall call,
-                                           std::function<void(disagg::PrefillReply)> done) {
+                                               std::function<void(disagg::PrefillReply)> done) {
   const CallId call_id = impl_->next_call_id.fetch_add(1, std::memory_order_relaxed);
   Target target{.peer = call.peer,
                 .method = http::verb::post,
                 .path = "/v1/completions",
                 .body = prefill_request_json(call),
                 .timeout = call.timeout};
-  spawn_exchange(impl_.get(), call_id, std::move(target),
-                 [done = std::move(done)](Answer answer) {
-                   deliver(done, to_prefill_reply(std::move(answer)));
-                 });
+  spawn_exchange(impl_.get(), call_id, std::move(target), [done = std::move(done)](Answer answer) {
+    deliver(done, to_prefill_reply(std::move(answer)));
+  });
   return call_id;
 }
 
@@ -337,8 +342,11 @@ void HttpPeerClient::cancel(CallId call_id) {
 void HttpPeerClient::fetch_metadata(disagg::PeerAddress peer, std::chrono::milliseconds timeout,
                                     std::function<void(disagg::MetadataReply)> done) {
   const CallId call_id = impl_->next_call_id.fetch_add(1, std::memory_order_relaxed);
-  Target target{.peer = peer, .method = http::verb::get, .path = "/v1/kv/metadata",
-                .body = {}, .timeout = timeout};
+  Target target{.peer = peer,
+                .method = http::verb::get,
+                .path = "/v1/kv/metadata",
+                .body = {},
+                .timeout = timeout};
   spawn_exchange(impl_.get(), call_id, std::move(target),
                  [peer, done = std::move(done)](Answer answer) {
                    deliver(done, to_metadata_reply(peer, std::move(answer)));
@@ -349,13 +357,16 @@ void HttpPeerClient::release(disagg::PeerAddress peer, std::string remote_reques
   const CallId call_id = impl_->next_call_id.fetch_add(1, std::memory_order_relaxed);
   JsonWriter body;
   body.begin_object().field("remote_request_id", remote_request_id).end_object();
-  Target target{.peer = peer, .method = http::verb::post, .path = "/v1/kv/release",
-                .body = body.take(), .timeout = impl_->config.release_timeout};
+  Target target{.peer = peer,
+                .method = http::verb::post,
+                .path = "/v1/kv/release",
+                .body = body.take(),
+                .timeout = impl_->config.release_timeout};
   spawn_exchange(impl_.get(), call_id, std::move(target),
                  [peer, remote_request_id = std::move(remote_request_id)](Answer answer) {
                    if (!answer.error.empty()) {
-                     spdlog::debug("peer client: releasing {} on {} failed: {}",
-                                   remote_request_id, peer.to_string(), answer.error);
+                     spdlog::debug("peer client: releasing {} on {} failed: {}", remote_request_id,
+                                   peer.to_string(), answer.error);
                    } else if (answer.status < 200 || answer.status >= 300) {
                      spdlog::debug("peer client: releasing {} on {}: answered {}: {}",
                                    remote_request_id, peer.to_string(), answer.status,

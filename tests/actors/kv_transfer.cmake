@@ -4,3 +4,8 @@ troupe_add_test(NAME kv_transfer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_transfer_test.cpp
   LIBS troupe_kv_transfer
   LABELS "unit;actors")
+# The kv-cache actor's transfer agent (handshake, pulls, leases) with a fake transport and a
+# fake peer client.
+troupe_add_test(NAME kv_transfer_agent_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_transfer_agent_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")

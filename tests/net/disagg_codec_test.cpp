@@ -3,10 +3,11 @@
 // troupe's own request parser.
 #include "net/disagg_codec.hpp"
 
-#include <gtest/gtest.h>
 #include <simdjson.h>
 
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "net/openai_request.hpp"
 
@@ -96,17 +97,18 @@ TEST(DisaggCodec, OutOfRangeValuesAreNamed) {
   EXPECT_NE(error_of(parse_kv_transfer_params_json(R"({"first_token_id": -1})"))
                 .find("kv_transfer_params.first_token_id"),
             std::string::npos);
-  EXPECT_NE(error_of(parse_kv_transfer_params_json(R"({"remote_num_tokens": 18446744073709551615})"))
-                .find("kv_transfer_params.remote_num_tokens"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(parse_kv_transfer_params_json(R"({"remote_num_tokens": 18446744073709551615})"))
+          .find("kv_transfer_params.remote_num_tokens"),
+      std::string::npos);
 }
 
 TEST(DisaggCodec, BlockIdsMustBeAnArrayOfNonNegativeIntegers) {
   for (const char* json : {R"({"remote_block_ids": 3})", R"({"remote_block_ids": [1, "2"]})",
                            R"({"remote_block_ids": [1, -2]})", R"({"remote_block_ids": [1.5]})",
                            R"({"remote_block_ids": [4294967296]})"}) {
-    EXPECT_EQ(error_of(parse_kv_transfer_params_json(json)).rfind(
-                  "kv_transfer_params.remote_block_ids must be an array", 0),
+    EXPECT_EQ(error_of(parse_kv_transfer_params_json(json))
+                  .rfind("kv_transfer_params.remote_block_ids must be an array", 0),
               0u)
         << json;
   }
@@ -196,8 +198,13 @@ TEST(DisaggCodec, WrittenParamsNestInsideAResponse) {
 
 TEST(DisaggCodec, Base64MatchesRfc4648Vectors) {
   const std::pair<const char*, const char*> vectors[] = {
-      {"", ""},         {"f", "Zg=="},        {"fo", "Zm8="},       {"foo", "Zm9v"},
-      {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"},
+      {"", ""},
+      {"f", "Zg=="},
+      {"fo", "Zm8="},
+      {"foo", "Zm9v"},
+      {"foob", "Zm9vYg=="},
+      {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"},
   };
   for (const auto& [plain, encoded] : vectors) {
     EXPECT_EQ(base64_encode(plain), encoded);
@@ -231,9 +238,15 @@ disagg::KvMetadata sample_metadata() {
   m.worker_address = std::string("\x00\x01\xff\x00worker\x00", 11);
   m.rkey = std::string("\x00\x00\x80\x7f", 4);
   m.base_address = 0xffff'8000'0000'1000ull;  // above int64's range
-  m.layout = {.num_layers = 2, .num_kv_heads = 4, .head_dim = 64, .block_size = 16,
-              .num_blocks = 10, .dtype = "f16", .block_bytes = 8192,
-              .kv_stride = 81920, .layer_stride = 163840};
+  m.layout = {.num_layers = 2,
+              .num_kv_heads = 4,
+              .head_dim = 64,
+              .block_size = 16,
+              .num_blocks = 10,
+              .dtype = "f16",
+              .block_bytes = 8192,
+              .kv_stride = 81920,
+              .layer_stride = 163840};
   m.region_bytes = 2 * 163840;
   m.compatibility_hash = std::string(64, 'a');
   return m;
@@ -275,7 +288,8 @@ TEST(DisaggCodec, MetadataErrorsNameTheField) {
        "kv_metadata.engine_id must be a non-empty string"},
       {metadata_with(R"("transport":"ucx")", R"("transport":7)"),
        "kv_metadata.transport must be a string"},
-      {metadata_with(R"("rkey":")", R"("rkey":"!)"), "kv_metadata.rkey must be base64 (RFC 4648, padded)"},
+      {metadata_with(R"("rkey":")", R"("rkey":"!)"),
+       "kv_metadata.rkey must be base64 (RFC 4648, padded)"},
       {metadata_with(R"("base_address":)", R"("base_address":-1,"x":)"),
        "kv_metadata.base_address must be a non-negative integer"},
       {metadata_with(R"("region_bytes":)", R"("region_bytes":"1","x":)"),
@@ -321,7 +335,8 @@ CompletionRequest parse_as_troupe(const std::string& body) {
       parse_completion_request(ApiKind::kCompletion, body, "served-model", OpenAiApiConfig{});
   if (const auto* error = std::get_if<ApiError>(&parsed)) {
     ADD_FAILURE() << "troupe refuses the prefill body: " << error->message << " (" << error->param
-                  << ")\n" << body;
+                  << ")\n"
+                  << body;
     return {};
   }
   return std::get<CompletionRequest>(parsed);
@@ -331,9 +346,8 @@ TEST(DisaggCodec, DefaultPrefillBodyCarriesOnlyTheEssentials) {
   disagg::PrefillCall call;
   call.prompt_token_ids = {1, 15043, 29892};
   const std::string body = prefill_request_json(call);
-  EXPECT_EQ(body,
-            R"({"prompt":[1,15043,29892],"max_tokens":1,"stream":false,)"
-            R"("kv_transfer_params":{"do_remote_decode":true}})");
+  EXPECT_EQ(body, R"({"prompt":[1,15043,29892],"max_tokens":1,"stream":false,)"
+                  R"("kv_transfer_params":{"do_remote_decode":true}})");
   const CompletionRequest request = parse_as_troupe(body);
   EXPECT_EQ(request.generate.prompt_token_ids, call.prompt_token_ids);
   EXPECT_EQ(request.generate.stop.max_tokens, 1);

@@ -3,11 +3,7 @@
 // does not compile Beast itself. Every wait is on an event, bounded by kWait.
 #include "net/peer_client.hpp"
 
-#include <arpa/inet.h>
-#include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +16,11 @@
 #include <optional>
 #include <string>
 #include <thread>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "net/disagg_codec.hpp"
 
@@ -273,15 +274,15 @@ TEST(PeerClient, NoApiKeyMeansNoAuthorizationHeader) {
 }
 
 TEST(PeerClient, BusyPrefillServerIsAnErrorWithItsStatus) {
-  CannedServer server(always(http_response(
-      429, R"({"error": {"message": "queue full",
+  CannedServer server(always(http_response(429, R"({"error": {"message": "queue full",
 "type": "rate_limit_error"}})")));
   HttpPeerClient client({});
   Replies<disagg::PrefillReply> replies;
   client.prefill(prefill_call(server.port()), replies.callback());
   const disagg::PrefillReply reply = replies.wait();
   EXPECT_EQ(reply.http_status, 429);
-  EXPECT_EQ(reply.error.rfind("prefill server answered 429: {\"error\": {\"message\": \"queue full\",", 0),
+  EXPECT_EQ(reply.error.rfind(
+                "prefill server answered 429: {\"error\": {\"message\": \"queue full\",", 0),
             0u)
       << reply.error;
   EXPECT_EQ(reply.error.find('\n'), std::string::npos);
@@ -306,8 +307,7 @@ TEST(PeerClient, RefusedConnectionFailsFast) {
   const disagg::PrefillReply reply = replies.wait();
   EXPECT_LT(Clock::now() - start, 2s);
   EXPECT_EQ(reply.http_status, 0);
-  EXPECT_EQ(reply.error.rfind("cannot connect to 127.0.0.1:" + std::to_string(port) + ": ", 0),
-            0u)
+  EXPECT_EQ(reply.error.rfind("cannot connect to 127.0.0.1:" + std::to_string(port) + ": ", 0), 0u)
       << reply.error;
 }
 
@@ -340,8 +340,8 @@ TEST(PeerClient, CancelClosesTheConnectionAndAnswersCancelledOnce) {
     EXPECT_EQ(reply.error, "cancelled");
     EXPECT_EQ(reply.http_status, 0);
     EXPECT_TRUE(server.wait_client_closed());  // how the prefill server learns to cancel
-    client.cancel(call_id);                     // finished: ignored
-    client.cancel(call_id + 1000);              // unknown: ignored
+    client.cancel(call_id);                    // finished: ignored
+    client.cancel(call_id + 1000);             // unknown: ignored
   }
   EXPECT_EQ(replies.count, 1);
 }
@@ -419,8 +419,14 @@ disagg::KvMetadata sample_metadata() {
   m.worker_address = std::string("\x00\x10ucx\x00", 6);
   m.rkey = std::string("\xff\x00", 2);
   m.base_address = 1u << 30;
-  m.layout = {.num_layers = 1, .num_kv_heads = 2, .head_dim = 8, .block_size = 4,
-              .num_blocks = 3, .dtype = "f16", .block_bytes = 128, .kv_stride = 384,
+  m.layout = {.num_layers = 1,
+              .num_kv_heads = 2,
+              .head_dim = 8,
+              .block_size = 4,
+              .num_blocks = 3,
+              .dtype = "f16",
+              .block_bytes = 128,
+              .kv_stride = 384,
               .layer_stride = 768};
   m.region_bytes = 768;
   m.compatibility_hash = "abc123";
