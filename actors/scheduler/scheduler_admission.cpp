@@ -128,11 +128,10 @@ void Scheduler::schedule_waiting(Draft& draft) {
     }
     const bool has_slot = num_sequence_slots_used() < config_.max_num_seqs;
     if (has_slot && head->remote_kv) {
-      // Its prompt is computed elsewhere: blocks and a pull, no prefill tokens this step.
+      // Its prompt is computed elsewhere: blocks and a pull, no prefill tokens this step. Short
+      // of blocks it may preempt below, as an ordinary admission would.
       if (admit_remote(*head)) continue;
-      break;
-    }
-    if (has_slot) {
+    } else if (has_slot) {
       const kv_cache::PrefixMatch match = kv().find_cached_prefix(head->token_ids);
       if (deferred.size() < kMaxPrefixDeferralsPerStep && next_block_in_progress(*head, match)) {
         waiting_.pop_front();

@@ -87,7 +87,7 @@ AddResult Scheduler::check_transferable(const PrefillHandoff& handoff) const {
   if (static_cast<int32_t>(handoff.source_blocks.size()) < num_source_blocks) {
     return AddResult::kNeverFits;  // the pools disagree on block_size: the KV cannot move
   }
-  if (running_.size() >= static_cast<size_t>(config_.max_num_seqs)) return AddResult::kRetryLater;
+  if (num_sequence_slots_used() >= config_.max_num_seqs) return AddResult::kRetryLater;
   return AddResult::kAccepted;
 }
 

@@ -20,7 +20,9 @@ using Clock = std::chrono::steady_clock;
 using scheduler::KvResident;
 using scheduler::ReleaseHeldKv;
 
-disagg::KvMetadata metadata(std::string engine_id, std::string hash = "same-hash") {
+// A pool of `num_blocks` blocks; the two sides' pools differ in size (so do their strides).
+disagg::KvMetadata metadata(std::string engine_id, std::string hash = "same-hash",
+                            int32_t num_blocks = 8) {
   disagg::KvMetadata m;
   m.engine_id = std::move(engine_id);
   m.transport = "ucx";
@@ -31,9 +33,9 @@ disagg::KvMetadata metadata(std::string engine_id, std::string hash = "same-hash
   m.layout.num_kv_heads = 1;
   m.layout.head_dim = 4;
   m.layout.block_size = 4;
-  m.layout.num_blocks = 8;
+  m.layout.num_blocks = num_blocks;
   m.layout.block_bytes = 32;                 // 1 head x 4 tokens x 4 dims x fp16
-  m.layout.kv_stride = 8 * 32;               // 8 blocks
+  m.layout.kv_stride = static_cast<uint64_t>(num_blocks) * 32;
   m.layout.layer_stride = 2 * m.layout.kv_stride;
   m.region_bytes = 2 * m.layout.layer_stride;
   m.compatibility_hash = std::move(hash);
@@ -80,7 +82,7 @@ class FakePeers final : public disagg::PeerClient {
 };
 
 struct Rig {
-  explicit Rig(disagg::KvMetadata own = metadata("decode-1")) {
+  explicit Rig(disagg::KvMetadata own = metadata("decode-1", "same-hash", 16)) {
     auto fake = std::make_unique<FakeTransport>();
     pulls = fake->pulls;
     forgotten = fake->forgotten;
@@ -139,11 +141,12 @@ TEST(KvTransferAgent, HandshakesOnceThenPullsEveryLayerAndKvOfEveryBlockAndRelea
   ASSERT_EQ(rig.pulls->size(), 1u);
   const auto& segments = (*rig.pulls)[0].segments;
   ASSERT_EQ(segments.size(), 2u * 2u * 2u);  // 2 copies x 2 layers x K/V
-  const disagg::KvLayout layout = metadata("x").layout;
-  // Layer 1, V, second copy: remote block 6 -> local block 3.
+  const disagg::KvLayout layout = metadata("x").layout;             // the prefill server's
+  const disagg::KvLayout local = metadata("x", "", 16).layout;       // ours: twice the blocks
+  // Layer 1, V, second copy: remote block 6 -> local block 3, each in its own pool's strides.
   const kv_transfer::Segment& last = segments.back();
   EXPECT_EQ(last.remote_offset, layout.layer_stride + layout.kv_stride + 6 * layout.block_bytes);
-  EXPECT_EQ(last.local_offset, layout.layer_stride + layout.kv_stride + 3 * layout.block_bytes);
+  EXPECT_EQ(last.local_offset, local.layer_stride + local.kv_stride + 3 * local.block_bytes);
   EXPECT_EQ(last.bytes, layout.block_bytes);
   // Consecutive copies come next to each other so the transport can merge them.
   EXPECT_EQ(segments[1].remote_offset, segments[0].remote_offset + layout.block_bytes);

@@ -25,3 +25,7 @@ troupe_add_test(NAME scheduler_fairness_test
 troupe_add_test(NAME scheduler_time_budget_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/scheduler_time_budget_test.cpp
   LIBS troupe_actors LABELS "unit;actors")
+# Issue 17: disaggregated prefill/decode across servers, the policy's side.
+troupe_add_test(NAME scheduler_remote_kv_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/scheduler_remote_kv_test.cpp
+  LIBS troupe_actors LABELS "unit;actors")
