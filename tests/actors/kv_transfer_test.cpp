@@ -13,12 +13,11 @@
 //                    that changes this is exercised.
 // UCX_TLS=posix,cma alone cannot connect at all on 1.13 (PosixAndCmaAloneAreRefusedFast below).
 // Timeouts are generous and only guarantee termination; nothing here depends on speed.
-#include "actors/kv_cache/transfer/ucx_transport.hpp"
-
-#include <gtest/gtest.h>
+// Under ThreadSanitizer run with UCX_MEM_EVENTS=no: UCX's madvise hook (libucm, installed when
+// the library loads) crashes TSan's interceptor at thread exit. Set in the environment, not
+// here: libucm reads it before main.
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,16 +27,22 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include "actors/kv_cache/transfer/ucx_transport.hpp"
 
 namespace troupe::kv_transfer {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto kPullTimeout = 5000ms;    // only so that a broken transport cannot hang a test
+constexpr auto kPullTimeout = 5000ms;     // only so that a broken transport cannot hang a test
 constexpr auto kHangAllowance = 10000ms;  // beyond a pull's own timeout: "it hung"
 constexpr uint64_t kBlockBytes = 6144;    // one KV block of one layer's K (or V)
 constexpr int kNumLayers = 30;
@@ -171,39 +176,106 @@ std::optional<std::string> read_blob(int fd) {
   return blob;
 }
 
+void write_descriptor(int fd, const LocalDescriptor& descriptor) {
+  write_blob(fd, descriptor.transport);
+  write_blob(fd, descriptor.worker_address);
+  write_blob(fd, descriptor.rkey);
+  write_all(fd, &descriptor.base_address, sizeof(descriptor.base_address));
+  write_all(fd, &descriptor.region_bytes, sizeof(descriptor.region_bytes));
+}
+
+std::optional<LocalDescriptor> read_descriptor(int fd) {
+  LocalDescriptor descriptor;
+  std::optional<std::string> transport = read_blob(fd);
+  std::optional<std::string> worker_address = read_blob(fd);
+  std::optional<std::string> rkey = read_blob(fd);
+  if (!transport || !worker_address || !rkey ||
+      !read_all(fd, &descriptor.base_address, sizeof(descriptor.base_address)) ||
+      !read_all(fd, &descriptor.region_bytes, sizeof(descriptor.region_bytes))) {
+    return std::nullopt;
+  }
+  descriptor.transport = std::move(*transport);
+  descriptor.worker_address = std::move(*worker_address);
+  descriptor.rkey = std::move(*rkey);
+  return descriptor;
+}
+
+// What a pulling child pulls, over and over: one block of every layer plus 4 MiB.
+std::vector<Segment> child_pull_segments() {
+  std::vector<Segment> segments = one_block_all_layers(4, 5);
+  segments.push_back(
+      {.remote_offset = 6ull << 20, .local_offset = 7ull << 20, .bytes = 4ull << 20});
+  return segments;
+}
+
+// A peer engine in a forked process, forked before this test starts UCX here. It serves its
+// patterned region (a prefill engine) and, when asked, also pulls from us in a loop (a decode
+// engine). Pipes: the child reports on `report` (its descriptor, then one byte per event) and
+// takes commands on `command`; it lives until the command pipe closes or it is killed.
 class ChildEngine {
  public:
-  // Forks; the child never returns from here.
   ChildEngine(uint32_t seed, uint64_t region_bytes) {
-    int descriptor_pipe[2];
-    int control_pipe[2];
-    if (pipe(descriptor_pipe) != 0 || pipe(control_pipe) != 0) return;
+    int report_pipe[2];
+    int command_pipe[2];
+    if (pipe(report_pipe) != 0) return;
+    if (pipe(command_pipe) != 0) {
+      close(report_pipe[0]);
+      close(report_pipe[1]);
+      return;
+    }
     pid_ = fork();
     if (pid_ == 0) {
-      close(descriptor_pipe[0]);
-      close(control_pipe[1]);
-      run_child(seed, region_bytes, descriptor_pipe[1], control_pipe[0]);
+      close(report_pipe[0]);
+      close(command_pipe[1]);
+      run_child(seed, region_bytes, report_pipe[1], command_pipe[0]);
     }
-    close(descriptor_pipe[1]);
-    close(control_pipe[0]);
-    control_fd_ = control_pipe[1];
-    if (pid_ > 0) read_descriptor(descriptor_pipe[0]);
-    close(descriptor_pipe[0]);
+    close(report_pipe[1]);
+    close(command_pipe[0]);
+    report_fd_ = report_pipe[0];
+    command_fd_ = command_pipe[1];
+    uint8_t started = 0;
+    if (pid_ > 0 && read_all(report_fd_, &started, 1) && started == 1) {
+      descriptor_ = read_descriptor(report_fd_);
+    }
   }
   ~ChildEngine() { kill_now(); }
 
   // Empty when the child could not start its transport.
   const std::optional<LocalDescriptor>& descriptor() const { return descriptor_; }
 
-  void kill_now() {
+  // Makes the child pull from `source` until it dies; returns once its first pull succeeded.
+  bool start_pulling_from(const LocalDescriptor& source) {
+    const uint8_t pull_command = 'P';
+    write_all(command_fd_, &pull_command, 1);
+    write_descriptor(command_fd_, source);
+    uint8_t first_pull = 0;
+    return read_all(report_fd_, &first_pull, 1) && first_pull == 'O';
+  }
+
+  // SIGKILLs and reaps the child. Returns how it ended: "killed" when our SIGKILL did it,
+  // otherwise what ended it first (a UCX abort is "signal 6").
+  std::string kill_now() {
+    std::string ending = "not started";
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);  // reaped: no zombie whose memory CMA could still find
+      int wait_status = 0;
+      waitpid(pid_, &wait_status, 0);  // reaped: no zombie whose memory CMA could still find
+      if (!WIFSIGNALED(wait_status)) {
+        ending = "exit " + std::to_string(WEXITSTATUS(wait_status));
+      } else if (WTERMSIG(wait_status) == SIGKILL) {
+        ending = "killed";
+      } else {
+        ending = "signal " + std::to_string(WTERMSIG(wait_status));
+      }
       pid_ = -1;
     }
-    if (control_fd_ >= 0) close(control_fd_);
-    control_fd_ = -1;
+    for (int* fd : {&report_fd_, &command_fd_}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+    return ending;
   }
+
   // Returns once every thread of the child has stopped (kill() alone only queues the signal).
   void stop() {
     kill(pid_, SIGSTOP);
@@ -211,52 +283,40 @@ class ChildEngine {
     while (waitpid(pid_, &wait_status, WUNTRACED) == pid_ && !WIFSTOPPED(wait_status)) {
     }
   }
-  void resume() { kill(pid_, SIGCONT); }
 
  private:
-  [[noreturn]] static void run_child(uint32_t seed, uint64_t region_bytes, int descriptor_fd,
-                                     int control_fd) {
+  [[noreturn]] static void run_child(uint32_t seed, uint64_t region_bytes, int report_fd,
+                                     int command_fd) {
     std::vector<uint8_t> region(region_bytes);
     fill_pattern(region, seed);
     std::string error;
     std::unique_ptr<KvTransport> transport =
         make_ucx_transport(region.data(), region.size(), UcxTransportConfig{}, &error);
     const uint8_t started = transport != nullptr ? 1 : 0;
-    write_all(descriptor_fd, &started, 1);
+    write_all(report_fd, &started, 1);
     if (transport == nullptr) _exit(2);
-    const LocalDescriptor& descriptor = transport->local_descriptor();
-    write_blob(descriptor_fd, descriptor.transport);
-    write_blob(descriptor_fd, descriptor.worker_address);
-    write_blob(descriptor_fd, descriptor.rkey);
-    write_all(descriptor_fd, &descriptor.base_address, sizeof(descriptor.base_address));
-    write_all(descriptor_fd, &descriptor.region_bytes, sizeof(descriptor.region_bytes));
-    char ignored;
-    while (read(control_fd, &ignored, 1) > 0) {
+    write_descriptor(report_fd, transport->local_descriptor());
+
+    uint8_t command = 0;
+    while (read(command_fd, &command, 1) == 1) {
+      if (command != 'P') continue;
+      std::optional<LocalDescriptor> source = read_descriptor(command_fd);
+      if (!source) break;
+      for (bool first = true;; first = false) {
+        const bool ok = pull_and_wait(*transport, "parent", *source, child_pull_segments()).ok();
+        if (first) {
+          const uint8_t report = ok ? 'O' : 'F';
+          write_all(report_fd, &report, 1);
+        }
+      }
     }
     transport.reset();
     _exit(0);  // never back into gtest: the parent owns the test run
   }
 
-  void read_descriptor(int fd) {
-    uint8_t started = 0;
-    if (!read_all(fd, &started, 1) || started != 1) return;
-    LocalDescriptor descriptor;
-    std::optional<std::string> transport = read_blob(fd);
-    std::optional<std::string> worker_address = read_blob(fd);
-    std::optional<std::string> rkey = read_blob(fd);
-    if (!transport || !worker_address || !rkey) return;
-    descriptor.transport = *transport;
-    descriptor.worker_address = *worker_address;
-    descriptor.rkey = *rkey;
-    if (!read_all(fd, &descriptor.base_address, sizeof(descriptor.base_address)) ||
-        !read_all(fd, &descriptor.region_bytes, sizeof(descriptor.region_bytes))) {
-      return;
-    }
-    descriptor_ = std::move(descriptor);
-  }
-
   pid_t pid_ = -1;
-  int control_fd_ = -1;
+  int report_fd_ = -1;
+  int command_fd_ = -1;
   std::optional<LocalDescriptor> descriptor_;
 };
 
@@ -266,6 +326,11 @@ struct TransportSetting {
   const char* test_name;
   const char* ucx_tls;
 };
+
+// Names the setting in test listings (and ctest names) instead of dumping its bytes.
+void PrintTo(const TransportSetting& setting, std::ostream* out) {
+  *out << "UCX_TLS=" << setting.ucx_tls;
+}
 
 class KvTransferTest : public ::testing::TestWithParam<TransportSetting> {
  protected:
@@ -419,8 +484,10 @@ TEST_P(KvTransferTest, TwoEnginesPullFromEachOtherAtOnce) {
   }
   for (int block = 0; block < kNumPulls; ++block) {
     for (const Segment& segment : one_block_all_layers(block, 8 + block)) {
-      EXPECT_EQ(left.region[segment.local_offset + 17], pattern_byte(7, segment.remote_offset + 17));
-      EXPECT_EQ(right.region[segment.local_offset + 17], pattern_byte(6, segment.remote_offset + 17));
+      EXPECT_EQ(left.region[segment.local_offset + 17],
+                pattern_byte(7, segment.remote_offset + 17));
+      EXPECT_EQ(right.region[segment.local_offset + 17],
+                pattern_byte(6, segment.remote_offset + 17));
     }
   }
   EXPECT_EQ(left.transport->stats().pulls_ok, static_cast<uint64_t>(kNumPulls));
@@ -434,19 +501,21 @@ TEST_P(KvTransferTest, PullsFromAnotherProcessThenFailsOnceItIsKilled) {
   ASSERT_TRUE(decode.transport);
 
   std::vector<Segment> segments = one_block_all_layers(3, 4);
-  segments.push_back({.remote_offset = 8ull << 20, .local_offset = 10ull << 20, .bytes = 4ull << 20});
-  const Status first = pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(), segments);
+  segments.push_back(
+      {.remote_offset = 8ull << 20, .local_offset = 10ull << 20, .bytes = 4ull << 20});
+  const Status first =
+      pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(), segments);
   ASSERT_TRUE(first.ok()) << first.error;
   EXPECT_EQ(check_pulled(decode.region, 8, segments), "");
 
   prefill.kill_now();
-  const Status after_kill =
-      pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(), one_block_all_layers(6, 6));
+  const Status after_kill = pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(),
+                                          one_block_all_layers(6, 6));
   EXPECT_FALSE(after_kill.ok());
   EXPECT_NE(after_kill.code, StatusCode::kInvalidRequest) << after_kill.error;
   // The failed endpoint was dropped; reconnecting to the dead peer fails too, without hanging.
-  const Status reconnect =
-      pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(), one_block_all_layers(7, 7));
+  const Status reconnect = pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(),
+                                         one_block_all_layers(7, 7));
   EXPECT_FALSE(reconnect.ok());
   EXPECT_EQ(decode.transport->stats().pulls_ok, 1u);
   EXPECT_EQ(decode.transport->stats().pulls_failed, 2u);
@@ -477,6 +546,37 @@ TEST_P(KvTransferTest, APeerKilledMidPullFailsThePullWithoutWaitingForItsTimeout
   }
   EXPECT_EQ(decode.transport->stats().peers, 0);
   EXPECT_EQ(decode.transport->stats().in_flight, 0);
+}
+
+// The other direction: here we are the prefill engine, answering a child that pulls in a loop,
+// and the child dies mid-pull. Our process should survive it and keep serving others.
+// DISABLED: UCX 1.13 bug. Over tcp a get is emulated: the requester sends GET_REQ and our
+// worker answers from ucp_get_req_handler. When the requester's connection has failed by then,
+// the reply's send returns an error that ucp_request_try_send treats as fatal ("Fatal:
+// unexpected error: Endpoint timeout", abort), and this process dies — about once per 100-200
+// kills here. Nothing in the UCP API lets us intercept it. Hardware RMA (rc/dc) does not involve
+// the target's CPU and is not affected. Reproduce with
+//   kv_transfer_test --gtest_also_run_disabled_tests --gtest_filter='*Dying*' --gtest_repeat=50
+TEST_P(KvTransferTest, DISABLED_ADecodeEngineDyingMidPullLeavesThePrefillEngineServing) {
+  constexpr int kNumDecodeEngines = 3;
+  std::vector<std::unique_ptr<ChildEngine>> decode_children;
+  for (int i = 0; i < kNumDecodeEngines; ++i) {  // all forked before UCX starts here
+    decode_children.push_back(std::make_unique<ChildEngine>(/*seed=*/20 + i, kRegionBytes));
+    ASSERT_TRUE(decode_children.back()->descriptor()) << "a child could not start its transport";
+  }
+  LocalEngine prefill(/*seed=*/15);
+  ASSERT_TRUE(prefill.transport);
+
+  for (std::unique_ptr<ChildEngine>& decode_child : decode_children) {
+    ASSERT_TRUE(decode_child->start_pulling_from(prefill.transport->local_descriptor()));
+    EXPECT_EQ(decode_child->kill_now(), "killed");  // mid-pull, most likely: it never pauses
+  }
+  LocalEngine decode;
+  ASSERT_TRUE(decode.transport);
+  const Status status = pull_and_wait(*decode.transport, "prefill-0",
+                                      prefill.transport->local_descriptor(), child_pull_segments());
+  EXPECT_TRUE(status.ok()) << status.error;
+  EXPECT_EQ(check_pulled(decode.region, 15, child_pull_segments()), "");
 }
 
 TEST_P(KvTransferTest, APeerThatDiedBeforeTheFirstPullIsAnErrorNotAHang) {
@@ -516,11 +616,15 @@ TEST_P(KvTransferTest, TimesOutWhenAStoppedPeerCannotAnswer) {
     // process's pages without its help, and succeed.
     EXPECT_TRUE(status.ok() || status.code == StatusCode::kTimedOut) << status.error;
   }
-  prefill.resume();
-  // Whatever happened, the next pull works (reconnecting if the endpoint was dropped).
-  const Status after = pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(),
-                                     one_block_all_layers(2, 2));
-  EXPECT_TRUE(after.ok()) << after.error;
+  EXPECT_EQ(decode.transport->stats().in_flight, 0);
+  // The transport itself is fine: another peer is served as before.
+  LocalEngine other_prefill(/*seed=*/14);
+  ASSERT_TRUE(other_prefill.transport);
+  const Status other = pull_and_wait(*decode.transport, "prefill-1",
+                                     other_prefill.transport->local_descriptor(), segments);
+  EXPECT_TRUE(other.ok()) << other.error;
+  // NOTE: the stopped child is killed, never resumed: UCX 1.13 may abort a process that answers
+  // an emulated get after the requester closed the connection (ucx_transport.hpp).
 }
 
 TEST_P(KvTransferTest, DestroyingTheTransportAnswersEveryPull) {
@@ -547,7 +651,6 @@ TEST_P(KvTransferTest, DestroyingTheTransportAnswersEveryPull) {
     const Status status = answer.get();
     EXPECT_TRUE(status.ok() || status.code == StatusCode::kShuttingDown) << status.error;
   }
-  prefill.resume();
 }
 
 INSTANTIATE_TEST_SUITE_P(UcxTls, KvTransferTest,
@@ -567,9 +670,9 @@ TEST(KvTransferUcxTls, PosixAndCmaAloneAreRefusedFast) {
   LocalEngine decode;
   ASSERT_TRUE(prefill.transport && decode.transport);  // the context itself starts fine
 
-  const Status status = pull_and_wait(*decode.transport, "prefill-0",
-                                      prefill.transport->local_descriptor(),
-                                      one_block_all_layers(0, 0));
+  const Status status =
+      pull_and_wait(*decode.transport, "prefill-0", prefill.transport->local_descriptor(),
+                    one_block_all_layers(0, 0));
 
   EXPECT_EQ(status.code, StatusCode::kPeerFailed) << status.error;
   EXPECT_NE(status.error.find("unreachable"), std::string::npos) << status.error;
@@ -582,11 +685,11 @@ TEST(KvTransferUcxTls, PosixAndCmaAloneAreRefusedFast) {
 TEST(KvTransferSegments, CoalescingMergesOnlyNeighboursContiguousOnBothSides) {
   const std::vector<Segment> segments = {
       {.remote_offset = 0, .local_offset = 100, .bytes = 10},
-      {.remote_offset = 10, .local_offset = 110, .bytes = 5},   // continues both: merged
-      {.remote_offset = 15, .local_offset = 200, .bytes = 5},   // local jumps: new get
-      {.remote_offset = 20, .local_offset = 205, .bytes = 0},   // empty: dropped
-      {.remote_offset = 20, .local_offset = 205, .bytes = 5},   // continues the previous get
-      {.remote_offset = 0, .local_offset = 0, .bytes = 7},      // backwards: new get
+      {.remote_offset = 10, .local_offset = 110, .bytes = 5},  // continues both: merged
+      {.remote_offset = 15, .local_offset = 200, .bytes = 5},  // local jumps: new get
+      {.remote_offset = 20, .local_offset = 205, .bytes = 0},  // empty: dropped
+      {.remote_offset = 20, .local_offset = 205, .bytes = 5},  // continues the previous get
+      {.remote_offset = 0, .local_offset = 0, .bytes = 7},     // backwards: new get
   };
   const std::vector<Segment> expected = {
       {.remote_offset = 0, .local_offset = 100, .bytes = 15},
@@ -597,13 +700,13 @@ TEST(KvTransferSegments, CoalescingMergesOnlyNeighboursContiguousOnBothSides) {
 }
 
 TEST(KvTransferSegments, RangeCheckNamesTheOffendingSegmentAndSide) {
-  EXPECT_TRUE(check_segments_in_range({{.remote_offset = 90, .local_offset = 0, .bytes = 10}},
-                                      100, 10)
-                  .ok());
-  const Status remote = check_segments_in_range(
-      {{.remote_offset = 0, .local_offset = 0, .bytes = 1},
-       {.remote_offset = 91, .local_offset = 0, .bytes = 10}},
-      100, 1000);
+  EXPECT_TRUE(
+      check_segments_in_range({{.remote_offset = 90, .local_offset = 0, .bytes = 10}}, 100, 10)
+          .ok());
+  const Status remote =
+      check_segments_in_range({{.remote_offset = 0, .local_offset = 0, .bytes = 1},
+                               {.remote_offset = 91, .local_offset = 0, .bytes = 10}},
+                              100, 1000);
   EXPECT_EQ(remote.code, StatusCode::kInvalidRequest);
   EXPECT_NE(remote.error.find("segment 1"), std::string::npos) << remote.error;
   EXPECT_NE(remote.error.find("remote"), std::string::npos) << remote.error;

@@ -16,8 +16,9 @@
 // LocalDescriptor, which the control plane (JSON over HTTP) carries between engines.
 //
 // NOTE: a descriptor is trusted input. Transport libraries parse the address and key bytes
-// without bounds checks (UCX 1.13 does), so descriptors must come from our own engines over the
-// control plane, never from clients.
+// without bounds checks (UCX's ucp_ep_create and ucp_ep_rkey_unpack are not even given their
+// length), so descriptors must come from our own engines over the control plane, never from
+// clients. A pull only checks that the fields are present and made by the same transport.
 //
 // Thread-safety: every KvTransport member may be called from any thread. Completion callbacks
 // run on the transport's own thread.
@@ -75,8 +76,7 @@ struct Segment {
 // Checks every segment against both region sizes without overflowing; a pull is refused as a
 // whole if any segment is out of range, so nothing is read for a request that is a bug.
 inline Status check_segments_in_range(const std::vector<Segment>& segments,
-                                      uint64_t remote_region_bytes,
-                                      uint64_t local_region_bytes) {
+                                      uint64_t remote_region_bytes, uint64_t local_region_bytes) {
   for (size_t index = 0; index < segments.size(); ++index) {
     const Segment& segment = segments[index];
     const bool remote_fits = segment.bytes <= remote_region_bytes &&

@@ -22,11 +22,11 @@
 // force close has purged its gets, not at the deadline itself.
 // NOTE: ucp_rkey_destroy wants "after outstanding operations are flushed, and before the
 // endpoint is destroyed". With gets outstanding both cannot hold; we keep the first (the rkey
-// outlives every get that uses it). UCX 1.13's ucp_rkey_destroy does not touch the endpoint.
+// outlives every get that uses it). ucp_rkey_destroy (ucp_rkey.c) only releases the transport
+// keys into the worker's pool, never using the endpoint; the worker must still exist.
 #include "actors/kv_cache/transfer/ucx_transport.hpp"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +42,7 @@
 #include <variant>
 
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 
 namespace troupe::kv_transfer {
@@ -52,6 +53,23 @@ using Clock = std::chrono::steady_clock;
 std::string describe_ucx_failure(std::string_view what, ucs_status_t status) {
   return std::string(what) + ": " + ucs_status_string(status);
 }
+
+// now + timeout, saturating: a caller may pass milliseconds::max() for "no timeout".
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  const Clock::time_point now = Clock::now();
+  if (timeout >=
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)) {
+    return Clock::time_point::max();
+  }
+  return now + timeout;
+}
+
+template <class... Handlers>
+struct Overloaded : Handlers... {
+  using Handlers::operator()...;
+};
+template <class... Handlers>
+Overloaded(Handlers...) -> Overloaded<Handlers...>;
 
 struct PullCommand {
   std::string peer_key;
@@ -107,9 +125,8 @@ class UcxTransport final : public KvTransport {
 
   std::string_view name() const override { return "ucx"; }
   const LocalDescriptor& local_descriptor() const override { return descriptor_; }
-  void pull(const std::string& peer_key, const LocalDescriptor& peer,
-            std::vector<Segment> segments, std::chrono::milliseconds timeout,
-            PullDone done) override;
+  void pull(const std::string& peer_key, const LocalDescriptor& peer, std::vector<Segment> segments,
+            std::chrono::milliseconds timeout, PullDone done) override;
   void forget_peer(const std::string& peer_key) override;
   Stats stats() const override;
 
@@ -134,7 +151,7 @@ class UcxTransport final : public KvTransport {
   void move_to_finished(Pull* pull);
   void finish_now(std::unique_ptr<Pull> pull, Status status);
   void run_finished_pull_callbacks();
-  void progress_once();
+  bool progress_once();  // true: stopped at its bound with more work likely waiting
   void wait_for_events(bool busy);
   void shut_down_on_progress_thread();
   void publish_peer_count() { num_peers_.store(static_cast<int32_t>(peers_.size())); }
@@ -191,13 +208,15 @@ std::string UcxTransport::init_context_and_register_region() {
   if (status != UCS_OK) return describe_ucx_failure("ucp_config_read", status);
   if (!config_.transports.empty()) {
     status = ucp_config_modify(ucx_config, "TLS", config_.transports.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(ucx_config);
+      return describe_ucx_failure("UCX transports '" + config_.transports + "'", status);
+    }
   }
-  if (status == UCS_OK) {
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-    status = ucp_init(&params, ucx_config, &context_);
-  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  status = ucp_init(&params, ucx_config, &context_);
   ucp_config_release(ucx_config);
   if (status != UCS_OK) return describe_ucx_failure("ucp_init", status);
 
@@ -241,7 +260,7 @@ void UcxTransport::pull(const std::string& peer_key, const LocalDescriptor& peer
   enqueue(PullCommand{.peer_key = peer_key,
                       .peer = peer,
                       .segments = std::move(segments),
-                      .deadline = Clock::now() + timeout,
+                      .deadline = deadline_after(timeout),
                       .timeout = timeout,
                       .done = std::move(done)});
 }
@@ -287,11 +306,13 @@ void UcxTransport::run_progress_thread() {
   started_.set_value({});
 
   while (drain_commands()) {
-    progress_once();
+    const bool more_to_progress = progress_once();
     expire_timed_out_pulls(Clock::now());
     free_closed_peers();
     run_finished_pull_callbacks();
-    wait_for_events(/*busy=*/!pulls_in_flight_.empty() || !retiring_peers_.empty());
+    if (!more_to_progress) {
+      wait_for_events(/*busy=*/!pulls_in_flight_.empty() || !retiring_peers_.empty());
+    }
   }
   shut_down_on_progress_thread();
 }
@@ -323,30 +344,38 @@ bool UcxTransport::drain_commands() {
     stop_requested = stop_requested_;
   }
   for (Command& command : commands) {
-    if (auto* pull_command = std::get_if<PullCommand>(&command)) {
-      if (stop_requested) {
-        auto pull = std::make_unique<Pull>();
-        pull->done = std::move(pull_command->done);
-        finish_now(std::move(pull), Status::failure(StatusCode::kShuttingDown,
-                                                    "the UCX transport is shutting down"));
-      } else {
-        start_pull(std::move(*pull_command));
-      }
-    } else if (auto* forget = std::get_if<ForgetPeerCommand>(&command)) {
-      if (auto found = peers_.find(forget->peer_key); found != peers_.end()) {
-        retire_peer(found->second.get(),
-                    Status::failure(StatusCode::kPeerFailed,
-                                    "peer '" + forget->peer_key + "' was forgotten"));
-      }
-    }
+    std::visit(Overloaded{
+                   [&](PullCommand& pull_command) {
+                     if (!stop_requested) {
+                       start_pull(std::move(pull_command));
+                       return;
+                     }
+                     auto pull = std::make_unique<Pull>();
+                     pull->done = std::move(pull_command.done);
+                     finish_now(std::move(pull),
+                                Status::failure(StatusCode::kShuttingDown,
+                                                "the UCX transport is shutting down"));
+                   },
+                   [&](ForgetPeerCommand& forget) {
+                     auto found = peers_.find(forget.peer_key);
+                     if (found == peers_.end()) return;
+                     retire_peer(found->second.get(),
+                                 Status::failure(StatusCode::kPeerFailed,
+                                                 "peer '" + forget.peer_key + "' was forgotten"));
+                   },
+               },
+               command);
   }
   return !stop_requested;
 }
 
-void UcxTransport::progress_once() {
-  while (ucp_worker_progress(worker_) != 0) {
-  }
+bool UcxTransport::progress_once() {
+  // Bounded, so that a peer streaming requests at us cannot starve our commands and timeouts.
+  constexpr int kMaxProgressRounds = 256;
+  int round = 0;
+  while (round < kMaxProgressRounds && ucp_worker_progress(worker_) != 0) ++round;
   retire_failed_endpoints();
+  return round == kMaxProgressRounds;
 }
 
 void UcxTransport::wait_for_events(bool busy) {
@@ -440,8 +469,9 @@ Peer* UcxTransport::find_or_connect_peer(const std::string& peer_key,
         describe_ucx_failure("cannot create an endpoint to peer '" + peer_key + "'", status);
     if (status == UCS_ERR_UNREACHABLE) {
       // Both causes look the same from here; the second is a configuration error.
-      error += " (the peer is gone, or no transport in common can report peer failures: UCX "
-               "1.13's shared memory cannot, so UCX_TLS needs tcp or an RDMA transport)";
+      error +=
+          " (the peer is gone, or no transport in common can report peer failures: UCX "
+          "1.13's shared memory cannot, so UCX_TLS needs tcp or an RDMA transport)";
     }
     *failure = Status::failure(StatusCode::kPeerFailed, std::move(error));
     return nullptr;
@@ -564,8 +594,7 @@ void UcxTransport::run_finished_pull_callbacks() {
 // ---------------------------------------------------------------------------------------------
 // Progress thread: endpoints
 
-void UcxTransport::endpoint_error_callback(void* arg, ucp_ep_h /*endpoint*/,
-                                           ucs_status_t status) {
+void UcxTransport::endpoint_error_callback(void* arg, ucp_ep_h /*endpoint*/, ucs_status_t status) {
   auto* peer = static_cast<Peer*>(arg);
   // Inside ucp_worker_progress: only note it; the endpoint is closed once progress returns.
   peer->owner->failed_endpoints_.emplace_back(peer, status);
@@ -576,10 +605,10 @@ void UcxTransport::retire_failed_endpoints() {
     std::vector<std::pair<Peer*, ucs_status_t>> failed;
     failed.swap(failed_endpoints_);
     for (auto& [peer, status] : failed) {
-      retire_peer(peer, Status::failure(StatusCode::kPeerFailed,
-                                        describe_ucx_failure(
-                                            "the endpoint to peer '" + peer->key + "' failed",
-                                            status)));
+      retire_peer(peer,
+                  Status::failure(StatusCode::kPeerFailed,
+                                  describe_ucx_failure(
+                                      "the endpoint to peer '" + peer->key + "' failed", status)));
     }
   }
 }
@@ -632,8 +661,8 @@ void UcxTransport::shut_down_on_progress_thread() {
   std::vector<Peer*> connected;
   for (auto& [key, peer] : peers_) connected.push_back(peer.get());
   for (Peer* peer : connected) {
-    retire_peer(peer, Status::failure(StatusCode::kShuttingDown,
-                                      "the UCX transport is shutting down"));
+    retire_peer(peer,
+                Status::failure(StatusCode::kShuttingDown, "the UCX transport is shutting down"));
   }
   // Wait for the force closes to purge every outstanding get, so no done runs while UCX may
   // still write into the caller's memory.
@@ -645,10 +674,10 @@ void UcxTransport::shut_down_on_progress_thread() {
     if (!retiring_peers_.empty() || !pulls_in_flight_.empty()) wait_for_events(/*busy=*/true);
   }
   if (!retiring_peers_.empty() || !pulls_in_flight_.empty()) {
-    spdlog::warn("kv-transfer: {} endpoints and {} pulls still open after {} ms; destroying the "
-                 "UCX worker anyway",
-                 retiring_peers_.size(), pulls_in_flight_.size(),
-                 config_.shutdown_timeout.count());
+    spdlog::warn(
+        "kv-transfer: {} endpoints and {} pulls still open after {} ms; destroying the "
+        "UCX worker anyway",
+        retiring_peers_.size(), pulls_in_flight_.size(), config_.shutdown_timeout.count());
   }
   for (std::unique_ptr<Peer>& peer : retiring_peers_) {
     if (peer->close_request != nullptr) ucp_request_free(peer->close_request);

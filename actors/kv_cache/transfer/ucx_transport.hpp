@@ -7,8 +7,9 @@
 // UCX 1.13) a peer's get is emulated with active messages that OUR worker must answer.
 //
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails its pulls instead of hanging
-// them. With UCX 1.13 (Debian 12) that narrows the usable transports (tests/actors/
-// kv_transfer_test.cpp checks each claim):
+// them. With UCX 1.13 (Debian 12) that narrows the usable transports (seen with
+// UCX_LOG_LEVEL=info, whose "ep_cfg" lines name each lane, and in tests/actors/
+// kv_transfer_test.cpp):
 //   - tcp: works (lo or eth0, UCX's default device choice). tcp has no RMA get in 1.13, so a
 //     get is emulated with active messages ("rma_am" lane) answered by the peer's worker.
 //   - posix/sysv shared memory: refused for PEER mode ("no peer failure handler"); UCX_TLS=
@@ -18,7 +19,14 @@
 //     process_vm_readv needs ptrace rights over the peer: with kernel.yama.ptrace_scope=2 (our
 //     hosts) only root (CAP_SYS_PTRACE) has them.
 //   - UCX_PROTO_ENABLE=y (1.13's experimental protocols) aborts in ucp_ep_reqs_purge when an
-//     endpoint with an outstanding get is force-closed: leave it off.
+//     endpoint with an outstanding get fails or is force-closed: leave it off.
+// NOTE (UCX 1.13 bug, tcp only): the peer answers our emulated get in ucp_get_req_handler; if
+// our connection has failed by then (we died, timed out or forgot it), its reply's send error is
+// fatal inside UCX and the PEER process aborts. So a decode engine dying mid-pull can take its
+// prefill engine down (seen about once per 100-200 kills in tests/actors/kv_transfer_test.cpp,
+// DISABLED_ADecodeEngineDyingMidPull...). Hardware RMA (rc/dc) does not involve the peer's CPU
+// and is not affected. Over tcp, a transfer built on UCP active messages should avoid it (a user
+// send completes with an error status instead; untested).
 //
 // Thread-safety: make_ucx_transport() from any thread; the returned object as KvTransport says.
 #pragma once
