@@ -15,6 +15,7 @@
 // Thread-safety: plain values.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,6 +85,14 @@ struct KvMetadata {
   // Equal on two servers iff their KV is interchangeable: model file hash, KV dtype, layers,
   // KV heads, head dim, block size (hex of a SHA-256).
   std::string compatibility_hash;
+};
+
+// Decode side, kv-cache actor -> ingress: a prefill server cannot be used for a while (its
+// handshake failed, or its KV is incompatible): send it no prompts until then.
+struct PeerUnusable {
+  PeerAddress peer;
+  std::chrono::milliseconds for_how_long{0};
+  std::string why;
 };
 
 }  // namespace troupe::disagg

@@ -244,11 +244,15 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   if (kv_metadata_) {
     std::weak_ptr<kv_cache::KvCacheActor> kv_weak = kv_cache_;
     std::weak_ptr<scheduler::SchedulerActor> scheduler_weak = scheduler_;
+    std::weak_ptr<ingress::IngressActor> ingress_weak = ingress_;
     kv_cache::KvTransferAgent::Outbox outbox{
         [kv_weak](kv_cache::KvCacheMessage m) {
           if (auto kv = kv_weak.lock()) kv->deliver(std::move(m));
         },
-        [scheduler_weak](scheduler::SchedulerMessage m) { deliver_to(scheduler_weak, std::move(m)); }};
+        [scheduler_weak](scheduler::SchedulerMessage m) { deliver_to(scheduler_weak, std::move(m)); },
+        [ingress_weak](disagg::PeerUnusable m) {
+          deliver_to(ingress_weak, ingress::IngressMessage{std::move(m)});
+        }};
     kv_cache_->set_transfer_agent(std::make_unique<kv_cache::KvTransferAgent>(
         config.disagg, *kv_metadata_, std::move(movement.transport), peers, std::move(outbox)));
   }

@@ -87,9 +87,11 @@ boost::asio::awaitable<void> IngressActor::handle(IngressMessage message) {
           on_refused(m);
         } else if constexpr (std::is_same_v<T, StepFailed>) {
           on_step_failed(m);
-        } else {
-          static_assert(std::is_same_v<T, RemotePrefillDone>);
+        } else if constexpr (std::is_same_v<T, RemotePrefillDone>) {
           on_remote_prefill_done(m);
+        } else {
+          static_assert(std::is_same_v<T, disagg::PeerUnusable>);
+          on_peer_unusable(m);
         }
       },
       message);
@@ -279,13 +281,23 @@ bool IngressActor::start_remote_prefill(LiveRequest& live, scheduler::NewRequest
       static_cast<int32_t>(admit.prompt_token_ids.size()) < config.min_remote_prefill_tokens) {
     return false;
   }
-  // Least in-flight calls first; among equals, round robin.
-  prefill_calls_per_peer_.resize(config.prefill_peers.size(), 0);
-  size_t chosen = next_prefill_peer_ % config.prefill_peers.size();
-  for (size_t k = 0; k < config.prefill_peers.size(); ++k) {
-    const size_t i = (next_prefill_peer_ + k) % config.prefill_peers.size();
-    if (prefill_calls_per_peer_[i] < prefill_calls_per_peer_[chosen]) chosen = i;
+  // Least in-flight calls first; among equals, round robin. Peers paused after a failure are
+  // skipped; with none left the prompt is computed here.
+  const size_t num_peers = config.prefill_peers.size();
+  prefill_calls_per_peer_.resize(num_peers, 0);
+  peer_unusable_until_.resize(num_peers, Clock::time_point{});
+  const Clock::time_point now = Clock::now();
+  std::optional<size_t> best;
+  for (size_t k = 0; k < num_peers; ++k) {
+    const size_t i = (next_prefill_peer_ + k) % num_peers;
+    if (peer_unusable_until_[i] > now) continue;
+    if (!best || prefill_calls_per_peer_[i] < prefill_calls_per_peer_[*best]) best = i;
   }
+  if (!best) {
+    ++num_remote_prefill_fallbacks_;
+    return false;
+  }
+  const size_t chosen = *best;
   next_prefill_peer_ = chosen + 1;
   ++prefill_calls_per_peer_[chosen];
   disagg::PrefillCall call;
@@ -348,8 +360,13 @@ void IngressActor::on_remote_prefill_done(RemotePrefillDone& done) {
     return;
   }
   if (!reply.error.empty()) {
-    // Prefill server down, slow or refusing: this server computes the prompt itself.
+    // Prefill server down, slow or refusing: this server computes the prompt itself. One that
+    // did not answer at all gets no prompts for a second (it may be restarting).
     ++num_remote_prefill_fallbacks_;
+    if (reply.http_status == 0 && live.prefill_peer >= 0) {
+      peer_unusable_until_.resize(disagg_.config.prefill_peers.size(), Clock::time_point{});
+      peer_unusable_until_[static_cast<size_t>(live.prefill_peer)] = Clock::now() + std::chrono::seconds(1);
+    }
     spdlog::warn("request {}: remote prefill failed ({}); prefilling locally", live.request_id, reply.error);
     send_admission(live, std::move(admit));
     return;
@@ -365,6 +382,17 @@ void IngressActor::on_remote_prefill_done(RemotePrefillDone& done) {
   admit.remote_kv = std::move(source);
   admit.first_token_id = reply.params.first_token_id;
   send_admission(live, std::move(admit));
+}
+
+void IngressActor::on_peer_unusable(const disagg::PeerUnusable& unusable) {
+  const std::vector<disagg::PeerAddress>& peers = disagg_.config.prefill_peers;
+  peer_unusable_until_.resize(peers.size(), Clock::time_point{});
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (!(peers[i] == unusable.peer)) continue;
+    peer_unusable_until_[i] = Clock::now() + unusable.for_how_long;
+    spdlog::warn("prefill server {} gets no prompts for {} ms: {}", unusable.peer.to_string(),
+                 unusable.for_how_long.count(), unusable.why);
+  }
 }
 
 void IngressActor::send_admission(LiveRequest& live, scheduler::NewRequest admit) {
@@ -490,6 +518,11 @@ void IngressActor::tell_end(LiveRequest& request, const scheduler::FinishedSeque
   const std::string reason(stopped ? std::string_view("stop")
                                    : scheduler::openai_finish_reason(finished.reason));
   request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
+  // A do_remote_decode answer nobody received: its KV can never be pulled, so free it now
+  // rather than at lease expiry. (A client that leaves after this point: the lease covers it.)
+  if (finished.held_kv && request.client_gone) {
+    send_to_scheduler(scheduler::ReleaseHeldKv{request.request_id, /*forget_lease=*/true});
+  }
 }
 
 void IngressActor::on_refused(const AdmissionRefused& refusal) {

@@ -105,6 +105,7 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   bool start_remote_prefill(LiveRequest& live, scheduler::NewRequest& admit,
                             const engine::GenerateRequest& request);
   void on_remote_prefill_done(RemotePrefillDone& done);
+  void on_peer_unusable(const disagg::PeerUnusable& unusable);
   void send_admission(LiveRequest& live, scheduler::NewRequest admit);
   void on_step_events(StepEvents& events);
   void on_token(LiveRequest& request, const scheduler::GeneratedToken& token, Clock::time_point now);
@@ -136,6 +137,7 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   uint64_t num_refused_ = 0;
   Disagg disagg_;
   std::vector<int32_t> prefill_calls_per_peer_;  // in flight, for least-loaded choice
+  std::vector<Clock::time_point> peer_unusable_until_;  // no prompts to a peer before this
   size_t next_prefill_peer_ = 0;                 // round robin among the least loaded
   uint64_t num_remote_prefills_ = 0;
   uint64_t num_remote_prefill_fallbacks_ = 0;

@@ -71,7 +71,8 @@ struct RemotePrefillDone {
   disagg::PrefillReply reply;
 };
 
-using IngressMessage = std::variant<Submit, PromptBuilt, CancelRequest, CancelAll, StepEvents,
-                                    SequencesEnded, AdmissionRefused, StepFailed, RemotePrefillDone>;
+using IngressMessage =
+    std::variant<Submit, PromptBuilt, CancelRequest, CancelAll, StepEvents, SequencesEnded,
+                 AdmissionRefused, StepFailed, RemotePrefillDone, disagg::PeerUnusable>;
 
 }  // namespace troupe::ingress

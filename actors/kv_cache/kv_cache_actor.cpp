@@ -43,7 +43,9 @@ boost::asio::awaitable<void> KvCacheActor::handle(KvCacheMessage message) {
 void KvCacheActor::handle_transfer(KvCacheMessage& message) {
   if (agent_ == nullptr) {
     // Only a wiring bug sends these without an agent; answer so nothing waits forever.
-    if (auto* release = std::get_if<ReleaseKvLease>(&message)) release->reply->set_value(false);
+    if (auto* release = std::get_if<ReleaseKvLease>(&message); release && release->reply) {
+      release->reply->set_value(false);
+    }
     spdlog::error("kv-cache: a KV transfer message without a transfer agent");
     return;
   }
@@ -61,7 +63,8 @@ void KvCacheActor::handle_transfer(KvCacheMessage& message) {
         } else if constexpr (std::is_same_v<T, OpenKvLease>) {
           agent_->open_lease(m.request_id, std::chrono::steady_clock::now());
         } else if constexpr (std::is_same_v<T, ReleaseKvLease>) {
-          m.reply->set_value(agent_->release_lease(m.request_id));
+          const bool released = agent_->release_lease(m.request_id);
+          if (m.reply) m.reply->set_value(released);
         } else if constexpr (std::is_same_v<T, SweepKvLeases>) {
           agent_->expire_leases(std::chrono::steady_clock::now());
         }
@@ -154,7 +157,7 @@ void KvCacheActor::abandon(KvCacheMessage message) {
         } else if constexpr (std::is_same_v<T, FlushPrefixCache>) {
           m.reply->set_value(0);
         } else if constexpr (std::is_same_v<T, ReleaseKvLease>) {
-          m.reply->set_value(false);
+          if (m.reply) m.reply->set_value(false);
         }
       },
       message);

@@ -10,6 +10,12 @@
 namespace troupe::kv_cache {
 namespace {
 
+// How long ingress sends no prompts to a prefill server whose handshake failed: briefly when it
+// did not answer (it may be restarting), longer when it answered with incompatible KV (someone
+// must restart it with the right model).
+constexpr std::chrono::milliseconds kUnreachablePeerPause{1000};
+constexpr std::chrono::milliseconds kIncompatiblePeerPause{30000};
+
 std::string peer_key_of(const scheduler::RemoteKvSource& source) {
   return disagg::PeerAddress{source.host, static_cast<uint16_t>(source.port)}.to_string();
 }
@@ -93,15 +99,25 @@ void KvTransferAgent::on_metadata(const std::string& peer_key, disagg::MetadataR
   Peer& peer = peer_states_[peer_key];
   peer.fetching = false;
   std::vector<PendingPull> waiting = std::exchange(peer.waiting, {});
-  if (const std::string* error = std::get_if<std::string>(&reply)) {
+  // A peer that cannot be used now gets no prompts for a while: each would be computed twice
+  // (there, then here after the failed pull).
+  const auto unusable = [&](std::chrono::milliseconds how_long, const std::string& why) {
     ++stats_.num_handshake_failures;
+    if (outbox_.to_ingress && !waiting.empty()) {
+      const scheduler::RemoteKvSource& source = waiting.front().order.source;
+      outbox_.to_ingress(disagg::PeerUnusable{
+          disagg::PeerAddress{source.host, static_cast<uint16_t>(source.port)}, how_long, why});
+    }
+  };
+  if (const std::string* error = std::get_if<std::string>(&reply)) {
+    unusable(kUnreachablePeerPause, "handshake: " + *error);
     for (const PendingPull& p : waiting) fail(p.order, "handshake: " + *error);
     return;
   }
   disagg::KvMetadata metadata = std::get<disagg::KvMetadata>(std::move(reply));
   if (auto mismatch = disagg::check_compatible(own_, metadata)) {
-    ++stats_.num_handshake_failures;
     spdlog::error("kv-transfer: prefill server {} is not compatible: {}", peer_key, *mismatch);
+    unusable(kIncompatiblePeerPause, *mismatch);
     for (const PendingPull& p : waiting) fail(p.order, *mismatch);
     return;
   }

@@ -39,6 +39,7 @@ class KvTransferAgent {
   struct Outbox {
     std::function<void(KvCacheMessage)> to_self;  // from any thread; must not be lost
     std::function<void(scheduler::SchedulerMessage)> to_scheduler;
+    std::function<void(disagg::PeerUnusable)> to_ingress;  // may be empty (tests)
   };
 
   // `transport` may be null (a combined server moves no KV: pulls fail at once, leases still

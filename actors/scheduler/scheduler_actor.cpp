@@ -85,7 +85,9 @@ void SchedulerActor::apply(SchedulerMessage message) {
           policy_.kv_resident(m.request_id, m.ok);
         } else {
           static_assert(std::is_same_v<T, ReleaseHeldKv>);
-          policy_.release_transferred(m.request_id);
+          if (policy_.release_transferred(m.request_id) && m.forget_lease) {
+            kv_cache_->deliver(kv_cache::KvCacheMessage{kv_cache::ReleaseKvLease{m.request_id, nullptr}});
+          }
         }
       },
       message);

@@ -32,8 +32,11 @@ struct KvResident {
 };
 
 // The kv-cache actor: a decode server released a held sequence's KV, or its lease expired.
+// Or ingress (forget_lease true): the request's client left before it got the answer that
+// names the KV, so nobody can pull it; the kv-cache actor's lease is dropped too.
 struct ReleaseHeldKv {
   RequestId request_id = 0;
+  bool forget_lease = false;
 };
 
 using SchedulerMessage =

@@ -91,7 +91,8 @@ struct Rig {
     config.kv_lease = std::chrono::milliseconds(1000);
     KvTransferAgent::Outbox outbox{
         [this](KvCacheMessage m) { to_self.push_back(std::move(m)); },
-        [this](scheduler::SchedulerMessage m) { to_scheduler.push_back(std::move(m)); }};
+        [this](scheduler::SchedulerMessage m) { to_scheduler.push_back(std::move(m)); },
+        [this](disagg::PeerUnusable m) { to_ingress.push_back(std::move(m)); }};
     agent = std::make_unique<KvTransferAgent>(config, std::move(own), std::move(fake), peers,
                                               std::move(outbox));
   }
@@ -117,6 +118,7 @@ struct Rig {
   std::shared_ptr<FakePeers> peers;
   std::deque<KvCacheMessage> to_self;
   std::vector<scheduler::SchedulerMessage> to_scheduler;
+  std::vector<disagg::PeerUnusable> to_ingress;
   std::unique_ptr<KvTransferAgent> agent;
 };
 
@@ -177,6 +179,10 @@ TEST(KvTransferAgent, AnIncompatiblePeerFailsItsPullsSoThePromptIsComputedLocall
   EXPECT_FALSE(rig.residents()[0].ok);
   EXPECT_EQ(rig.agent->snapshot().num_handshake_failures, 1u);
   EXPECT_EQ(rig.peers->releases.size(), 1u);  // the lease is given back at once
+  // Ingress sends that server no more prompts for a while (each would be computed twice).
+  ASSERT_EQ(rig.to_ingress.size(), 1u);
+  EXPECT_EQ(rig.to_ingress[0].peer.to_string(), "127.0.0.1:8081");
+  EXPECT_GE(rig.to_ingress[0].for_how_long, std::chrono::seconds(10));
 }
 
 TEST(KvTransferAgent, AnUnreachablePeerFailsTheHandshakeAndTheNextPullTriesAgain) {
@@ -262,7 +268,9 @@ TEST(KvTransferAgent, WithoutATransportEveryPullFailsAtOnce) {
   disagg::DisaggConfig config;
   std::vector<scheduler::SchedulerMessage> to_scheduler;
   KvTransferAgent agent(config, metadata("combined"), nullptr, nullptr,
-                        {[](KvCacheMessage) {}, [&](scheduler::SchedulerMessage m) { to_scheduler.push_back(std::move(m)); }});
+                        {[](KvCacheMessage) {},
+                         [&](scheduler::SchedulerMessage m) { to_scheduler.push_back(std::move(m)); },
+                         {}});
   agent.pull(order(1, "prefill-1", {{1, 1}}));
   ASSERT_EQ(to_scheduler.size(), 1u);
   EXPECT_FALSE(std::get<KvResident>(to_scheduler[0]).ok);

@@ -682,6 +682,22 @@ TEST(KvTransferUcxTls, PosixAndCmaAloneAreRefusedFast) {
 // ---------------------------------------------------------------------------------------------
 // The pure helpers behind pull(): no UCX.
 
+TEST(KvTransferUcxTls, AListWithoutATransportThatReportsDeadPeersIsRefusedAtStart) {
+  EXPECT_TRUE(check_transport_list("posix,cma").has_value());
+  EXPECT_TRUE(check_transport_list("sm").has_value());
+  EXPECT_FALSE(check_transport_list("posix,cma,tcp").has_value());
+  EXPECT_FALSE(check_transport_list("tcp").has_value());
+  EXPECT_FALSE(check_transport_list("rc_x,sm").has_value());
+  EXPECT_FALSE(check_transport_list("").has_value());        // UCX's own choice
+  EXPECT_FALSE(check_transport_list("^posix").has_value());  // everything but posix
+  std::vector<std::byte> memory(4096);
+  std::string error;
+  UcxTransportConfig config;
+  config.transports = "posix,cma";
+  EXPECT_EQ(make_ucx_transport(memory.data(), memory.size(), config, &error), nullptr);
+  EXPECT_NE(error.find("cannot report a dead peer"), std::string::npos) << error;
+}
+
 TEST(KvTransferSegments, CoalescingMergesOnlyNeighboursContiguousOnBothSides) {
   const std::vector<Segment> segments = {
       {.remote_offset = 0, .local_offset = 100, .bytes = 10},

@@ -30,12 +30,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -697,9 +699,34 @@ void UcxTransport::shut_down_on_progress_thread() {
 
 }  // namespace
 
+std::optional<std::string> check_transport_list(std::string_view transports) {
+  if (transports.empty() || transports.front() == '^') return std::nullopt;  // UCX's choice / all but
+  // Transports whose endpoints can report a dead peer (UCP_ERR_HANDLING_MODE_PEER), which every
+  // endpoint here needs: a pull must fail, never hang, when its peer dies.
+  constexpr std::string_view kReportsPeerFailure[] = {"tcp", "ib", "rc", "rc_v", "rc_x", "rc_mlx5",
+                                                      "ud", "ud_v", "ud_x", "ud_mlx5", "dc",
+                                                      "dc_x", "dc_mlx5", "all"};
+  size_t start = 0;
+  while (start <= transports.size()) {
+    const size_t end = std::min(transports.find(',', start), transports.size());
+    const std::string_view name = transports.substr(start, end - start);
+    for (std::string_view good : kReportsPeerFailure) {
+      if (name == good) return std::nullopt;
+    }
+    start = end + 1;
+  }
+  return "UCX transports '" + std::string(transports) +
+         "' cannot report a dead peer (UCX 1.13's shared memory transports posix, sysv, cma "
+         "cannot), so a pull could hang: add tcp or an RDMA transport (e.g. posix,cma,tcp)";
+}
+
 std::unique_ptr<KvTransport> make_ucx_transport(void* base, size_t bytes,
                                                 const UcxTransportConfig& config,
                                                 std::string* error) {
+  if (auto refused = check_transport_list(config.transports)) {
+    if (error != nullptr) *error = std::move(*refused);
+    return nullptr;
+  }
   auto transport = std::make_unique<UcxTransport>(base, bytes, config);
   if (std::string failure = transport->start(); !failure.empty()) {
     if (error != nullptr) *error = std::move(failure);

@@ -34,7 +34,9 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "actors/kv_cache/transfer/kv_transport.hpp"
 
@@ -57,6 +59,11 @@ struct UcxTransportConfig {
 // Registers [base, base + bytes) (existing host memory: the KV arena; it must outlive the
 // transport) with ucp_mem_map and starts the progress thread. Returns nullptr and sets *error
 // when UCX cannot be initialised; never throws for UCX failures.
+// Why a UCX transport list cannot serve KV pulls (none of its transports reports a dead peer),
+// or nullopt when it can; "" (UCX's own choice) and exclusions ("^...") are accepted.
+std::optional<std::string> check_transport_list(std::string_view transports);
+
+// Refuses (nullptr, *error set) a list check_transport_list() refuses.
 std::unique_ptr<KvTransport> make_ucx_transport(void* base, size_t bytes,
                                                 const UcxTransportConfig& config,
                                                 std::string* error);
