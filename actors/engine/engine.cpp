@@ -16,8 +16,6 @@
 #include <random>
 #include <thread>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -77,24 +75,6 @@ scheduler::StepCostFitterConfig step_cost_fitter_config(const model::ModelInfo& 
   config.arithmetic.flops_per_context = 4.0 * static_cast<double>(info.num_layers) * embd;
   config.arithmetic.flops_per_sampled = 2.0 * embedding;
   return config;
-}
-
-// A message from another thread that must not be lost (a lost KvResident would hold its
-// blocks forever): try_send, and when the mailbox is momentarily full, wait for room on the
-// actor's own executor.
-template <typename ActorT, typename Message>
-void deliver_to(const std::weak_ptr<ActorT>& weak, Message message) {
-  std::shared_ptr<ActorT> actor = weak.lock();
-  if (!actor || actor->try_send(std::move(message)) != SendStatus::kFull) return;
-  boost::asio::co_spawn(
-      actor->lifecycle().executor(),
-      [actor, message = std::move(message)]() mutable {
-        return [](std::shared_ptr<ActorT> target, Message pending) -> boost::asio::awaitable<void> {
-          auto sending = target->send(std::move(pending));
-          co_await std::move(sending);
-        }(std::move(actor), std::move(message));
-      },
-      boost::asio::detached);
 }
 
 std::string random_engine_id() {
@@ -168,7 +148,6 @@ class EngineImpl final : public Engine {
 
  private:
   void shutdown(std::chrono::milliseconds deadline);
-  void post_cancel(RequestId request_id);
 
   ModelCard card_;
   std::shared_ptr<const model::GgufFile> file_;
@@ -249,9 +228,9 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
         [kv_weak](kv_cache::KvCacheMessage m) {
           if (auto kv = kv_weak.lock()) kv->deliver(std::move(m));
         },
-        [scheduler_weak](scheduler::SchedulerMessage m) { deliver_to(scheduler_weak, std::move(m)); },
+        [scheduler_weak](scheduler::SchedulerMessage m) { actors::runtime::deliver(scheduler_weak.lock(), std::move(m)); },
         [ingress_weak](disagg::PeerUnusable m) {
-          deliver_to(ingress_weak, ingress::IngressMessage{std::move(m)});
+          actors::runtime::deliver(ingress_weak.lock(), ingress::IngressMessage{std::move(m)});
         }};
     kv_cache_->set_transfer_agent(std::make_unique<kv_cache::KvTransferAgent>(
         config.disagg, *kv_metadata_, std::move(movement.transport), peers, std::move(outbox)));
@@ -285,26 +264,9 @@ RequestId EngineImpl::submit(GenerateRequest request, std::shared_ptr<RequestSin
   return id;
 }
 
+// A cancel must not be lost when the mailbox is momentarily full (deliver waits for room).
 void EngineImpl::cancel(RequestId request_id) {
-  ingress::IngressMessage message{ingress::CancelRequest{request_id}};
-  if (ingress_->try_send(std::move(message)) == SendStatus::kFull) post_cancel(request_id);
-}
-
-// A cancel must not be lost when the mailbox is momentarily full: a coroutine on the ingress
-// executor waits for room.
-void EngineImpl::post_cancel(RequestId request_id) {
-  std::shared_ptr<ingress::IngressActor> ingress = ingress_;
-  boost::asio::co_spawn(
-      ingress_thread_->executor(),
-      [ingress, request_id]() -> boost::asio::awaitable<void> {
-        return [](std::shared_ptr<ingress::IngressActor> actor,
-                  RequestId id) -> boost::asio::awaitable<void> {
-          ingress::IngressMessage message{ingress::CancelRequest{id}};
-          auto sending = actor->send(std::move(message));
-          co_await std::move(sending);
-        }(ingress, request_id);
-      },
-      boost::asio::detached);
+  actors::runtime::deliver(ingress_, ingress::IngressMessage{ingress::CancelRequest{request_id}});
 }
 
 bool EngineImpl::release_kv_lease(std::string_view remote_request_id) {

@@ -2,8 +2,6 @@
 
 #include <type_traits>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 
 #include <fmt/format.h>
@@ -162,25 +160,12 @@ void IngressActor::on_submit(Submit& submit) {
 void IngressActor::build_prompt(engine::RequestId request_id, engine::GenerateRequest request) {
   std::weak_ptr<Actor<IngressMessage>> self = weak_from_this();
   std::shared_ptr<const PromptBuilder> prompts = prompts_;
-  boost::asio::post(prompt_executor_, [self, prompts, request_id, request = std::move(request),
-                                       executor = prompt_executor_]() mutable {
+  boost::asio::post(prompt_executor_, [self, prompts, request_id, request = std::move(request)]() mutable {
     std::variant<BuiltPrompt, RequestError> built = prompts->build(request);
     std::shared_ptr<Actor<IngressMessage>> actor = self.lock();
     if (!actor) return;  // the engine is gone
-    IngressMessage message{PromptBuilt{request_id, std::move(built), std::move(request)}};
-    if (actor->try_send(std::move(message)) != SendStatus::kFull) return;  // or closed: run() ends it
-    // NOTE: a full mailbox must not lose the result (the request would hang): wait for room
-    // on the worker's executor, holding the actor until then.
-    boost::asio::co_spawn(
-        executor,
-        [actor, message = std::move(message)]() mutable {
-          return [](std::shared_ptr<Actor<IngressMessage>> target,
-                    IngressMessage pending) -> boost::asio::awaitable<void> {
-            auto sending = target->send(std::move(pending));
-            co_await std::move(sending);
-          }(std::move(actor), std::move(message));
-        },
-        boost::asio::detached);
+    // NOTE: a full mailbox must not lose the result (the request would hang).
+    actors::runtime::deliver(std::move(actor), IngressMessage{PromptBuilt{request_id, std::move(built), std::move(request)}});
   });
 }
 

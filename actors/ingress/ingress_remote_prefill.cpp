@@ -2,8 +2,6 @@
 // role with prefill peers) sending long prompts to a prefill server before the scheduler sees
 // them. The prefill server's answer comes back as RemotePrefillDone; failures fall back to a
 // local prefill. See actors/disagg/disagg_types.hpp for the contract.
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/ingress/ingress_actor.hpp"
@@ -13,6 +11,24 @@ namespace troupe::ingress {
 using actors::runtime::SendStatus;
 using engine::ErrorCode;
 using engine::RequestError;
+
+namespace {
+
+scheduler::RemoteKvSource remote_source_of(const disagg::KvTransferParams& params,
+                                           size_t num_prompt_tokens) {
+  scheduler::RemoteKvSource source;
+  source.engine_id = params.remote_engine_id;
+  source.host = params.remote_host;
+  source.port = params.remote_port;
+  source.request_id = params.remote_request_id;
+  source.block_ids = params.remote_block_ids;
+  // vLLM's prefill servers do not say how many positions the blocks hold: the prompt's.
+  source.num_tokens = params.remote_num_tokens > 0 ? params.remote_num_tokens
+                                                   : static_cast<int32_t>(num_prompt_tokens);
+  return source;
+}
+
+}  // namespace
 
 std::optional<RequestError> IngressActor::apply_kv_transfer(scheduler::NewRequest& admit,
                                                             const engine::GenerateRequest& request) const {
@@ -41,16 +57,7 @@ std::optional<RequestError> IngressActor::apply_kv_transfer(scheduler::NewReques
                         "remote_request_id, remote_host and remote_port",
                         "kv_transfer_params"};
   }
-  scheduler::RemoteKvSource source;
-  source.engine_id = params.remote_engine_id;
-  source.host = params.remote_host;
-  source.port = params.remote_port;
-  source.request_id = params.remote_request_id;
-  source.block_ids = params.remote_block_ids;
-  // vLLM's prefill servers do not say how many positions the blocks hold: the prompt's.
-  source.num_tokens = params.remote_num_tokens > 0 ? params.remote_num_tokens
-                                                   : static_cast<int32_t>(admit.prompt_token_ids.size());
-  admit.remote_kv = std::move(source);
+  admit.remote_kv = remote_source_of(params, admit.prompt_token_ids.size());
   // The prefill server's token carries no logprobs: a request that wants them samples its
   // first token here (the prompt's last position is recomputed).
   if (!request.sampling.logprobs && request.sampling.top_logprobs == 0) {
@@ -104,22 +111,7 @@ bool IngressActor::start_remote_prefill(LiveRequest& live, scheduler::NewRequest
   const engine::RequestId request_id = live.request_id;
   ++num_remote_prefills_;
   live.prefill_call_id = disagg_.peers->prefill(std::move(call), [self, request_id](disagg::PrefillReply reply) {
-    std::shared_ptr<Actor<IngressMessage>> actor = self.lock();
-    if (!actor) return;
-    IngressMessage message{RemotePrefillDone{request_id, std::move(reply)}};
-    // A full mailbox: retried by a coroutine on the actor's executor, never dropped (the
-    // request would hang).
-    if (actor->try_send(std::move(message)) != SendStatus::kFull) return;
-    boost::asio::co_spawn(
-        actor->lifecycle().executor(),
-        [actor, message = std::move(message)]() mutable {
-          return [](std::shared_ptr<Actor<IngressMessage>> target,
-                    IngressMessage pending) -> boost::asio::awaitable<void> {
-            auto sending = target->send(std::move(pending));
-            co_await std::move(sending);
-          }(std::move(actor), std::move(message));
-        },
-        boost::asio::detached);
+    actors::runtime::deliver(self.lock(), IngressMessage{RemotePrefillDone{request_id, std::move(reply)}});
   });
   return true;
 }
@@ -159,15 +151,7 @@ void IngressActor::on_remote_prefill_done(RemotePrefillDone& done) {
     send_admission(live, std::move(admit));
     return;
   }
-  scheduler::RemoteKvSource source;
-  source.engine_id = reply.params.remote_engine_id;
-  source.host = reply.params.remote_host;
-  source.port = reply.params.remote_port;
-  source.request_id = reply.params.remote_request_id;
-  source.block_ids = reply.params.remote_block_ids;
-  source.num_tokens = reply.params.remote_num_tokens > 0 ? reply.params.remote_num_tokens
-                                                         : static_cast<int32_t>(admit.prompt_token_ids.size());
-  admit.remote_kv = std::move(source);
+  admit.remote_kv = remote_source_of(reply.params, admit.prompt_token_ids.size());
   admit.first_token_id = reply.params.first_token_id;
   send_admission(live, std::move(admit));
 }

@@ -74,18 +74,7 @@ void KvCacheActor::handle_transfer(KvCacheMessage& message) {
 }
 
 void KvCacheActor::deliver(KvCacheMessage message) {
-  if (try_send(std::move(message)) != actors::runtime::SendStatus::kFull) return;
-  // NOTE: try_send leaves the message intact when it refuses it.
-  auto self = std::static_pointer_cast<KvCacheActor>(shared_from_this());
-  boost::asio::co_spawn(
-      lifecycle().executor(),
-      [self, message = std::move(message)]() mutable -> boost::asio::awaitable<void> {
-        return [](std::shared_ptr<KvCacheActor> actor, KvCacheMessage m) -> boost::asio::awaitable<void> {
-          auto sending = actor->send(std::move(m));
-          co_await std::move(sending);
-        }(std::move(self), std::move(message));
-      },
-      boost::asio::detached);
+  actors::runtime::deliver(std::static_pointer_cast<KvCacheActor>(shared_from_this()), std::move(message));
 }
 
 void KvCacheActor::start_lease_clock(std::chrono::milliseconds period) {

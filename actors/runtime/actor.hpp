@@ -47,6 +47,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 
@@ -224,6 +225,27 @@ boost::asio::awaitable<void> Actor<Message>::run_then_close() {
     else if (mailbox_.drained()) break;
   }
   if (failure) std::rethrow_exception(failure);
+}
+
+// For callbacks on foreign threads (a transport, an HTTP client, a prompt worker) whose message
+// must not be lost — a lost completion would leave its request or its KV blocks held forever:
+// try_send, and when the mailbox is momentarily full, a coroutine on the actor's executor waits
+// for room (holding the actor until then). A closed mailbox drops the message (shutting down).
+// Any thread.
+template <typename ActorType, typename Message>
+void deliver(std::shared_ptr<ActorType> actor, Message message) {
+  if (!actor || actor->try_send(std::move(message)) != SendStatus::kFull) return;
+  // NOTE: try_send leaves the message intact when it refuses it.
+  boost::asio::any_io_executor executor = actor->lifecycle().executor();
+  boost::asio::co_spawn(
+      executor,
+      [actor = std::move(actor), message = std::move(message)]() mutable {
+        return [](std::shared_ptr<ActorType> target, Message pending) -> boost::asio::awaitable<void> {
+          auto sending = target->send(std::move(pending));  // named: g++ 12.2 co_await temporaries
+          co_await std::move(sending);
+        }(std::move(actor), std::move(message));
+      },
+      boost::asio::detached);
 }
 
 }  // namespace troupe::actors::runtime
