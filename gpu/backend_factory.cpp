@@ -29,6 +29,8 @@ BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
       cuda_config.gpu_memory_utilization = options.gpu_memory_utilization;
       cuda_config.max_num_batched_tokens = options.max_num_batched_tokens;
       cuda_config.max_num_seqs = options.max_num_seqs;
+      cuda_config.kv_host_mirror = options.kv_host_mirror;
+      cuda_config.max_kv_host_mirror_bytes = options.max_kv_host_mirror_bytes;
       built.backend = cuda::CudaBackend::from_gguf(std::move(file), cuda_config);
       built.note = "CUDA backend on " + probe.cuda_devices.front().name +
                    " (experimental: not yet verified on a GPU)";

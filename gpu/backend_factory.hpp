@@ -27,6 +27,10 @@ struct BackendOptions {
   double gpu_memory_utilization = 0.9;
   int32_t max_num_batched_tokens = 8192;
   int32_t max_num_seqs = 256;
+  // Disaggregated prefill/decode: a backend whose KV is not host memory keeps a pinned host
+  // mirror for the KV transport (CUDA), capped at this many bytes.
+  bool kv_host_mirror = false;
+  int64_t max_kv_host_mirror_bytes = 16ll << 30;
 };
 
 struct BuiltBackend {

@@ -63,6 +63,10 @@ struct StepBatch {
   int32_t max_blocks_per_seq = 0;
   std::vector<SamplingSlot> sampling;
   std::vector<int32_t> recent_tokens;  // penalty windows of the sampling slots, concatenated
+  // Blocks whose KV arrived in the backend's host memory (kv_host_memory()) since the last step:
+  // pulled from another server. A backend whose KV lives elsewhere (CUDA) copies them in before
+  // this step's forward pass; the CPU backend's KV is that memory and ignores the list.
+  std::vector<int32_t> kv_blocks_from_host;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
 };

@@ -94,8 +94,7 @@ KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
   const std::optional<gpu::KvHostMemory> memory = backend.kv_host_memory();
   if (!memory) {
     throw std::runtime_error(fmt::format(
-        "disagg.role '{}' needs KV in host memory: the {} backend's device memory is not "
-        "registered for transfer yet (use --backend cpu)",
+        "disagg.role '{}': the {} backend offers no host memory for its KV to move through",
         disagg::to_string(config.disagg.role), backend.name()));
   }
   KvMovement movement;
@@ -187,6 +186,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   backend_options.block_size = policy.block_size;
   backend_options.max_num_batched_tokens = policy.max_num_batched_tokens;
   backend_options.max_num_seqs = policy.max_num_seqs;
+  backend_options.kv_host_mirror = config.disagg.role != disagg::Role::kCombined;
   gpu::BuiltBackend built = gpu::make_backend(file_, backend_options);
   spdlog::info("{}", built.note);
   card_.backend = std::string(built.backend->name());

@@ -235,6 +235,7 @@ class Scheduler {
   // Cancelled while their pull ran: the blocks may still be written until kv_resident().
   std::unordered_map<RequestId, kv_cache::SequenceBlocks> cancelled_pulls_;
   KvWork kv_work_;
+  std::vector<kv_cache::BlockId> kv_blocks_from_host_;  // pulled since the last plan
   uint64_t num_kv_pulls_ = 0;
   uint64_t num_kv_pull_fallbacks_ = 0;
   std::optional<InFlightStep> in_flight_;

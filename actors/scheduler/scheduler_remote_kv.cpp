@@ -79,6 +79,7 @@ bool Scheduler::admit_remote(Sequence& seq) {
   order.source = source;
   for (size_t i = match.blocks.size(); i < seq.kv.blocks.size(); ++i) {
     order.copies.push_back({source.block_ids[i], seq.kv.blocks[i]});
+    seq.pull_destinations.push_back(seq.kv.blocks[i]);
   }
   seq.state = SequenceState::kAwaitingKv;
   awaiting_kv_.push_back(&seq);
@@ -107,6 +108,7 @@ void Scheduler::kv_resident(RequestId request_id, bool ok) {
     // The prefill server is gone, slow, or incompatible: compute the prompt here. The kv-cache
     // actor already released (or gave up on) the lease.
     ++num_kv_pull_fallbacks_;
+    seq.pull_destinations.clear();
     kv().free_sequence(seq.kv);
     seq.remote_kv.reset();
     seq.recompute_last_prompt_token = false;
@@ -116,6 +118,11 @@ void Scheduler::kv_resident(RequestId request_id, bool ok) {
     return;
   }
   seq.num_computed_tokens = seq.remote_kv->num_tokens;
+  // The pulled bytes are in the backend's host memory; the next step brings them in first (a
+  // no-op where that memory is the KV itself, as on the CPU).
+  kv_blocks_from_host_.insert(kv_blocks_from_host_.end(), seq.pull_destinations.begin(),
+                              seq.pull_destinations.end());
+  seq.pull_destinations.clear();
   // Without the prefill server's token, the last prompt position is computed again here to
   // sample from (its KV is rewritten with the same values).
   if (seq.recompute_last_prompt_token) --seq.num_computed_tokens;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -39,6 +40,7 @@ StepPlan Scheduler::build_plan(Draft& draft) {
     last_step_num_seqs_ = 0;
     return plan;
   }
+  plan.batch.kv_blocks_from_host = std::exchange(kv_blocks_from_host_, {});
   // Before the loop below advances num_computed_tokens, which the shape is measured from.
   plan.shape = shape_of(draft);
   if (step_cost_.usable) plan.predicted_ms = step_cost_.predict_ms(plan.shape);

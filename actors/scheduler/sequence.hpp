@@ -96,6 +96,7 @@ struct Sequence {
   bool hold_kv_when_finished = false;
   std::optional<RemoteKvSource> remote_kv;  // reset once pulled, or when the pull failed
   bool recompute_last_prompt_token = false;  // remote KV without a first token
+  std::vector<kv_cache::BlockId> pull_destinations;  // kAwaitingKv: the blocks being filled
 
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission

@@ -13,6 +13,7 @@ target_sources(troupe_gpu_cuda PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_weights.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kv_memory.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kv_host_mirror.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_inputs.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_forward.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_completion.cpp

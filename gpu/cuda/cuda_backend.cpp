@@ -13,6 +13,7 @@
 #include "gpu/cuda/cuda_check.cuh"
 #include "gpu/cuda/cuda_weights.hpp"
 #include "gpu/cuda/device_allocations.hpp"
+#include "gpu/cuda/kv_host_mirror.hpp"
 #include "gpu/cuda/kv_memory.hpp"
 #include "gpu/cuda/sampling.cuh"
 #include "gpu/cuda/step_completion.hpp"
@@ -34,6 +35,7 @@ struct CudaBackend::Impl {
   DeviceAllocations allocations;
   DeviceWeights device_weights;
   KvCache kv_cache;
+  KvHostMirror kv_mirror;  // config.kv_host_mirror: the KV transport's view of the KV
   ForwardScratch scratch;
   void* device_out = nullptr;  // [S] ids, [S] logprobs, [S][20] top ids, [S][20] top logprobs
   void* device_in = nullptr;
@@ -98,6 +100,7 @@ void CudaBackend::Impl::initialize(const model::LlamaWeights& w) {
   device_weights = upload_weights(w, act, stream, allocations);
   allocate_scratch();
   kv_cache = allocate_kv_cache(c, config, allocations);
+  if (config.kv_host_mirror) kv_mirror = KvHostMirror::allocate(kv_cache, c, config.block_size);
 }
 
 void CudaBackend::Impl::allocate_scratch() {
@@ -138,6 +141,7 @@ void CudaBackend::Impl::release() {
     if (s.done != nullptr) cudaEventDestroy(s.done);
     s = StepSlot{};
   }
+  kv_mirror = KvHostMirror();  // before the KV it mirrors (nothing may copy to freed memory)
   allocations.free_all();
   if (cublas != nullptr) cublasDestroy(cublas);
   if (stream != nullptr) cudaStreamDestroy(stream);
@@ -185,9 +189,14 @@ std::vector<SamplingRow> CudaBackend::Impl::enqueue_forward(const StepBatch& b, 
   pack_step_inputs(b, rows, in, config.block_size, slot.host_in);
 
   CUDA_CHECK(cudaEventRecord(slot.start, stream));
+  // KV pulled from another server into the host mirror goes in before anything reads it.
+  kv_mirror.upload(b.kv_blocks_from_host, stream);
   CUDA_CHECK(cudaMemcpyAsync(device_in, slot.host_in, in.total, cudaMemcpyHostToDevice, stream));
   step_inputs = device_step_inputs(device_in, in);
   enqueue_forward_pass(forward_context(), step_inputs, T, S, b.max_blocks_per_seq);
+  // ... and what this step wrote goes out, before the step's completion event: a request that
+  // finishes with this step has its KV in host memory when a decode server comes for it.
+  if (!kv_mirror.empty()) kv_mirror.download(blocks_written_by(b, config.block_size), stream);
   return rows;
 }
 
@@ -236,6 +245,11 @@ KvCacheGeometry CudaBackend::kv_geometry() const {
   g.block_size = impl_->config.block_size;
   g.bytes = impl_->kv_cache.bytes;
   return g;
+}
+
+std::optional<KvHostMemory> CudaBackend::kv_host_memory() {
+  if (impl_->kv_mirror.empty()) return std::nullopt;
+  return impl_->kv_mirror.memory();
 }
 
 void CudaBackend::launch(StepBatch batch, Completion done) {

@@ -49,6 +49,10 @@ struct CudaBackendConfig {
   int32_t max_num_batched_tokens = 8192;  // scratch sizing: most tokens in one step
   int32_t max_num_seqs = 256;             // scratch sizing: most sampling rows in one step
   std::optional<ActType> compute_type;    // default: BF16 for BF16 models, else F16
+  // Disaggregated prefill/decode: keep a pinned host mirror of the KV (kv_host_mirror.hpp) that
+  // the KV transport reads and writes. The KV is capped so the mirror fits the host budget.
+  bool kv_host_mirror = false;
+  int64_t max_kv_host_mirror_bytes = 16ll << 30;
 };
 
 class CudaBackend final : public Backend {
@@ -64,6 +68,8 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   KvCacheGeometry kv_geometry() const override;
+  // The pinned host mirror when CudaBackendConfig::kv_host_mirror (else nullopt).
+  std::optional<KvHostMemory> kv_host_memory() override;
   void launch(StepBatch batch, Completion done) override;
 
   // launch() and wait; throws std::runtime_error with the step's error.

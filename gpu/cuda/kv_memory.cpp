@@ -28,6 +28,9 @@ KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& 
     }
     blocks = std::min<int64_t>(blocks, 1 << 30);
   }
+  // The pinned host mirror (KV transfer) takes as many bytes of host memory as the KV.
+  if (config.kv_host_mirror) blocks = std::min(blocks, config.max_kv_host_mirror_bytes / per_block);
+  if (blocks <= 0) throw std::invalid_argument("CUDA backend: no KV block fits max_kv_host_mirror_bytes");
   KvCache kv_cache;
   kv_cache.num_blocks = static_cast<int32_t>(blocks);
   kv_cache.bytes = per_block * kv_cache.num_blocks;

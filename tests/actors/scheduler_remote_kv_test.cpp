@@ -339,6 +339,11 @@ TEST(SchedulerRemoteKvTest, PulledPromptKvDecodesLikeALocalPrefill) {
   EXPECT_TRUE(slice->sample);
   EXPECT_EQ(plan.batch.positions[static_cast<size_t>(slice->token_offset)], kPromptLen);
   EXPECT_EQ(plan.batch.token_ids[static_cast<size_t>(slice->token_offset)], first_token);
+  // The pulled blocks are named once, in this first plan after the pull, so that a backend
+  // whose KV is not the host memory they landed in (CUDA's pinned mirror) copies them in first.
+  std::vector<int32_t> pulled;
+  for (const BlockCopy& copy : order.copies) pulled.push_back(copy.destination);
+  EXPECT_EQ(plan.batch.kv_blocks_from_host, pulled);
   const StepUpdate update = complete(decode, plan);
   ASSERT_INVARIANTS(decode);
   const std::vector<int32_t> expected = decode.expected_output(1);

@@ -305,6 +305,48 @@ def chat_template_seeds():
     return seeds
 
 
+
+# A GET /v1/kv/metadata body as kv_metadata_json writes it (compact, fields in its order): the
+# layout's last block ends exactly at region_bytes, base_address is above int64's range.
+KV_METADATA = ('{"engine_id":"prefill-7f3a","transport":"ucx","worker_address":"AAECA/7/gIE=",'
+               '"rkey":"cmtleS1ieXRlcw==","base_address":18446603336221200384,'
+               '"region_bytes":327680,"layout":{"num_layers":2,"num_kv_heads":4,"head_dim":64,'
+               '"block_size":16,"num_blocks":10,"dtype":"f16","block_bytes":8192,'
+               '"kv_stride":81920,"layer_stride":163840},"compatibility_hash":"' + "a" * 64 + '"}')
+# vLLM's toy proxy sends the prefill request's params with every unset field null.
+VLLM_NULLS = ('{"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null, '
+              '"remote_block_ids": null, "remote_host": null, "remote_port": null}')
+DECODE_PARAMS = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "eng-1",
+                 "remote_block_ids": [3, 0, 7], "remote_request_id": "req-9",
+                 "remote_host": "10.0.0.2", "remote_port": 8001, "remote_num_tokens": 40,
+                 "first_token_id": 1234, "tp_size": 1}
+
+
+def disagg_codec_seeds():
+    base64 = ["", "Zg==", "Zm8=", "Zm9v", "Zm9vYmFy", "AAECA/7/gIE=", "Zh==", "Zm9=", "Zg=", "Z===",
+              "Zm9v\n", "Zm-_"]
+    params = [VLLM_NULLS, "{}", j(DECODE_PARAMS), j(dict(DECODE_PARAMS, first_token_id=None)),
+              '{"do_remote_prefill": true, "tp_size": 4, "remote_dp_size": {"x": [1]}, '
+              '"foo": null}',
+              '{"remote_port": 65536}', '{"first_token_id": -1}',
+              '{"remote_block_ids": [2147483648]}',
+              '{"remote_block_ids": [1.0, "2"], "remote_num_tokens": 18446744073709551615}', "null"]
+    metadata = [KV_METADATA,
+                KV_METADATA.replace('"region_bytes":327680', '"region_bytes":327679'),
+                KV_METADATA.replace('"layer_stride":163840', '"layer_stride":18446744073709551615'),
+                KV_METADATA.replace('"rkey":"cmtleS1ieXRlcw=="', '"rkey":"cmtleS1ieXRlcx=="'),
+                KV_METADATA.replace('"num_layers":2', '"num_layers":0'),
+                KV_METADATA.replace('"engine_id":"prefill-7f3a",', '')]
+    prefill = [j({"id": "cmpl-1", "object": "text_completion",
+                  "choices": [{"index": 0, "text": "x", "finish_reason": "length"}],
+                  "kv_transfer_params": DECODE_PARAMS}),
+               j({"choices": [{"kv_transfer_params": {"bogus": 1}}],
+                  "kv_transfer_params": dict(DECODE_PARAMS, first_token_id=None)}),
+               j({"kv_transfer_params": dict(DECODE_PARAMS, do_remote_prefill=False)}),
+               '{"kv_transfer_params": null}', "<html>"]
+    return ([b"\x00" + s.encode() for s in base64] + [b"\x01" + s.encode() for s in params] +
+            [b"\x02" + s.encode() for s in metadata] + [b"\x03" + s.encode() for s in prefill])
+
 # --- dictionaries (libFuzzer -dict: one quoted token per line) ----------------------------------
 JSON_TOKENS = ['{', '}', '[', ']', ':', ',', '"', '\\', '\\u', '\\ud800', '\\u0000', 'true',
                'false', 'null', '-0', '1e309', '-1', '18446744073709551616', '0.5', ' ']
@@ -341,6 +383,14 @@ GGUF_TOKENS = ["GGUF", "general.architecture", "general.alignment", "general.nam
                "llama.rope.dimension_count", "token_embd.weight", "output.weight", "blk.0.",
                b"\x00\x00\x00\x00\x00\x00\x00\x80", b"\xff\xff\xff\xff\xff\xff\xff\xff",
                b"\x0c\x00\x00\x00", b"\x09\x00\x00\x00\x08\x00\x00\x00"]
+DISAGG_KEYS = ["kv_transfer_params", "do_remote_decode", "do_remote_prefill", "remote_engine_id",
+               "remote_block_ids", "remote_request_id", "remote_host", "remote_port",
+               "remote_num_tokens", "first_token_id", "tp_size", "engine_id", "transport",
+               "worker_address", "rkey", "base_address", "region_bytes", "layout", "num_layers",
+               "num_kv_heads", "head_dim", "block_size", "num_blocks", "dtype", "block_bytes",
+               "kv_stride", "layer_stride", "compatibility_hash", "ucx", "f16", "=", "==",
+               "2147483647", "2147483648", "65535", "65536", "9223372036854775807",
+               "9223372036854775808", "18446744073709551615"]
 TEXT_TOKENS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<repo_name>", "<file_sep>",
                "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "[INST]", "[/INST]",
                "<<SYS>>", "<</SYS>>", "</s>", "<s>", "\x1e", "\x1f", "system", "user", "assistant",
@@ -370,6 +420,7 @@ def main():
     write_dict("tokenizer", TEXT_TOKENS)
     write_dict("pretokenizer", TEXT_TOKENS[14:])
     write_dict("chat_template", TEXT_TOKENS)
+    write_dict("disagg_codec", JSON_TOKENS + DISAGG_KEYS)
     write("json_input", json_input_seeds())
     write("openai_request", openai_request_seeds())
     write("batch_codec", batch_codec_seeds())
@@ -380,6 +431,7 @@ def main():
     write("tokenizer", tokenizer_seeds())
     write("pretokenizer", pretokenizer_seeds())
     write("chat_template", chat_template_seeds())
+    write("disagg_codec", disagg_codec_seeds())
 
 
 if __name__ == "__main__":
