@@ -10,6 +10,7 @@
 // mismatch passes only when the CPU's margin between the two tokens is within 3x the row's
 // measured GPU-CPU logit error; such ties are counted and printed.
 #include "gpu/cuda/cuda_backend.hpp"
+#include "gpu/cuda/kv_host_mirror.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <random>
@@ -346,6 +348,68 @@ TEST(CudaBackend, GreedyParityOnRealDefaultModel) {
   const GreedyTally t = run_parity(*cpu_b, *gpu_b, prompts, 64, 16, 3e-2, 512);
   std::printf("[ SmolLM2-135M-Instruct Q4_1 ] %d rows, %d exact, %d near-ties, worst row logit rms error %.4g\n",
               t.rows, t.exact, t.near_ties, t.worst_error);
+}
+
+}  // namespace
+}  // namespace troupe::gpu::cuda
+
+namespace troupe::gpu::cuda {
+namespace {
+
+// Disaggregated prefill/decode on CUDA (kv_host_mirror.hpp): the blocks a step writes are in the
+// pinned mirror when it completes, and a decode backend that finds them in its own mirror (put
+// there by the transport; memcpy here) and names them in kv_blocks_from_host decodes exactly as
+// the backend that computed the prompt.
+TEST(CudaBackend, KvMovesBetweenBackendsThroughTheHostMirror) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  CudaBackendConfig cfg = small_gpu_config(64);
+  cfg.kv_host_mirror = true;
+  const auto weights = [] { return model::make_dummy_weights(tiny_config(), TensorType::kQ4_1, 9); };
+  CudaBackend prefill(weights(), cfg), decode(weights(), cfg), untouched(weights(), cfg);
+  const std::vector<int32_t> prompt = random_tokens(40, 3, 512);  // blocks 0, 1, 2 (partial)
+
+  StepHarness on_prefill(64, 16);
+  on_prefill.add(1, prompt);
+  const StepResult first = prefill.run_step(on_prefill.build({{1, 40}}));
+  on_prefill.accept(first);
+  const std::vector<float> want = prefill.compute_logits(on_prefill.build({{1, 1}}));
+
+  const std::optional<KvHostMemory> from = prefill.kv_host_memory();
+  const std::optional<KvHostMemory> to = decode.kv_host_memory();
+  ASSERT_TRUE(from && to);
+  const std::vector<int32_t> destinations = {10, 11, 12};
+  for (int32_t i = 0; i < 3; ++i) {
+    for (int32_t layer = 0; layer < from->num_layers; ++layer) {
+      for (int64_t kv = 0; kv < 2; ++kv) {
+        std::memcpy(to->base + layer * to->layer_stride + kv * to->kv_stride + destinations[i] * to->block_bytes,
+                    from->base + layer * from->layer_stride + kv * from->kv_stride + i * from->block_bytes,
+                    static_cast<size_t>(from->block_bytes));
+      }
+    }
+  }
+  auto decode_step = [&](CudaBackend& backend, bool name_the_blocks) {
+    StepHarness on_decode(64, 16, {10, 11, 12, 13, 14, 15});
+    std::vector<int32_t> tokens = prompt;
+    tokens.push_back(first.tokens.at(0).token_id);
+    on_decode.add(1, tokens, StepHarness::greedy(), 40);
+    on_decode.seq(1).computed = 40;  // the prompt's KV came from elsewhere
+    StepBatch batch = on_decode.build({{1, 1}});
+    if (name_the_blocks) batch.kv_blocks_from_host = destinations;
+    return backend.compute_logits(batch);
+  };
+  EXPECT_EQ(decode_step(decode, true), want);
+  // Control: the same step on a backend whose mirror was never filled decodes something else.
+  EXPECT_NE(decode_step(untouched, true), want);
+}
+
+TEST(KvHostMirror, BlocksWrittenByAStepAreThoseHoldingItsSpans) {
+  StepHarness h(64, 16, {7, 3, 9, 20, 21});
+  h.add(1, random_tokens(40, 1, 512));
+  h.add(2, random_tokens(5, 2, 512));
+  StepBatch b = h.build({{1, 20}, {2, 5}});  // 1: blocks 7, 3 (positions 0-19); 2: block 9
+  EXPECT_EQ(blocks_written_by(b, 16), (std::vector<int32_t>{3, 7, 9}));
+  b = h.build({{1, 20}});                     // positions 20-39: blocks 3 and 20
+  EXPECT_EQ(blocks_written_by(b, 16), (std::vector<int32_t>{3, 20}));
 }
 
 }  // namespace
