@@ -13,6 +13,7 @@ ForwardConfig forward_config(const model::LlamaConfig& c, const CpuBackendConfig
   ForwardConfig f;
   f.block_size = config.block_size;
   f.isa = isa;
+  f.observer = config.observer;
   if (config.block_size <= 0) throw std::invalid_argument("CPU backend: block_size must be positive");
   f.num_blocks = config.num_blocks;
   if (f.num_blocks <= 0) {

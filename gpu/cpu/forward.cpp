@@ -22,12 +22,6 @@ namespace {
 // Rows per parallel chunk for row-local elementwise work; below this one thread does it all.
 constexpr int64_t kParallelRows = 8;
 
-ForwardTap g_tap = nullptr;
-
-void tap(const char* name, int32_t layer, const float* data, int64_t rows, int64_t cols, int64_t ld) {
-  if (g_tap != nullptr) g_tap(name, layer, data, rows, cols, ld);
-}
-
 // The attention reduction order of the token at `position` (see attention.hpp). llama.cpp runs
 // a prompt as one batch (sgemm order; a 1-token prompt is a decode) and each generated token
 // alone (decode order). Keying the order on what the token is, not on the span it came in,
@@ -39,8 +33,6 @@ bool uses_decode_order(const SequenceSlice& s, int32_t position) {
 }
 
 }  // namespace
-
-void set_forward_tap(ForwardTap t) { g_tap = t; }
 
 LlamaForward::Projection LlamaForward::make_projection(
     const std::vector<const model::WeightView*>& views) {
@@ -297,14 +289,22 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
   }
 }
 
-const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
-  validate(b);
+template <typename Fn>
+void LlamaForward::for_each_row(int64_t num_rows, ThreadPool& pool, const Fn& fn) {
+  if (num_rows >= kParallelRows) {
+    pool.parallel_for(num_rows, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) fn(i);
+    });
+  } else {
+    for (int64_t i = 0; i < num_rows; ++i) fn(i);
+  }
+}
+
+void LlamaForward::prepare_scratch(const StepBatch& b, ThreadPool& pool) {
   const model::LlamaConfig& c = weights_.config();
   const int64_t T = b.num_tokens();
-  const int64_t E = c.n_embd, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim();
-  const int64_t W = Q + 2 * KV;
+  const int64_t E = c.n_embd, F = c.n_ff, Q = c.q_dim(), W = Q + 2 * c.kv_dim();
   const int32_t half_rot = c.n_rot / 2;
-  const IsaLevel isa = config_.isa;
   auto grow = [](std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   };
@@ -325,99 +325,120 @@ const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& 
   }
   attn_scratch_.resize(pool.num_threads());
   for (auto& s : attn_scratch_) grow(s, static_cast<int64_t>(c.n_head / c.n_head_kv) * max_keys);
+}
 
-  // Embeddings and RoPE tables.
+// Embeddings and this step's RoPE tables.
+void LlamaForward::embed(const StepBatch& b) {
+  const model::LlamaConfig& c = weights_.config();
+  const int64_t E = c.n_embd;
+  const int32_t half_rot = c.n_rot / 2;
   const model::WeightView& emb = weights_.token_embd();
   RopeParams rope{c.n_rot, c.rope_freq_base, c.rope_freq_scale};
   if (const auto f = weights_.rope_freq_factors(); !f.empty()) rope.freq_factors = f.data();
-  for (int64_t i = 0; i < T; ++i) {
+  for (int64_t i = 0; i < b.num_tokens(); ++i) {
     dequantize_row(emb.type, emb.row(b.token_ids[i]), E, x_.data() + i * E);
     rope_table(b.positions[i], rope, rope_cos_.data() + i * half_rot, rope_sin_.data() + i * half_rot);
   }
+}
 
-  auto rows_parallel = [&](const auto& fn) {
-    if (T >= kParallelRows) {
-      pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
-        for (int64_t i = begin; i < end; ++i) fn(i);
-      });
-    } else {
-      for (int64_t i = 0; i < T; ++i) fn(i);
+void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& pool) {
+  const model::LlamaConfig& c = weights_.config();
+  const int64_t T = b.num_tokens();
+  const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
+  const int32_t half_rot = c.n_rot / 2;
+  const IsaLevel isa = config_.isa;
+  const Layer& L = layers_[l];
+  const KvLayerView kv = kv_layer(l);
+  for_each_row(T, pool, [&](int64_t i) { rmsnorm(x_.data() + i * E, L.attn_norm, h_.data() + i * E, E, c.rms_eps, isa); });
+  observe("attn_norm", l, h_.data(), T, E, E);
+  project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool);
+  observe("qkv", l, qkv_.data(), T, W, W);
+  for_each_row(T, pool, [&](int64_t i) {
+    float* q = qkv_.data() + i * W;
+    float* k = q + Q;
+    float* v = k + KV;
+    if (L.bq) {
+      for (int64_t j = 0; j < Q; ++j) q[j] += L.bq[j];
+      for (int64_t j = 0; j < KV; ++j) k[j] += L.bk[j], v[j] += L.bv[j];
     }
-  };
+    const float* cs = rope_cos_.data() + i * half_rot;
+    const float* sn = rope_sin_.data() + i * half_rot;
+    if (c.rope_mode == model::RopeMode::kNorm) {
+      rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
+      rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
+    } else {
+      rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
+      rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
+    }
+    // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
+    round_to_fp16(q, Q, isa);
+    const SequenceSlice& s = b.seqs[token_seq_[i]];
+    const int32_t pos = b.positions[i];
+    const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +
+                                         pos / config_.block_size];
+    kv_store(kv, block, pos % config_.block_size, k, v, isa);
+  });
+  observe("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
+  attention(b, l, pool);
+  observe("kqv_out", l, attn_.data(), T, Q, Q);
+  project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool);
+  observe("attn_out", l, tmp_.data(), T, E, E);
+}
 
-  for (int32_t l = 0; l < c.n_layer; ++l) {
-    const Layer& L = layers_[l];
-    const KvLayerView kv = kv_layer(l);
-    rows_parallel([&](int64_t i) { rmsnorm(x_.data() + i * E, L.attn_norm, h_.data() + i * E, E, c.rms_eps, isa); });
-    tap("attn_norm", l, h_.data(), T, E, E);
-    project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool);
-    tap("qkv", l, qkv_.data(), T, W, W);
-    rows_parallel([&](int64_t i) {
-      float* q = qkv_.data() + i * W;
-      float* k = q + Q;
-      float* v = k + KV;
-      if (L.bq) {
-        for (int64_t j = 0; j < Q; ++j) q[j] += L.bq[j];
-        for (int64_t j = 0; j < KV; ++j) k[j] += L.bk[j], v[j] += L.bv[j];
-      }
-      const float* cs = rope_cos_.data() + i * half_rot;
-      const float* sn = rope_sin_.data() + i * half_rot;
-      if (c.rope_mode == model::RopeMode::kNorm) {
-        rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
-        rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
-      } else {
-        rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
-        rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
-      }
-      // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
-      round_to_fp16(q, Q, isa);
-      const SequenceSlice& s = b.seqs[token_seq_[i]];
-      const int32_t pos = b.positions[i];
-      const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +
-                                           pos / config_.block_size];
-      kv_store(kv, block, pos % config_.block_size, k, v, isa);
-    });
-    tap("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
-    attention(b, l, pool);
-    tap("kqv_out", l, attn_.data(), T, Q, Q);
-    project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool);
-    tap("attn_out", l, tmp_.data(), T, E, E);
-    rows_parallel([&](int64_t i) {
-      float* x = x_.data() + i * E;
-      const float* t = tmp_.data() + i * E;
-      for (int64_t j = 0; j < E; ++j) x[j] += t[j];
-      rmsnorm(x, L.ffn_norm, h_.data() + i * E, E, c.rms_eps, isa);
-    });
-    tap("ffn_inp", l, x_.data(), T, E, E);
-    tap("ffn_norm", l, h_.data(), T, E, E);
-    project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool);
-    tap("gate_up", l, gu_.data(), T, 2 * F, 2 * F);
-    rows_parallel([&](int64_t i) {
-      swiglu(gu_.data() + i * 2 * F, gu_.data() + i * 2 * F + F, act_.data() + i * F, F, isa);
-    });
-    tap("ffn_swiglu", l, act_.data(), T, F, F);
-    project(L.down, act_.data(), F, T, tmp_.data(), E, pool);
-    tap("ffn_out", l, tmp_.data(), T, E, E);
-    rows_parallel([&](int64_t i) {
-      float* x = x_.data() + i * E;
-      const float* t = tmp_.data() + i * E;
-      for (int64_t j = 0; j < E; ++j) x[j] += t[j];
-    });
-    tap("l_out", l, x_.data(), T, E, E);
-  }
+void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
+  const model::LlamaConfig& c = weights_.config();
+  const int64_t E = c.n_embd, F = c.n_ff;
+  const IsaLevel isa = config_.isa;
+  const Layer& L = layers_[l];
+  for_each_row(T, pool, [&](int64_t i) {
+    float* x = x_.data() + i * E;
+    const float* t = tmp_.data() + i * E;
+    for (int64_t j = 0; j < E; ++j) x[j] += t[j];
+    rmsnorm(x, L.ffn_norm, h_.data() + i * E, E, c.rms_eps, isa);
+  });
+  observe("ffn_inp", l, x_.data(), T, E, E);
+  observe("ffn_norm", l, h_.data(), T, E, E);
+  project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool);
+  observe("gate_up", l, gu_.data(), T, 2 * F, 2 * F);
+  for_each_row(T, pool, [&](int64_t i) {
+    swiglu(gu_.data() + i * 2 * F, gu_.data() + i * 2 * F + F, act_.data() + i * F, F, isa);
+  });
+  observe("ffn_swiglu", l, act_.data(), T, F, F);
+  project(L.down, act_.data(), F, T, tmp_.data(), E, pool);
+  observe("ffn_out", l, tmp_.data(), T, E, E);
+  for_each_row(T, pool, [&](int64_t i) {
+    float* x = x_.data() + i * E;
+    const float* t = tmp_.data() + i * E;
+    for (int64_t j = 0; j < E; ++j) x[j] += t[j];
+  });
+  observe("l_out", l, x_.data(), T, E, E);
+}
 
-  // Logits for the last token of each sampling sequence only.
+const std::vector<float>& LlamaForward::logits(const StepBatch& b, ThreadPool& pool) {
+  const model::LlamaConfig& c = weights_.config();
+  const int64_t E = c.n_embd;
   int64_t S = 0;
   for (const SequenceSlice& s : b.seqs) {
     if (!s.sample) continue;
     const int64_t row = s.token_offset + s.num_tokens - 1;
-    rmsnorm(x_.data() + row * E, weights_.output_norm().as_f32(), h_.data() + S * E, E, c.rms_eps, isa);
+    rmsnorm(x_.data() + row * E, weights_.output_norm().as_f32(), h_.data() + S * E, E, c.rms_eps, config_.isa);
     ++S;
   }
   logits_.resize(S * c.n_vocab);
-  tap("result_norm", -1, h_.data(), S, E, E);
+  observe("result_norm", -1, h_.data(), S, E, E);
   if (S > 0) project(output_, h_.data(), E, S, logits_.data(), c.n_vocab, pool);
   return logits_;
+}
+
+const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
+  validate(b);
+  prepare_scratch(b, pool);
+  embed(b);
+  for (int32_t l = 0; l < weights_.config().n_layer; ++l) {
+    attention_block(b, l, pool);
+    feed_forward_block(b.num_tokens(), l, pool);
+  }
+  return logits(b, pool);
 }
 
 }  // namespace troupe::gpu::cpu

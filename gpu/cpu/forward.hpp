@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,17 +27,17 @@
 
 namespace troupe::gpu::cpu {
 
-// Debug tap: called (when set) with each named intermediate of a step, rows x cols with row
-// stride ld, in the same names llama.cpp's graph uses (attn_norm, Qcur, kqv_out, l_out, ...).
-// Parity probes only; one step at a time.
-using ForwardTap = void (*)(const char* name, int32_t layer, const float* data, int64_t rows,
-                            int64_t cols, int64_t ld);
-void set_forward_tap(ForwardTap tap);
+// Observes a step's named intermediates (parity probes, tests): rows x cols with row stride ld,
+// in the names llama.cpp's graph uses (attn_norm, qkv, kqv_out, ffn_out, l_out, result_norm, ...).
+// layer -1: after the last layer. Called on the thread running the step, between its phases.
+using ForwardObserver = std::function<void(const char* name, int32_t layer, const float* data,
+                                           int64_t rows, int64_t cols, int64_t ld)>;
 
 struct ForwardConfig {
   int32_t num_blocks = 0;  // KV blocks (all layers share block ids)
   int32_t block_size = 16;
   IsaLevel isa = IsaLevel::kScalar;
+  ForwardObserver observer;  // empty: nothing observes (the normal case)
 };
 
 class LlamaForward {
@@ -105,6 +106,23 @@ class LlamaForward {
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
                int64_t ldy, ThreadPool& pool);
   void attention(const StepBatch& batch, int32_t layer, ThreadPool& pool);
+
+  // forward(), phase by phase (the CUDA backend's step_forward.cpp has the same shape).
+  void prepare_scratch(const StepBatch& batch, ThreadPool& pool);
+  void embed(const StepBatch& batch);
+  // RMSNorm -> QKV -> RoPE -> KV store -> attention -> Wo (+ residual).
+  void attention_block(const StepBatch& batch, int32_t layer, ThreadPool& pool);
+  // RMSNorm -> gate|up -> SwiGLU -> down (+ residual).
+  void feed_forward_block(int64_t num_tokens, int32_t layer, ThreadPool& pool);
+  // The final norm and the vocabulary projection, for the sampling rows only.
+  const std::vector<float>& logits(const StepBatch& batch, ThreadPool& pool);
+  // Runs fn(i) for every token row, on the pool when there are enough rows.
+  template <typename Fn>
+  void for_each_row(int64_t num_rows, ThreadPool& pool, const Fn& fn);
+  void observe(const char* name, int32_t layer, const float* data, int64_t rows, int64_t cols,
+               int64_t ld) const {
+    if (config_.observer) config_.observer(name, layer, data, rows, cols, ld);
+  }
 
   model::LlamaWeights weights_;
   ForwardConfig config_;

@@ -323,6 +323,7 @@ std::vector<std::vector<float>> run_mixed_steps(const model::LlamaWeights& weigh
   CpuBackendConfig cfg;
   cfg.num_blocks = 160;
   cfg.num_threads = 2;
+  cfg.observer = record_attention;
   CpuBackend backend(weights, cfg);  // the best level: kernels at every level are pinned above
   testing::StepHarness h(cfg.num_blocks, 16);
   h.add(1, tokens(420, 1));                                     // a long prompt in chunks
@@ -331,12 +332,10 @@ std::vector<std::vector<float>> run_mixed_steps(const model::LlamaWeights& weigh
   h.add(4, tokens(21, 4));
   std::vector<std::vector<float>> outputs;
   g_attention_outputs = &outputs;
-  set_forward_tap(record_attention);
   for (const auto& work : std::vector<std::vector<std::pair<uint64_t, int32_t>>>{
            {{1, 170}, {2, 40}, {3, 55}}, {{1, 150}, {2, 1}, {4, 21}}, {{2, 1}, {1, 100}}}) {
     outputs.push_back(backend.compute_logits(h.build(work)));
   }
-  set_forward_tap(nullptr);
   g_attention_outputs = nullptr;
   set_prefill_attention_path(PrefillAttentionPath::kTiled);
   return outputs;

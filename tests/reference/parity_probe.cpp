@@ -60,6 +60,11 @@ int main(int argc, char** argv) {
   auto file = std::make_shared<const troupe::model::GgufFile>(troupe::model::GgufFile::open(model));
   troupe::gpu::cpu::CpuBackendConfig config;
   config.num_blocks = 2048;
+  bool recording = false;  // the step of interest only
+  config.observer = [&recording](const char* name, int32_t layer, const float* data, int64_t rows,
+                                 int64_t cols, int64_t ld) {
+    if (recording) write_tap(name, layer, data, rows, cols, ld);
+  };
   auto backend = troupe::gpu::cpu::CpuBackend::from_gguf(file, config);
 
   simdjson::dom::parser parser;
@@ -77,13 +82,13 @@ int main(int argc, char** argv) {
     r.tokens.push_back(
         {0, static_cast<int32_t>(std::max_element(first.begin(), first.end()) - first.begin()), 0.0f, {}});
     h.accept(r);
-    troupe::gpu::cpu::set_forward_tap(write_tap);
+    recording = true;
     logits = backend->compute_logits(h.build({{0, 1}}));
   } else {
-    troupe::gpu::cpu::set_forward_tap(write_tap);
+    recording = true;
     logits = backend->compute_logits(h.build({{0, static_cast<int32_t>(ids.size())}}));
   }
-  troupe::gpu::cpu::set_forward_tap(nullptr);
+  recording = false;
   write_tap("logits", -1, logits.data(), 1, static_cast<int64_t>(logits.size()),
             static_cast<int64_t>(logits.size()));
   std::printf("wrote the taps of prompt %zu (%s) to %s\n", prompt_index, decode ? "decode" : "prefill",
