@@ -2,7 +2,7 @@
 // (random scales and codes) rather than quantized from floats: as fast as filling memory.
 #include "model/dummy_weights.hpp"
 
-#include "model/half.hpp"
+#include "model/fp16.hpp"
 #include "model/kquant.hpp"
 #include "model/quant_q5.hpp"
 

@@ -1,6 +1,6 @@
 // K-quant super-block codecs (see kquant.hpp; facts checked against ggml's ggml-quants.c).
 #include "model/kquant.hpp"
-#include "model/half.hpp"
+#include "model/fp16.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Q5_0 / Q5_1 block codecs (see quant_q5.hpp; checked against ggml's ggml-quants.c).
 #include "model/quant_q5.hpp"
-#include "model/half.hpp"
+#include "model/fp16.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gpu/cpu/attention_kernels.hpp"
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/softmax.hpp"
 #include "gpu/cpu/vec_math.hpp"
@@ -34,7 +34,7 @@ void scores_scalar(const KvLayerView& kv, const int32_t* table, int32_t n, int32
     for (int32_t g = 0; g < group; ++g) {
       const float* qg = q + static_cast<int64_t>(g) * hd;
       float acc[kLanes] = {};
-      for (int32_t d = 0; d < hd; ++d) acc[d % kLanes] = std::fma(qg[d], fp16_to_fp32(kp[d]), acc[d % kLanes]);
+      for (int32_t d = 0; d < hd; ++d) acc[d % kLanes] = std::fma(qg[d], model::fp16_to_fp32(kp[d]), acc[d % kLanes]);
       s[static_cast<int64_t>(g) * n + t] = hsum8(acc) * scale;
     }
   }
@@ -50,7 +50,7 @@ void weighted_values_scalar(const KvLayerView& kv, const int32_t* table, int32_t
     for (int32_t t = 0; t < n; ++t) {
       const uint16_t* vp = kv.v + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
       float* a = acc.data() + static_cast<size_t>(t % kLanes) * hd;
-      for (int32_t d = 0; d < hd; ++d) a[d] = std::fma(pg[t], fp16_to_fp32(vp[d]), a[d]);
+      for (int32_t d = 0; d < hd; ++d) a[d] = std::fma(pg[t], model::fp16_to_fp32(vp[d]), a[d]);
     }
     for (int32_t d = 0; d < hd; ++d) {
       float lanes[kLanes];
@@ -78,7 +78,7 @@ void scores_decode(const KvLayerView& kv, const int32_t* table, int32_t n, int32
     for (int32_t g = 0; g < group; ++g) {
       const float* qg = q + static_cast<int64_t>(g) * hd;
       float acc[32] = {};
-      for (int32_t d = 0; d < hd; ++d) acc[d % 32] = std::fma(fp16_to_fp32(kp[d]), qg[d], acc[d % 32]);
+      for (int32_t d = 0; d < hd; ++d) acc[d % 32] = std::fma(model::fp16_to_fp32(kp[d]), qg[d], acc[d % 32]);
       s[static_cast<int64_t>(g) * n + t] = reduce32(acc) * scale;
     }
   }
@@ -94,7 +94,7 @@ void weighted_values_decode(const KvLayerView& kv, const int32_t* table, int32_t
     for (int32_t t = 0; t < n; ++t) {
       const uint16_t* vp = kv.v + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size);
       float* a = acc.data() + static_cast<size_t>(t % 32);
-      for (int32_t d = 0; d < hd; ++d) a[32 * d] = std::fma(fp16_to_fp32(vp[d]), pg[t], a[32 * d]);
+      for (int32_t d = 0; d < hd; ++d) a[32 * d] = std::fma(model::fp16_to_fp32(vp[d]), pg[t], a[32 * d]);
     }
     for (int32_t d = 0; d < hd; ++d) out[static_cast<int64_t>(g) * hd + d] = reduce32(acc.data() + 32 * d);
   }
@@ -121,7 +121,7 @@ void softmax_row(float* s, int32_t n) {
 void detail::softmax_row_scalar(float* s, int32_t n, bool fp16_probabilities) {
   softmax_row(s, n);
   if (fp16_probabilities) {
-    for (int32_t t = 0; t < n; ++t) s[t] = fp16_to_fp32(fp32_to_fp16(s[t]));
+    for (int32_t t = 0; t < n; ++t) s[t] = model::fp16_to_fp32(model::fp32_to_fp16(s[t]));
   }
 }
 
@@ -214,7 +214,7 @@ void attention_group_reference(const KvLayerView& kv, const int32_t* block_table
       const uint16_t* kp =
           kv.k + kv.offset(block_table[t / kv.block_size], kv_head, t % kv.block_size);
       double acc = 0.0;
-      for (int32_t d = 0; d < hd; ++d) acc += static_cast<double>(qg[d]) * fp16_to_fp32(kp[d]);
+      for (int32_t d = 0; d < hd; ++d) acc += static_cast<double>(qg[d]) * model::fp16_to_fp32(kp[d]);
       s[t] = acc * scale;
       mx = std::max(mx, s[t]);
     }
@@ -225,7 +225,7 @@ void attention_group_reference(const KvLayerView& kv, const int32_t* block_table
       for (int32_t t = 0; t < num_keys; ++t) {
         const uint16_t* vp =
             kv.v + kv.offset(block_table[t / kv.block_size], kv_head, t % kv.block_size);
-        acc += s[t] * fp16_to_fp32(vp[d]);
+        acc += s[t] * model::fp16_to_fp32(vp[d]);
       }
       out[static_cast<int64_t>(g) * hd + d] = static_cast<float>(acc / sum);
     }

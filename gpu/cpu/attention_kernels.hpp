@@ -85,7 +85,7 @@ struct TileRows {
 // softmax_row_avx2 row by row; rows interleaved so their double sums overlap).
 void softmax_rows_avx512(const TileRows& rows, bool fp16_probabilities);
 
-// dst[i] = fp16_to_fp32(src[i]) with F16C; n % 8 == 0 (avx2), n % 16 == 0 (avx512).
+// dst[i] = model::fp16_to_fp32(src[i]) with F16C; n % 8 == 0 (avx2), n % 16 == 0 (avx512).
 void widen_fp16_avx2(const uint16_t* src, int64_t n, float* dst);
 void widen_fp16_avx512(const uint16_t* src, int64_t n, float* dst);
 

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "gpu/cpu/attention_kernels.hpp"
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 
 namespace troupe::gpu::cpu {
@@ -114,7 +114,7 @@ void widen(const uint16_t* src, int64_t n, float* dst, IsaLevel isa) {
   } else if (TROUPE_X86 && isa != IsaLevel::kScalar && n % 8 == 0) {
     detail::widen_fp16_avx2(src, n, dst);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = model::fp16_to_fp32(src[i]);
   }
 }
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
 #include "gpu/cpu/swiglu.hpp"

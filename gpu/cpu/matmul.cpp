@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
 #include "gpu/cpu/matmul_kquant.hpp"
@@ -82,9 +82,9 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
       }
       // Scales rounded to fp16 as ggml's Q8_0/Q8_1 blocks store them (codes use the unrounded
       // 1/d), so logits track llama.cpp's closely.
-      out.scale[r * nb + b] = fp16_to_fp32(fp32_to_fp16(d));
+      out.scale[r * nb + b] = model::fp16_to_fp32(model::fp32_to_fp16(d));
       out.sum[r * nb + b] = sum;
-      out.scaled_sum[r * nb + b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
+      out.scaled_sum[r * nb + b] = model::fp16_to_fp32(model::fp32_to_fp16(d * static_cast<float>(sum)));
     }
   }
 }
@@ -251,7 +251,7 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
             float msum = 0.0f;
             for (int64_t b = 0; b < nb; ++b) {
               const uint8_t* blk = tile + b * bb;
-              const float scale = fp16_to_fp32(load_u16(blk + 2 * lane)) * job.dx[r * nb + b];
+              const float scale = model::fp16_to_fp32(model::load_u16(blk + 2 * lane)) * job.dx[r * nb + b];
               const int8_t* xb = xq + b * kQuantBlock;
               for (int k = 0; k < 8; ++k) {  // 4-input group k: inputs 4k .. 4k+3
                 int32_t isum = 0;
@@ -273,7 +273,7 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
                 lanes[k] = std::fma(scale, static_cast<float>(isum), lanes[k]);
               }
               if (has_min) {
-                msum = std::fma(fp16_to_fp32(load_u16(blk + 32 + 2 * lane)), job.xsx[r * nb + b], msum);
+                msum = std::fma(model::fp16_to_fp32(model::load_u16(blk + 32 + 2 * lane)), job.xsx[r * nb + b], msum);
               }
             }
             const float v0 = lanes[0] + lanes[4], v1 = lanes[1] + lanes[5];
@@ -294,9 +294,9 @@ void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_en
               if (job.format == PackedFormat::kF32) {
                 std::memcpy(&w, tile + k * 64 + 4 * lane, 4);
               } else if (job.format == PackedFormat::kF16) {
-                w = fp16_to_fp32(load_u16(tile + k * 32 + 2 * lane));
+                w = model::fp16_to_fp32(model::load_u16(tile + k * 32 + 2 * lane));
               } else {
-                w = bf16_to_fp32(load_u16(tile + k * 32 + 2 * lane));
+                w = model::bf16_to_fp32(model::load_u16(tile + k * 32 + 2 * lane));
               }
               acc = std::fma(w, x[k], acc);
             }
@@ -377,10 +377,10 @@ void dequantize_row(TensorType type, const void* row, int64_t n, float* out) {
   switch (type) {
     case TensorType::kF32: std::memcpy(out, s, 4 * n); return;
     case TensorType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(load_u16(s + 2 * i));
+      for (int64_t i = 0; i < n; ++i) out[i] = model::fp16_to_fp32(model::load_u16(s + 2 * i));
       return;
     case TensorType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(load_u16(s + 2 * i));
+      for (int64_t i = 0; i < n; ++i) out[i] = model::bf16_to_fp32(model::load_u16(s + 2 * i));
       return;
     case TensorType::kQ4_0:
     case TensorType::kQ4_1: {
@@ -388,8 +388,8 @@ void dequantize_row(TensorType type, const void* row, int64_t n, float* out) {
       const int bytes = has_min ? 20 : 18;
       for (int64_t b = 0; b < n / 32; ++b) {
         const uint8_t* blk = s + b * bytes;
-        const float d = fp16_to_fp32(load_u16(blk));
-        const float m = has_min ? fp16_to_fp32(load_u16(blk + 2)) : 0.0f;
+        const float d = model::fp16_to_fp32(model::load_u16(blk));
+        const float m = has_min ? model::fp16_to_fp32(model::load_u16(blk + 2)) : 0.0f;
         const uint8_t* qs = blk + (has_min ? 4 : 2);
         for (int i = 0; i < 16; ++i) {
           const int lo = qs[i] & 0x0F, hi = qs[i] >> 4;
@@ -402,7 +402,7 @@ void dequantize_row(TensorType type, const void* row, int64_t n, float* out) {
     case TensorType::kQ8_0:
       for (int64_t b = 0; b < n / 32; ++b) {
         const uint8_t* blk = s + b * 34;
-        const float d = fp16_to_fp32(load_u16(blk));
+        const float d = model::fp16_to_fp32(model::load_u16(blk));
         for (int i = 0; i < 32; ++i) out[32 * b + i] = d * static_cast<int8_t>(blk[2 + i]);
       }
       return;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "model/kquant.hpp"
 
 namespace troupe::gpu::cpu::detail {
@@ -25,15 +25,15 @@ struct SubBlock {
 SubBlock unpack_sub_block(TensorType type, const uint8_t* blk, int j) {
   SubBlock s;
   if (type == TensorType::kQ6_K) {
-    const float d = fp16_to_fp32(load_u16(blk + kq::kQ6KD));
+    const float d = model::fp16_to_fp32(model::load_u16(blk + kq::kQ6KD));
     s.scale_lo = d * static_cast<float>(static_cast<int8_t>(blk[kq::kQ6KScales + 2 * j]));
     s.scale_hi = d * static_cast<float>(static_cast<int8_t>(blk[kq::kQ6KScales + 2 * j + 1]));
     for (int l = 0; l < 32; ++l) s.codes[l] = static_cast<uint8_t>(kq::q6_k_code(blk, 32 * j + l));
     return s;
   }
   const kq::ScaleMin sm = kq::scale_min_k4(j, blk + kq::kQ4KScales);
-  s.scale_lo = s.scale_hi = fp16_to_fp32(load_u16(blk)) * static_cast<float>(sm.scale);
-  s.neg_min = -(fp16_to_fp32(load_u16(blk + 2)) * static_cast<float>(sm.min));
+  s.scale_lo = s.scale_hi = model::fp16_to_fp32(model::load_u16(blk)) * static_cast<float>(sm.scale);
+  s.neg_min = -(model::fp16_to_fp32(model::load_u16(blk + 2)) * static_cast<float>(sm.min));
   for (int l = 0; l < 32; ++l) {
     const int i = 32 * j + l;
     s.codes[l] = static_cast<uint8_t>(type == TensorType::kQ4_K ? kq::q4_k_code(blk, i) : kq::q5_k_code(blk, i));

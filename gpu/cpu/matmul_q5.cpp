@@ -4,7 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
 #include "model/quant_q5.hpp"
 
@@ -40,7 +40,7 @@ LegacyBlock decode_legacy_block(TensorType type, const uint8_t* row, int64_t b) 
   switch (type) {
     case TensorType::kQ8_0: {
       const uint8_t* blk = row + b * 34;
-      out.d = fp16_to_fp32(load_u16(blk));
+      out.d = model::fp16_to_fp32(model::load_u16(blk));
       for (int i = 0; i < 32; ++i) out.q[i] = static_cast<int8_t>(blk[2 + i]);
       return out;
     }
@@ -48,8 +48,8 @@ LegacyBlock decode_legacy_block(TensorType type, const uint8_t* row, int64_t b) 
     case TensorType::kQ4_1: {
       const bool has_min = type == TensorType::kQ4_1;
       const uint8_t* blk = row + b * (has_min ? 20 : 18);
-      out.d = fp16_to_fp32(load_u16(blk));
-      if (has_min) out.m = fp16_to_fp32(load_u16(blk + 2));
+      out.d = model::fp16_to_fp32(model::load_u16(blk));
+      if (has_min) out.m = model::fp16_to_fp32(model::load_u16(blk + 2));
       const uint8_t* qs = blk + (has_min ? 4 : 2);
       const int offset = has_min ? 0 : 8;
       for (int i = 0; i < 16; ++i) {
@@ -60,14 +60,14 @@ LegacyBlock decode_legacy_block(TensorType type, const uint8_t* row, int64_t b) 
     }
     case TensorType::kQ5_0: {
       const uint8_t* blk = row + b * q5::kQ5_0Bytes;
-      out.d = fp16_to_fp32(load_u16(blk));
+      out.d = model::fp16_to_fp32(model::load_u16(blk));
       for (int i = 0; i < 32; ++i) out.q[i] = q5::q5_0_code(blk, i) - 16;
       return out;
     }
     case TensorType::kQ5_1: {
       const uint8_t* blk = row + b * q5::kQ5_1Bytes;
-      out.d = fp16_to_fp32(load_u16(blk));
-      out.m = fp16_to_fp32(load_u16(blk + q5::kQ5_1M));
+      out.d = model::fp16_to_fp32(model::load_u16(blk));
+      out.m = model::fp16_to_fp32(model::load_u16(blk + q5::kQ5_1M));
       for (int i = 0; i < 32; ++i) out.q[i] = q5::q5_1_code(blk, i);
       return out;
     }

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "gpu/cpu/cpu_features.hpp"
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 
 namespace troupe::gpu::cpu {
@@ -133,12 +133,12 @@ TROUPE_TARGET_AVX2 inline void store_fp16_avx2(const float* x, uint16_t* out, in
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
-      for (int64_t j = i; j < i + 8; ++j) out[j] = fp32_to_fp16(x[j]);
+      for (int64_t j = i; j < i + 8; ++j) out[j] = model::fp32_to_fp16(x[j]);
       continue;
     }
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
+  for (; i < n; ++i) out[i] = model::fp32_to_fp16(x[i]);
 }
 
 TROUPE_TARGET_AVX2 inline void round_to_fp16_avx2(float* x, int64_t n) {
@@ -146,29 +146,29 @@ TROUPE_TARGET_AVX2 inline void round_to_fp16_avx2(float* x, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
-      for (int64_t j = i; j < i + 8; ++j) x[j] = fp16_to_fp32(fp32_to_fp16(x[j]));
+      for (int64_t j = i; j < i + 8; ++j) x[j] = model::fp16_to_fp32(model::fp32_to_fp16(x[j]));
       continue;
     }
     _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
   }
-  for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+  for (; i < n; ++i) x[i] = model::fp16_to_fp32(model::fp32_to_fp16(x[i]));
 }
 #endif
 
-// out[i] = fp32_to_fp16(x[i]), at `isa`.
+// out[i] = model::fp32_to_fp16(x[i]), at `isa`.
 inline void store_fp16(const float* x, uint16_t* out, int64_t n, IsaLevel isa) {
 #if TROUPE_X86
   if (isa != IsaLevel::kScalar) return store_fp16_avx2(x, out, n);
 #endif
-  for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = model::fp32_to_fp16(x[i]);
 }
 
-// x[i] = fp16_to_fp32(fp32_to_fp16(x[i])), at `isa`.
+// x[i] = model::fp16_to_fp32(model::fp32_to_fp16(x[i])), at `isa`.
 inline void round_to_fp16(float* x, int64_t n, IsaLevel isa) {
 #if TROUPE_X86
   if (isa != IsaLevel::kScalar) return round_to_fp16_avx2(x, n);
 #endif
-  for (int64_t i = 0; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+  for (int64_t i = 0; i < n; ++i) x[i] = model::fp16_to_fp32(model::fp32_to_fp16(x[i]));
 }
 
 }  // namespace troupe::gpu::cpu

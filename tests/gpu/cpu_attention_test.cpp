@@ -126,7 +126,7 @@ TEST(Attention, SimdPathsMatchScalarBitExact) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(cs.hd));
     for (int32_t h = 0; h < cs.kv_heads; ++h) {
       auto q = testing::random_floats(static_cast<size_t>(cs.group) * cs.hd, 200 + h, 3.0f);
-      for (float& x : q) x = fp16_to_fp32(fp32_to_fp16(x));
+      for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
       for (bool single : {false, true}) {
         for (bool fp16p : {false, true}) {
           std::vector<float> want(q.size()), s0(static_cast<size_t>(cs.group) * cs.n);
@@ -153,7 +153,7 @@ TEST(Attention, SingleKeyReturnsItsValue) {
   const auto q = testing::random_floats(16, 4);
   std::vector<float> out(16), s(1);
   attention_group(c.view, table.data(), 1, 0, q.data(), 1, 1.0f, out.data(), s.data(), default_isa());
-  for (int d = 0; d < 16; ++d) EXPECT_EQ(out[d], fp16_to_fp32(fp32_to_fp16(kv[16 + d])));
+  for (int d = 0; d < 16; ++d) EXPECT_EQ(out[d], model::fp16_to_fp32(model::fp32_to_fp16(kv[16 + d])));
 }
 
 // Tiled prefill: a chunk of `num_tokens` prompt tokens at positions first, first + 1, ... of one
@@ -180,7 +180,7 @@ struct TileSetup {
     for (auto& b : table) b += 2;
     fill(cache, table, cs.first + cs.num_tokens, 31 + cs.first);
     q = testing::random_floats(stride * cs.num_tokens, 7 + cs.group, 3.0f);
-    for (float& x : q) x = fp16_to_fp32(fp32_to_fp16(x));
+    for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
   }
   static int32_t blocks(const TileCase& cs) {
     return (cs.first + cs.num_tokens + cs.bs - 1) / cs.bs;

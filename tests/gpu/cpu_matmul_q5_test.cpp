@@ -35,7 +35,7 @@ INSTANTIATE_TEST_SUITE_P(Q5, MatmulTest,
 // i >= 16 only) against one-hot activations: y = d * (i - 16) exactly, on every path.
 TEST(Q5Matmul, HandBuiltBlockOneHotInputs) {
   uint8_t blk[22] = {};
-  const uint16_t d = fp32_to_fp16(0.25f);
+  const uint16_t d = model::fp32_to_fp16(0.25f);
   std::memcpy(blk, &d, 2);
   blk[2 + 2] = 0xFF;  // qh bits 16..31
   blk[2 + 3] = 0xFF;

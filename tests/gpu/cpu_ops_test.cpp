@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
@@ -112,7 +112,7 @@ TROUPE_TARGET_AVX2 float hw_fp32(uint16_t h) {
 TEST(Fp16, MatchesF16cOnEveryHalfAndRandomFloats) {
   if (supported_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "no F16C";
   for (uint32_t h = 0; h < 65536; ++h) {
-    const float a = fp16_to_fp32(static_cast<uint16_t>(h)), b = hw_fp32(static_cast<uint16_t>(h));
+    const float a = model::fp16_to_fp32(static_cast<uint16_t>(h)), b = hw_fp32(static_cast<uint16_t>(h));
     if (std::isnan(b)) {
       ASSERT_TRUE(std::isnan(a));
     } else {
@@ -125,7 +125,7 @@ TEST(Fp16, MatchesF16cOnEveryHalfAndRandomFloats) {
     float f;
     std::memcpy(&f, &bits, 4);
     if (std::isnan(f)) continue;
-    ASSERT_EQ(fp32_to_fp16(f), hw_fp16(f)) << f;
+    ASSERT_EQ(model::fp32_to_fp16(f), hw_fp16(f)) << f;
   }
 }
 #endif

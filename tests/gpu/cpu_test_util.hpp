@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "model/llama_config.hpp"
 #include "model/tensor_type.hpp"
 
@@ -32,7 +32,7 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.02f);
   auto put_half = [](uint8_t* p, float f) {
-    const uint16_t h = fp32_to_fp16(f);
+    const uint16_t h = model::fp32_to_fp16(f);
     std::memcpy(p, &h, 2);
   };
   for (int64_t o = 0; o < num_outputs; ++o) {
@@ -49,7 +49,7 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
         break;
       case TensorType::kBF16:
         for (int64_t k = 0; k < num_inputs; ++k) {
-          const uint16_t b = fp32_to_bf16(normal(rng));
+          const uint16_t b = model::fp32_to_bf16(normal(rng));
           std::memcpy(r + 2 * k, &b, 2);
         }
         break;

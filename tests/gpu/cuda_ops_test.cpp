@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "gpu/cpu/attention.hpp"
-#include "gpu/cpu/fp16.hpp"
+#include "model/fp16.hpp"
 #include "gpu/cpu/matmul.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
@@ -51,7 +51,7 @@ std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
 }
 
 float act_to_float(uint16_t bits, ActType t) {
-  return t == ActType::kF16 ? cpu::fp16_to_fp32(bits) : cpu::bf16_to_fp32(bits);
+  return t == ActType::kF16 ? model::fp16_to_fp32(bits) : model::bf16_to_fp32(bits);
 }
 
 // Every weight type the CUDA backend reads; each is compared with its CPU twin
@@ -160,7 +160,7 @@ TEST(CudaOps, RmsNormMatchesFloat64Reference) {
     rmsnorm_rows(a, nullptr);
     const std::vector<uint16_t> got16 = out16.download();
     std::vector<float> got(got16.size()), want_pick;
-    for (size_t i = 0; i < got16.size(); ++i) got[i] = cpu::fp16_to_fp32(got16[i]);
+    for (size_t i = 0; i < got16.size(); ++i) got[i] = model::fp16_to_fp32(got16[i]);
     for (int32_t r : pick) want_pick.insert(want_pick.end(), want.begin() + r * n, want.begin() + (r + 1) * n);
     EXPECT_LT(relative_error(got, want_pick), 1e-3) << "n " << n;
   }
@@ -217,7 +217,7 @@ TEST(CudaOps, RopeMatchesCpuTableAndRoundsQueries) {
           ASSERT_NEAR(g, row[j], tol) << "token " << t << " column " << j << " neox " << neox
                                       << " factors " << with_factors;
           if (j < Q) {
-            ASSERT_EQ(g, cpu::fp16_to_fp32(cpu::fp32_to_fp16(g))) << "query not fp16-valued";
+            ASSERT_EQ(g, model::fp16_to_fp32(model::fp32_to_fp16(g))) << "query not fp16-valued";
           }
         }
       }
@@ -275,8 +275,8 @@ TEST(CudaOps, KvWriteStoresFp16AtMappedSlots) {
     for (int32_t h = 0; h < n_kv; ++h) {
       const size_t at = view.offset(slots[t] / bs, h, slots[t] % bs);
       for (int32_t d = 0; d < hd; ++d) {
-        ASSERT_EQ(gk[at + d], cpu::fp32_to_fp16(qkv[t * W + Q + h * hd + d]));
-        ASSERT_EQ(gv[at + d], cpu::fp32_to_fp16(qkv[t * W + Q + KV + h * hd + d]));
+        ASSERT_EQ(gk[at + d], model::fp32_to_fp16(qkv[t * W + Q + h * hd + d]));
+        ASSERT_EQ(gv[at + d], model::fp32_to_fp16(qkv[t * W + Q + KV + h * hd + d]));
         written.insert(at + d);
       }
     }
@@ -316,10 +316,10 @@ TEST(CudaOps, PagedAttentionMixedBatchMatchesFloat64Reference) {
     const size_t cache = static_cast<size_t>(num_blocks) * s.n_head_kv * bs * s.head_dim;
     std::vector<uint16_t> k(cache), v(cache);
     const std::vector<float> kf = randn(cache, 5), vf = randn(cache, 6);
-    for (size_t i = 0; i < cache; ++i) k[i] = cpu::fp32_to_fp16(kf[i]), v[i] = cpu::fp32_to_fp16(vf[i]);
+    for (size_t i = 0; i < cache; ++i) k[i] = model::fp32_to_fp16(kf[i]), v[i] = model::fp32_to_fp16(vf[i]);
     const int64_t Q = s.n_head * s.head_dim;
     std::vector<float> q = randn(T * Q, 9);
-    for (float& x : q) x = cpu::fp16_to_fp32(cpu::fp32_to_fp16(x));
+    for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
     DeviceArray<uint16_t> dk(k), dv(v);
     DeviceArray<float> dq(q), out(T * Q);
     DeviceArray<int32_t> d_pos(positions), d_rows(table_rows), d_tables(tables);
@@ -381,7 +381,7 @@ TEST(CudaOps, GemmRowsMatchesFloat64Reference) {
           std::vector<uint16_t> bits(f.size());
           rounded.resize(f.size());
           for (size_t i = 0; i < f.size(); ++i) {
-            bits[i] = act == ActType::kF16 ? cpu::fp32_to_fp16(f[i]) : cpu::fp32_to_bf16(f[i]);
+            bits[i] = act == ActType::kF16 ? model::fp32_to_fp16(f[i]) : model::fp32_to_bf16(f[i]);
             rounded[i] = act_to_float(bits[i], act);
           }
           return bits;

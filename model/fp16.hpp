@@ -1,7 +1,10 @@
-// IEEE binary16 and bfloat16 conversions in portable C++.
+// IEEE binary16 (fp16) and bfloat16, the one codec of the tree: GGUF's F16/BF16 tensors and
+// quant-block scales (little-endian, possibly unaligned), the CPU backend's fp16 KV, and the
+// tests that compare the CUDA kernels against it.
 //
 // fp16_to_fp32 is exact (as F16C's vcvtph2ps); fp32_to_fp16 rounds to nearest even (as
-// vcvtps2ph with rounding mode 0), so scalar and SIMD paths store identical KV bits.
+// vcvtps2ph with rounding mode 0), so scalar and SIMD paths store identical KV bits. Portable
+// C++ (no _Float16), so every compiler and ISA level gets the same bits.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -10,7 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace troupe::gpu::cpu {
+namespace troupe::model {
 
 inline float fp16_to_fp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -63,10 +66,21 @@ inline uint16_t fp32_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// A little-endian 16-bit value at any alignment (inside a quant block).
 inline uint16_t load_u16(const void* p) {
   uint16_t v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-}  // namespace troupe::gpu::cpu
+// An fp16 as GGUF stores it (a block scale, say), read as float.
+inline float load_half(const void* p) { return fp16_to_fp32(load_u16(p)); }
+
+// Stores f rounded to fp16 and returns the stored value (what a dequantizer will read back).
+inline float store_half(void* p, float f) {
+  const uint16_t h = fp32_to_fp16(f);
+  std::memcpy(p, &h, sizeof h);
+  return fp16_to_fp32(h);
+}
+
+}  // namespace troupe::model
