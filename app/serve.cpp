@@ -63,6 +63,11 @@ void apply_flags(const ServeOptions& options, ServerConfig& config) {
     }
   }
   if (options.kv_transport) config.kv_transport_tls = *options.kv_transport;
+  // A secret, so from the environment only (like TROUPE_API_KEY): the key this decode server
+  // presents to prefill servers that require one.
+  if (const char* key = std::getenv("TROUPE_PREFILL_API_KEY"); key != nullptr && *key != '\0') {
+    config.disagg.peer_api_key = key;
+  }
   if (options.log_level) {
     if (!is_valid_log_level(*options.log_level)) {
       throw ConfigError(fmt::format("--log-level: '{}' is not a log level", *options.log_level));
