@@ -713,3 +713,36 @@ def test_incompatible_prefill_server_is_refused_and_requests_still_succeed(log_d
     finally:
         decode.stop()
         prefill.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. A prefill server that requires an API key: the decode server presents
+#    $TROUPE_PREFILL_API_KEY; without it every prompt falls back to a local prefill.
+
+def test_key_protected_prefill_server(log_dir, reference, monkeypatch):
+    prompts = LONG[:1]
+    want = reference.chat(prompts)
+    prefill = start(log_dir, "keyed-prefill", "--role", "prefill", "--kv-transport", "tcp",
+                    "--api-key", "prefill-secret")
+    try:
+        assert requests.get(prefill.base_url + "/v1/kv/metadata", timeout=30).status_code == 401
+        monkeypatch.setenv("TROUPE_PREFILL_API_KEY", "prefill-secret")
+        keyed = start(log_dir, "keyed-decode", "--role", "decode", "--kv-transport", "tcp",
+                      "--prefill-url", f"127.0.0.1:{prefill.port}")
+        monkeypatch.delenv("TROUPE_PREFILL_API_KEY")
+        keyless = start(log_dir, "keyless-decode", "--role", "decode", "--kv-transport", "tcp",
+                        "--prefill-url", f"127.0.0.1:{prefill.port}")
+        try:
+            assert http_chat(keyed, prompts) == want
+            keyed_metrics = metrics(keyed)
+            assert metric(keyed_metrics, "troupe:kv_transfers_total", outcome="ok") == 1
+            assert metric(keyed_metrics, "troupe:kv_transfer_fallbacks_total") == 0
+            assert http_chat(keyless, prompts) == want  # computed locally
+            keyless_metrics = metrics(keyless)
+            assert metric(keyless_metrics, "troupe:kv_transfers_total", outcome="ok") == 0
+            assert metric(keyless_metrics, "troupe:kv_transfer_fallbacks_total") == 1
+        finally:
+            keyed.stop()
+            keyless.stop()
+    finally:
+        prefill.stop()
