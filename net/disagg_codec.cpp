@@ -174,11 +174,11 @@ Error check_layout_fits(const disagg::KvMetadata& m) {
       __builtin_mul_overflow(uint64_t(l.num_blocks), l.block_bytes, &blocks_end) ||
       __builtin_add_overflow(layers_end, l.kv_stride, &end) ||
       __builtin_add_overflow(end, blocks_end, &end);
-  if (overflow || end > m.region_bytes) {
+  if (overflow || end > m.descriptor.region_bytes) {
     return fmt::format(
         "kv_metadata.region_bytes ({}) is smaller than the layout's extent "
         "(layers {} x layer_stride {}, kv_stride {}, blocks {} x block_bytes {})",
-        m.region_bytes, l.num_layers, l.layer_stride, l.kv_stride, l.num_blocks, l.block_bytes);
+        m.descriptor.region_bytes, l.num_layers, l.layer_stride, l.kv_stride, l.num_blocks, l.block_bytes);
   }
   return std::nullopt;
 }
@@ -201,11 +201,11 @@ Error read_layout(dom::object o, disagg::KvLayout& l) {
 Error read_metadata(dom::object o, disagg::KvMetadata& m) {
   constexpr std::string_view kWhere = "kv_metadata";
   if (auto err = read_required_string(o, kWhere, "engine_id", m.engine_id)) return err;
-  if (auto err = read_required_string(o, kWhere, "transport", m.transport)) return err;
-  if (auto err = read_required_base64(o, kWhere, "worker_address", m.worker_address)) return err;
-  if (auto err = read_required_base64(o, kWhere, "rkey", m.rkey)) return err;
-  if (auto err = read_required_uint64(o, kWhere, "base_address", m.base_address)) return err;
-  if (auto err = read_required_uint64(o, kWhere, "region_bytes", m.region_bytes)) return err;
+  if (auto err = read_required_string(o, kWhere, "transport", m.descriptor.transport)) return err;
+  if (auto err = read_required_base64(o, kWhere, "worker_address", m.descriptor.worker_address)) return err;
+  if (auto err = read_required_base64(o, kWhere, "rkey", m.descriptor.rkey)) return err;
+  if (auto err = read_required_uint64(o, kWhere, "base_address", m.descriptor.base_address)) return err;
+  if (auto err = read_required_uint64(o, kWhere, "region_bytes", m.descriptor.region_bytes)) return err;
   const auto layout = field(o, "layout");
   if (!layout) return missing(kWhere, "layout");
   if (!layout->is_object()) return must_be(kWhere, "layout", "an object");
@@ -286,11 +286,11 @@ std::string kv_metadata_json(const disagg::KvMetadata& m) {
   JsonWriter out;
   out.begin_object()
       .field("engine_id", m.engine_id)
-      .field("transport", m.transport)
-      .field("worker_address", base64_encode(m.worker_address))
-      .field("rkey", base64_encode(m.rkey))
-      .field("base_address", m.base_address)
-      .field("region_bytes", m.region_bytes);
+      .field("transport", m.descriptor.transport)
+      .field("worker_address", base64_encode(m.descriptor.worker_address))
+      .field("rkey", base64_encode(m.descriptor.rkey))
+      .field("base_address", m.descriptor.base_address)
+      .field("region_bytes", m.descriptor.region_bytes);
   out.key("layout")
       .begin_object()
       .field("num_layers", l.num_layers)

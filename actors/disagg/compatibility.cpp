@@ -31,9 +31,9 @@ std::string kv_compatibility_hash(const model::GgufFile& file, const KvLayout& l
 }
 
 std::optional<std::string> check_compatible(const KvMetadata& mine, const KvMetadata& theirs) {
-  if (theirs.transport != mine.transport) {
-    return fmt::format("the peer moves KV over '{}', this server over '{}'", theirs.transport,
-                       mine.transport);
+  if (theirs.descriptor.transport != mine.descriptor.transport) {
+    return fmt::format("the peer moves KV over '{}', this server over '{}'",
+                       theirs.descriptor.transport, mine.descriptor.transport);
   }
   if (theirs.compatibility_hash != mine.compatibility_hash) {
     return fmt::format(
@@ -48,11 +48,8 @@ std::optional<std::string> check_compatible(const KvMetadata& mine, const KvMeta
       a.block_bytes != b.block_bytes) {
     return std::string("KV layout differs (layers, KV heads, head dim, block size or dtype)");
   }
-  const uint64_t needed = static_cast<uint64_t>(b.num_layers - 1) * b.layer_stride + b.kv_stride +
-                          static_cast<uint64_t>(b.num_blocks) * b.block_bytes;
-  if (b.num_blocks <= 0 || needed > theirs.region_bytes) {
-    return std::string("the peer's KV layout does not fit its registered region");
-  }
+  // NOTE: that the layout fits the peer's region is checked where the metadata is parsed
+  // (net/disagg_codec.cpp); the transport checks every segment against it again.
   return std::nullopt;
 }
 

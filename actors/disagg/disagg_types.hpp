@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/kv_cache/transfer/kv_transport.hpp"
+
 namespace troupe::disagg {
 
 // What a server does (config disagg.role). kCombined is a normal server; a prefill server
@@ -75,12 +77,10 @@ struct KvLayout {
 
 // What GET /v1/kv/metadata serves: enough for a peer to pull from this server's KV memory.
 struct KvMetadata {
-  std::string engine_id;     // unique per process start: a restarted peer is a new peer
-  std::string transport;     // "ucx"
-  std::string worker_address;  // transport bytes (base64 on the wire)
-  std::string rkey;            // transport bytes (base64 on the wire)
-  uint64_t base_address = 0;
-  uint64_t region_bytes = 0;
+  std::string engine_id;  // unique per process start: a restarted peer is a new peer
+  // The transport's own description of the registered KV memory (its binary fields travel as
+  // base64 on the wire, flat beside engine_id).
+  kv_transfer::LocalDescriptor descriptor;
   KvLayout layout;
   // Equal on two servers iff their KV is interchangeable: model file hash, KV dtype, layers,
   // KV heads, head dim, block size (hex of a SHA-256).

@@ -105,12 +105,7 @@ KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
   if (!movement.transport) throw std::runtime_error("KV transport (UCX) failed to start: " + error);
   disagg::KvMetadata& m = movement.metadata;
   m.engine_id = random_engine_id();
-  const kv_transfer::LocalDescriptor& local = movement.transport->local_descriptor();
-  m.transport = local.transport;
-  m.worker_address = local.worker_address;
-  m.rkey = local.rkey;
-  m.base_address = local.base_address;
-  m.region_bytes = local.region_bytes;
+  m.descriptor = movement.transport->local_descriptor();
   m.layout.num_layers = memory->num_layers;
   m.layout.num_kv_heads = memory->num_kv_heads;
   m.layout.head_dim = memory->head_dim;
@@ -122,7 +117,7 @@ KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
   m.compatibility_hash = disagg::kv_compatibility_hash(file, m.layout);
   spdlog::info("disagg: role {}, engine id {}, KV over {} ({} blocks, {:.1f} MiB registered)",
                disagg::to_string(config.disagg.role), m.engine_id, movement.transport->name(),
-               m.layout.num_blocks, static_cast<double>(m.region_bytes) / (1 << 20));
+               m.layout.num_blocks, static_cast<double>(m.descriptor.region_bytes) / (1 << 20));
   return movement;
 }
 

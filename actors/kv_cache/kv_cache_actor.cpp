@@ -30,46 +30,41 @@ boost::asio::awaitable<void> KvCacheActor::handle(KvCacheMessage message) {
           take_back(m);
         } else if constexpr (std::is_same_v<T, FlushPrefixCache>) {
           flush(m);
+        } else {
+          move_kv(m);
         }
       },
       message);
-  const bool moves_kv = !std::holds_alternative<LendKvCache>(message) &&
-                        !std::holds_alternative<ReturnKvCache>(message) &&
-                        !std::holds_alternative<FlushPrefixCache>(message);
-  if (moves_kv) handle_transfer(message);
   co_return;
 }
 
-void KvCacheActor::handle_transfer(KvCacheMessage& message) {
+template <typename Message>
+void KvCacheActor::move_kv(Message& m) {
   if (agent_ == nullptr) {
     // Only a wiring bug sends these without an agent; answer so nothing waits forever.
-    if (auto* release = std::get_if<ReleaseKvLease>(&message); release && release->reply) {
-      release->reply->set_value(false);
+    if constexpr (std::is_same_v<Message, ReleaseKvLease>) {
+      if (m.reply) m.reply->set_value(false);
     }
     spdlog::error("kv-cache: a KV transfer message without a transfer agent");
     return;
   }
-  std::visit(
-      [this](auto& m) {
-        using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, PullKv>) {
-          agent_->pull(std::move(m.order));
-        } else if constexpr (std::is_same_v<T, ReleaseRemoteKv>) {
-          agent_->release_remote(m.source);
-        } else if constexpr (std::is_same_v<T, PeerMetadataArrived>) {
-          agent_->on_metadata(m.peer_key, std::move(m.reply));
-        } else if constexpr (std::is_same_v<T, PullFinished>) {
-          agent_->on_pull_finished(m.request_id, m.status);
-        } else if constexpr (std::is_same_v<T, OpenKvLease>) {
-          agent_->open_lease(m.request_id, std::chrono::steady_clock::now());
-        } else if constexpr (std::is_same_v<T, ReleaseKvLease>) {
-          const bool released = agent_->release_lease(m.request_id);
-          if (m.reply) m.reply->set_value(released);
-        } else if constexpr (std::is_same_v<T, SweepKvLeases>) {
-          agent_->expire_leases(std::chrono::steady_clock::now());
-        }
-      },
-      message);
+  if constexpr (std::is_same_v<Message, PullKv>) {
+    agent_->pull(std::move(m.order));
+  } else if constexpr (std::is_same_v<Message, ReleaseRemoteKv>) {
+    agent_->release_remote(m.source);
+  } else if constexpr (std::is_same_v<Message, PeerMetadataArrived>) {
+    agent_->on_metadata(m.peer_key, std::move(m.reply));
+  } else if constexpr (std::is_same_v<Message, PullFinished>) {
+    agent_->on_pull_finished(m.request_id, m.status);
+  } else if constexpr (std::is_same_v<Message, OpenKvLease>) {
+    agent_->open_lease(m.request_id, std::chrono::steady_clock::now());
+  } else if constexpr (std::is_same_v<Message, ReleaseKvLease>) {
+    const bool released = agent_->release_lease(m.request_id);
+    if (m.reply) m.reply->set_value(released);
+  } else {
+    static_assert(std::is_same_v<Message, SweepKvLeases>);
+    agent_->expire_leases(std::chrono::steady_clock::now());
+  }
   publish_stats();
 }
 

@@ -64,7 +64,9 @@ class KvCacheActor final : public actors::runtime::Actor<KvCacheMessage> {
   void take_back(ReturnKvCache& returned);
   void flush(FlushPrefixCache& request);
   void publish_stats();
-  void handle_transfer(KvCacheMessage& message);
+  // KV movement between servers: the transfer agent's messages (PullKv ... SweepKvLeases).
+  template <typename Message>
+  void move_kv(Message& m);
 
   KvLease home_;  // null while lent
   std::vector<std::shared_ptr<std::promise<int64_t>>> waiting_flushes_;  // arrived while lent

@@ -16,8 +16,12 @@ namespace {
 constexpr std::chrono::milliseconds kUnreachablePeerPause{1000};
 constexpr std::chrono::milliseconds kIncompatiblePeerPause{30000};
 
+disagg::PeerAddress address_of(const scheduler::RemoteKvSource& source) {
+  return disagg::PeerAddress{source.host, static_cast<uint16_t>(source.port)};
+}
+
 std::string peer_key_of(const scheduler::RemoteKvSource& source) {
-  return disagg::PeerAddress{source.host, static_cast<uint16_t>(source.port)}.to_string();
+  return address_of(source).to_string();
 }
 
 // Every (remote block -> local block) copy is one contiguous run per layer and K/V. Walking
@@ -58,18 +62,19 @@ KvTransferAgent::KvTransferAgent(disagg::DisaggConfig config, disagg::KvMetadata
   stats_.transport = transport_ ? std::string(transport_->name()) : "";
 }
 
-void KvTransferAgent::fail(const scheduler::KvPullOrder& order, const std::string& why) {
+void KvTransferAgent::fail(scheduler::RequestId request_id, const scheduler::RemoteKvSource& source,
+                           const std::string& why) {
   spdlog::warn("kv-transfer: request {}: pulling from {} failed ({}); computing the prompt here",
-               order.request_id, peer_key_of(order.source), why);
+               request_id, peer_key_of(source), why);
   ++stats_.num_pulls_failed;
-  outbox_.to_scheduler(scheduler::KvResident{order.request_id, false});
+  outbox_.to_scheduler(scheduler::KvResident{request_id, false});
   // Best effort: the prefill server frees at lease expiry if this is lost (or it is down).
-  release_remote(order.source);
+  release_remote(source);
 }
 
 void KvTransferAgent::pull(scheduler::KvPullOrder order) {
   if (!transport_ || !peers_) {
-    fail(order, "this server has no KV transport (disagg.role is combined)");
+    fail(order.request_id, order.source, "this server has no KV transport (disagg.role is combined)");
     return;
   }
   const std::string key = peer_key_of(order.source);
@@ -89,7 +94,7 @@ void KvTransferAgent::fetch_metadata(const std::string& peer_key, Peer& peer,
                                      const scheduler::RemoteKvSource& source) {
   peer.fetching = true;
   auto to_self = outbox_.to_self;
-  peers_->fetch_metadata(disagg::PeerAddress{source.host, static_cast<uint16_t>(source.port)},
+  peers_->fetch_metadata(address_of(source),
                          config_.pull_timeout, [to_self, peer_key](disagg::MetadataReply reply) {
                            to_self(PeerMetadataArrived{peer_key, std::move(reply)});
                          });
@@ -106,19 +111,19 @@ void KvTransferAgent::on_metadata(const std::string& peer_key, disagg::MetadataR
     if (outbox_.to_ingress && !waiting.empty()) {
       const scheduler::RemoteKvSource& source = waiting.front().order.source;
       outbox_.to_ingress(disagg::PeerUnusable{
-          disagg::PeerAddress{source.host, static_cast<uint16_t>(source.port)}, how_long, why});
+          address_of(source), how_long, why});
     }
   };
   if (const std::string* error = std::get_if<std::string>(&reply)) {
     unusable(kUnreachablePeerPause, "handshake: " + *error);
-    for (const PendingPull& p : waiting) fail(p.order, "handshake: " + *error);
+    for (const PendingPull& p : waiting) fail(p.order.request_id, p.order.source, "handshake: " + *error);
     return;
   }
   disagg::KvMetadata metadata = std::get<disagg::KvMetadata>(std::move(reply));
   if (auto mismatch = disagg::check_compatible(own_, metadata)) {
     spdlog::error("kv-transfer: prefill server {} is not compatible: {}", peer_key, *mismatch);
     unusable(kIncompatiblePeerPause, *mismatch);
-    for (const PendingPull& p : waiting) fail(p.order, *mismatch);
+    for (const PendingPull& p : waiting) fail(p.order.request_id, p.order.source, *mismatch);
     return;
   }
   if (peer.metadata && peer.metadata->engine_id != metadata.engine_id && transport_) {
@@ -130,7 +135,7 @@ void KvTransferAgent::on_metadata(const std::string& peer_key, disagg::MetadataR
   for (PendingPull& p : waiting) {
     if (p.order.source.engine_id != peer.metadata->engine_id) {
       // The blocks were leased by a process that is no longer there: nothing to pull.
-      fail(p.order, "the prefill server restarted (engine id " + p.order.source.engine_id +
+      fail(p.order.request_id, p.order.source, "the prefill server restarted (engine id " + p.order.source.engine_id +
                         " is now " + peer.metadata->engine_id + ")");
       continue;
     }
@@ -145,7 +150,7 @@ void KvTransferAgent::start_pull(Peer& peer, PendingPull pending) {
   for (const scheduler::BlockCopy& copy : pending.order.copies) {
     if (copy.source < 0 || copy.source >= remote_blocks || copy.destination < 0 ||
         copy.destination >= local_blocks) {
-      fail(pending.order, "a block id is outside the pools");
+      fail(pending.order.request_id, pending.order.source, "a block id is outside the pools");
       return;
     }
   }
@@ -159,13 +164,7 @@ void KvTransferAgent::start_pull(Peer& peer, PendingPull pending) {
   in_flight_[request_id] = std::move(flight);
   stats_.num_pulls_in_flight = static_cast<int32_t>(in_flight_.size());
   auto to_self = outbox_.to_self;
-  kv_transfer::LocalDescriptor descriptor;
-  descriptor.transport = remote.transport;
-  descriptor.worker_address = remote.worker_address;
-  descriptor.rkey = remote.rkey;
-  descriptor.base_address = remote.base_address;
-  descriptor.region_bytes = remote.region_bytes;
-  transport_->pull(remote.engine_id, descriptor, std::move(segments), config_.pull_timeout,
+  transport_->pull(remote.engine_id, remote.descriptor, std::move(segments), config_.pull_timeout,
                    [to_self, request_id](kv_transfer::Status status) {
                      to_self(PullFinished{request_id, std::move(status)});
                    });
@@ -179,10 +178,7 @@ void KvTransferAgent::on_pull_finished(scheduler::RequestId request_id,
   in_flight_.erase(it);
   stats_.num_pulls_in_flight = static_cast<int32_t>(in_flight_.size());
   if (!status.ok()) {
-    scheduler::KvPullOrder order;
-    order.request_id = request_id;
-    order.source = std::move(flight.source);
-    fail(order, status.error);
+    fail(request_id, flight.source, status.error);
     return;
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - flight.started_at).count();
@@ -203,8 +199,7 @@ void KvTransferAgent::record_pull_time(double ms) {
 
 void KvTransferAgent::release_remote(const scheduler::RemoteKvSource& source) {
   if (!peers_) return;
-  peers_->release(disagg::PeerAddress{source.host, static_cast<uint16_t>(source.port)},
-                  source.request_id);
+  peers_->release(address_of(source), source.request_id);
 }
 
 void KvTransferAgent::open_lease(scheduler::RequestId request_id, Clock::time_point now) {

@@ -81,7 +81,9 @@ class KvTransferAgent {
   };
 
   void start_pull(Peer& peer, PendingPull pending);
-  void fail(const scheduler::KvPullOrder& order, const std::string& why);
+  // The pull will not happen: the scheduler computes the prompt, the lease is given back.
+  void fail(scheduler::RequestId request_id, const scheduler::RemoteKvSource& source,
+            const std::string& why);
   void fetch_metadata(const std::string& peer_key, Peer& peer, const scheduler::RemoteKvSource& source);
   void record_pull_time(double ms);
 

@@ -25,10 +25,10 @@ disagg::KvMetadata metadata(std::string engine_id, std::string hash = "same-hash
                             int32_t num_blocks = 8) {
   disagg::KvMetadata m;
   m.engine_id = std::move(engine_id);
-  m.transport = "ucx";
-  m.worker_address = "addr";
-  m.rkey = "rkey";
-  m.base_address = 4096;
+  m.descriptor.transport = "ucx";
+  m.descriptor.worker_address = "addr";
+  m.descriptor.rkey = "rkey";
+  m.descriptor.base_address = 4096;
   m.layout.num_layers = 2;
   m.layout.num_kv_heads = 1;
   m.layout.head_dim = 4;
@@ -37,7 +37,7 @@ disagg::KvMetadata metadata(std::string engine_id, std::string hash = "same-hash
   m.layout.block_bytes = 32;                 // 1 head x 4 tokens x 4 dims x fp16
   m.layout.kv_stride = static_cast<uint64_t>(num_blocks) * 32;
   m.layout.layer_stride = 2 * m.layout.kv_stride;
-  m.region_bytes = 2 * m.layout.layer_stride;
+  m.descriptor.region_bytes = 2 * m.layout.layer_stride;
   m.compatibility_hash = std::move(hash);
   return m;
 }

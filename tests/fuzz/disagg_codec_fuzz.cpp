@@ -52,10 +52,8 @@ bool same_params(const KvTransferParams& a, const KvTransferParams& b) {
 }
 
 bool same_metadata(const KvMetadata& a, const KvMetadata& b) {
-  return a.engine_id == b.engine_id && a.transport == b.transport &&
-         a.worker_address == b.worker_address && a.rkey == b.rkey &&
-         a.base_address == b.base_address && a.region_bytes == b.region_bytes &&
-         a.layout == b.layout && a.compatibility_hash == b.compatibility_hash;
+  return a.engine_id == b.engine_id && a.descriptor == b.descriptor && a.layout == b.layout &&
+         a.compatibility_hash == b.compatibility_hash;
 }
 
 void check_base64(std::string_view text) {
@@ -122,8 +120,8 @@ void check_metadata(std::string_view text) {
   const KvMetadata* m = accepted(parsed, "kv_metadata");
   if (!m) return;
   const disagg::KvLayout& l = m->layout;
-  TROUPE_FUZZ_CHECK(!m->engine_id.empty() && !m->transport.empty() && !m->worker_address.empty() &&
-                        !m->rkey.empty() && !m->compatibility_hash.empty() && !l.dtype.empty(),
+  TROUPE_FUZZ_CHECK(!m->engine_id.empty() && !m->descriptor.transport.empty() && !m->descriptor.worker_address.empty() &&
+                        !m->descriptor.rkey.empty() && !m->compatibility_hash.empty() && !l.dtype.empty(),
                     "a required field is empty");
   TROUPE_FUZZ_CHECK(l.num_layers >= 1 && l.num_kv_heads >= 1 && l.head_dim >= 1 &&
                         l.block_size >= 1 && l.num_blocks >= 1 && l.block_bytes >= 1,
@@ -133,8 +131,8 @@ void check_metadata(std::string_view text) {
   using u128 = unsigned __int128;
   const u128 end = u128(uint64_t(l.num_layers - 1)) * l.layer_stride + l.kv_stride +
                    u128(uint64_t(l.num_blocks)) * l.block_bytes;
-  TROUPE_FUZZ_CHECK(end <= m->region_bytes, "the layout leaves the region (%llu bytes)",
-                    static_cast<unsigned long long>(m->region_bytes));
+  TROUPE_FUZZ_CHECK(end <= m->descriptor.region_bytes, "the layout leaves the region (%llu bytes)",
+                    static_cast<unsigned long long>(m->descriptor.region_bytes));
   const std::string json = net::kv_metadata_json(*m);
   TROUPE_FUZZ_CHECK(fuzz::is_valid_json(json), "written metadata is not JSON: %s", json.c_str());
   const auto again = net::parse_kv_metadata(json);

@@ -234,10 +234,10 @@ TEST(DisaggCodec, Base64RejectsWhatIsNotCanonical) {
 disagg::KvMetadata sample_metadata() {
   disagg::KvMetadata m;
   m.engine_id = "troupe-1234-abcd";
-  m.transport = "ucx";
-  m.worker_address = std::string("\x00\x01\xff\x00worker\x00", 11);
-  m.rkey = std::string("\x00\x00\x80\x7f", 4);
-  m.base_address = 0xffff'8000'0000'1000ull;  // above int64's range
+  m.descriptor.transport = "ucx";
+  m.descriptor.worker_address = std::string("\x00\x01\xff\x00worker\x00", 11);
+  m.descriptor.rkey = std::string("\x00\x00\x80\x7f", 4);
+  m.descriptor.base_address = 0xffff'8000'0000'1000ull;  // above int64's range
   m.layout = {.num_layers = 2,
               .num_kv_heads = 4,
               .head_dim = 64,
@@ -247,18 +247,18 @@ disagg::KvMetadata sample_metadata() {
               .block_bytes = 8192,
               .kv_stride = 81920,
               .layer_stride = 163840};
-  m.region_bytes = 2 * 163840;
+  m.descriptor.region_bytes = 2 * 163840;
   m.compatibility_hash = std::string(64, 'a');
   return m;
 }
 
 void expect_same(const disagg::KvMetadata& a, const disagg::KvMetadata& b) {
   EXPECT_EQ(a.engine_id, b.engine_id);
-  EXPECT_EQ(a.transport, b.transport);
-  EXPECT_EQ(a.worker_address, b.worker_address);
-  EXPECT_EQ(a.rkey, b.rkey);
-  EXPECT_EQ(a.base_address, b.base_address);
-  EXPECT_EQ(a.region_bytes, b.region_bytes);
+  EXPECT_EQ(a.descriptor.transport, b.descriptor.transport);
+  EXPECT_EQ(a.descriptor.worker_address, b.descriptor.worker_address);
+  EXPECT_EQ(a.descriptor.rkey, b.descriptor.rkey);
+  EXPECT_EQ(a.descriptor.base_address, b.descriptor.base_address);
+  EXPECT_EQ(a.descriptor.region_bytes, b.descriptor.region_bytes);
   EXPECT_EQ(a.layout, b.layout);
   EXPECT_EQ(a.compatibility_hash, b.compatibility_hash);
 }
@@ -267,7 +267,7 @@ TEST(DisaggCodec, MetadataRoundTripsBinaryBytesAndLargeAddresses) {
   const auto m = sample_metadata();
   const std::string json = kv_metadata_json(m);
   EXPECT_NE(json.find("\"base_address\":18446603336221200384"), std::string::npos) << json;
-  EXPECT_NE(json.find(base64_encode(m.rkey)), std::string::npos);
+  EXPECT_NE(json.find(base64_encode(m.descriptor.rkey)), std::string::npos);
   expect_same(value_of(parse_kv_metadata(json)), m);
 }
 
@@ -318,12 +318,12 @@ TEST(DisaggCodec, MetadataErrorsNameTheField) {
 
 TEST(DisaggCodec, MetadataWhoseLayoutLeavesTheRegionIsRefused) {
   auto m = sample_metadata();
-  m.region_bytes -= 1;  // the last block of the last layer's V ends one byte past the region
+  m.descriptor.region_bytes -= 1;  // the last block of the last layer's V ends one byte past the region
   EXPECT_EQ(error_of(parse_kv_metadata(kv_metadata_json(m))).rfind("kv_metadata.region_bytes", 0),
             0u);
   m = sample_metadata();
   m.layout.layer_stride = ~uint64_t{0};  // overflows 64 bits
-  m.region_bytes = ~uint64_t{0};
+  m.descriptor.region_bytes = ~uint64_t{0};
   EXPECT_EQ(error_of(parse_kv_metadata(kv_metadata_json(m))).rfind("kv_metadata.region_bytes", 0),
             0u);
 }

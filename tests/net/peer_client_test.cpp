@@ -415,10 +415,10 @@ TEST(PeerClient, AnswerOverTheSizeLimitIsAnError) {
 disagg::KvMetadata sample_metadata() {
   disagg::KvMetadata m;
   m.engine_id = "engine-a";
-  m.transport = "ucx";
-  m.worker_address = std::string("\x00\x10ucx\x00", 6);
-  m.rkey = std::string("\xff\x00", 2);
-  m.base_address = 1u << 30;
+  m.descriptor.transport = "ucx";
+  m.descriptor.worker_address = std::string("\x00\x10ucx\x00", 6);
+  m.descriptor.rkey = std::string("\xff\x00", 2);
+  m.descriptor.base_address = 1u << 30;
   m.layout = {.num_layers = 1,
               .num_kv_heads = 2,
               .head_dim = 8,
@@ -428,7 +428,7 @@ disagg::KvMetadata sample_metadata() {
               .block_bytes = 128,
               .kv_stride = 384,
               .layer_stride = 768};
-  m.region_bytes = 768;
+  m.descriptor.region_bytes = 768;
   m.compatibility_hash = "abc123";
   return m;
 }
@@ -442,8 +442,8 @@ TEST(PeerClient, FetchMetadataReturnsWhatThePeerServes) {
   ASSERT_TRUE(std::holds_alternative<disagg::KvMetadata>(reply)) << std::get<std::string>(reply);
   const auto& m = std::get<disagg::KvMetadata>(reply);
   EXPECT_EQ(m.engine_id, "engine-a");
-  EXPECT_EQ(m.worker_address, sample_metadata().worker_address);
-  EXPECT_EQ(m.rkey, sample_metadata().rkey);
+  EXPECT_EQ(m.descriptor.worker_address, sample_metadata().descriptor.worker_address);
+  EXPECT_EQ(m.descriptor.rkey, sample_metadata().descriptor.rkey);
   EXPECT_EQ(m.layout, sample_metadata().layout);
   EXPECT_EQ(server.next_request().rfind("GET /v1/kv/metadata HTTP/1.1\r\n", 0), 0u);
 }
