@@ -1,6 +1,7 @@
 #include "net/openai_routes.hpp"
 
 #include <chrono>
+#include <random>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -12,13 +13,17 @@
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
 #include "net/metrics.hpp"
-#include "net/openai_multi_sink.hpp"
 #include "net/openai_sink.hpp"
 
 namespace troupe::net {
 namespace {
 
 namespace dom = simdjson::dom;
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return random();
+}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -42,17 +47,15 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
   ResponseIdentity identity{kind, make_response_id(kind), unix_now(), context->state.model.id};
   SinkOptions options{route, completion.stream, completion.include_usage,
                       completion.generate.sampling.logprobs};
-  if (completion.n > 1) {
-    auto record = context->record(route, identity.id, fmt::format("n={}", completion.n),
-                                  request.api_key_name);
-    auto response = std::make_shared<MultiChoiceResponse>(context, out, std::move(identity),
-                                                          options, completion.n, std::move(record));
-    response->start(completion.generate, completion.has_seed);
-    return;
-  }
-  auto record = context->record(route, identity.id, {}, request.api_key_name);
+  completion.generate.n = completion.n;
+  // Choice i samples with seed + i; without a seed the n choices start from a random one, so
+  // that asking again gives other choices (as before n moved into the engine).
+  if (completion.n > 1 && !completion.has_seed) completion.generate.sampling.seed = random_seed();
+  auto record = context->record(route, identity.id,
+                                completion.n > 1 ? fmt::format("n={}", completion.n) : std::string(),
+                                request.api_key_name);
   auto sink = std::make_shared<CompletionSink>(context, out, std::move(identity), options,
-                                               std::move(record));
+                                               std::move(record), completion.n);
   const engine::RequestId id = context->engine.submit(std::move(completion.generate), sink);
   out->on_client_gone([context, id] { context->engine.cancel(id); });
 }

@@ -1,5 +1,7 @@
 #include "net/openai_sink.hpp"
 
+#include <algorithm>
+
 #include "model/tokenizer.hpp"
 
 namespace troupe::net {
@@ -33,13 +35,15 @@ ApiError api_error_for(ApiKind kind, const engine::RequestError& error) {
 
 CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,
                                std::shared_ptr<ResponseStream> out, ResponseIdentity identity,
-                               SinkOptions options, std::shared_ptr<RequestRecord> record)
+                               SinkOptions options, std::shared_ptr<RequestRecord> record,
+                               int32_t num_choices)
     : context_(std::move(context)),
       out_(std::move(out)),
       identity_(std::move(identity)),
       options_(std::move(options)),
       record_(std::move(record)),
-      token_text_(context_->token_text()) {}
+      token_text_(context_->token_text()),
+      choices_(static_cast<size_t>(std::max(num_choices, 1))) {}
 
 bool CompletionSink::start_stream() {
   if (stream_started_) return true;
@@ -50,51 +54,86 @@ bool CompletionSink::start_stream() {
   return out_->begin_stream(std::move(head));
 }
 
-void CompletionSink::record_token_times(int32_t num_generated_tokens) {
+CompletionSink::Choice& CompletionSink::choice(int32_t index) {
+  const auto i = static_cast<size_t>(std::max(index, 0));
+  if (i >= choices_.size()) choices_.resize(i + 1);
+  return choices_[i];
+}
+
+void CompletionSink::record_token_times(Choice& choice, int32_t num_generated_tokens) {
   const auto now = std::chrono::steady_clock::now();
-  const int32_t new_tokens = num_generated_tokens - num_tokens_seen_;
+  const int32_t new_tokens = num_generated_tokens - choice.num_tokens_seen;
   if (new_tokens <= 0) return;
-  if (num_tokens_seen_ > 0) {
-    const double gap_s = std::chrono::duration<double>(now - last_token_time_).count() / new_tokens;
+  if (choice.num_tokens_seen > 0) {
+    const double gap_s = std::chrono::duration<double>(now - choice.last_token_time).count() / new_tokens;
     for (int32_t i = 0; i < new_tokens; ++i) {
       context_->metrics->inter_token_latency_s.observe(gap_s);
     }
   }
-  num_tokens_seen_ = num_generated_tokens;
-  last_token_time_ = now;
+  choice.num_tokens_seen = num_generated_tokens;
+  choice.last_token_time = now;
 }
 
 bool CompletionSink::on_delta(engine::RequestId request_id, engine::TokenDelta delta) {
   record_->note_request_id(request_id);
-  record_token_times(delta.num_generated_tokens);
+  Choice& c = choice(delta.index);
+  record_token_times(c, delta.num_generated_tokens);
   if (!options_.stream) {
-    text_ += delta.text;
+    c.text += delta.text;
     if (options_.with_logprobs) {
-      for (auto& token : delta.tokens) tokens_.push_back(std::move(token));
+      for (auto& token : delta.tokens) c.tokens.push_back(std::move(token));
     }
     return !out_->client_gone();
   }
-  const bool first = !stream_started_;
   if (!start_stream()) return false;
+  const bool first = !c.started;
+  c.started = true;
   if (delta.text.empty() && delta.tokens.empty() && !first) return !out_->client_gone();
-  const ChunkContent content{delta.text, delta.tokens, options_.with_logprobs, text_offset_};
-  text_offset_ += delta.text.size();
+  ChunkContent content{delta.text, delta.tokens, options_.with_logprobs, c.text_offset};
+  content.index = delta.index;
+  c.text_offset += delta.text.size();
   return out_->write(sse_event(chunk_json(identity_, content, first, std::nullopt, token_text_)));
+}
+
+void CompletionSink::on_choice_end(engine::RequestId request_id, const engine::ChoiceEnd& end) {
+  record_->note_request_id(request_id);
+  Choice& c = choice(end.index);
+  c.finish_reason = end.finish_reason;
+  if (!options_.stream) return;
+  start_stream();
+  ChunkContent empty{{}, {}, false, c.text_offset};
+  empty.index = end.index;
+  const bool first = !c.started;
+  c.started = true;
+  out_->write(sse_event(chunk_json(identity_, empty, first, std::string_view(c.finish_reason), token_text_)));
 }
 
 void CompletionSink::on_finish(engine::RequestId request_id, engine::Completion completion) {
   record_->note_request_id(request_id);
   record_->finish(completion, out_->client_gone());
   if (!options_.stream) {
-    const ChunkContent content{text_, tokens_, options_.with_logprobs, 0};
-    out_->respond(json_response(200, completion_json(identity_, content, completion, token_text_)));
+    std::vector<ChoiceOutput> outputs;
+    outputs.reserve(choices_.size());
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      ChunkContent content{choices_[i].text, choices_[i].tokens, options_.with_logprobs, 0};
+      content.index = static_cast<int32_t>(i);
+      const std::string_view reason =
+          choices_[i].finish_reason.empty() ? std::string_view(completion.finish_reason) : choices_[i].finish_reason;
+      outputs.push_back(ChoiceOutput{content, reason});
+    }
+    out_->respond(json_response(
+        200, multi_completion_json(identity_, outputs, completion.usage, token_text_,
+                                   completion.kv_transfer ? &*completion.kv_transfer : nullptr)));
     return;
   }
-  const bool first = !stream_started_;
   start_stream();
-  const ChunkContent empty{{}, {}, false, text_offset_};
-  std::string events = sse_event(
-      chunk_json(identity_, empty, first, std::string_view(completion.finish_reason), token_text_));
+  // Choices the engine ended without a ChoiceEnd (cancelled before they started) end here.
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (choices_[i].finish_reason.empty()) {
+      on_choice_end(request_id, engine::ChoiceEnd{static_cast<int32_t>(i), completion.finish_reason, 0});
+    }
+  }
+  std::string events;
   if (options_.include_usage) events += sse_event(usage_chunk_json(identity_, completion.usage));
   events += kSseDone;
   out_->write(std::move(events));

@@ -3,6 +3,12 @@
 // RequestRecord (access-log line, metrics) from the final call, which the engine makes even
 // after the client went away.
 //
+// `n` > 1 is the same sink: the engine runs the choices as one request and tags each delta and
+// choice end with its index. A stream's chunks carry that `index`, each choice ends with its own
+// finish_reason chunk when it ends, then come the usage chunk (include_usage) and one
+// `data: [DONE]`; without a stream, one body lists every choice. An error of the request (one
+// for all its choices) answers with a status, or with an error event when streaming began.
+//
 // Thread-safety: the engine calls the sink on its ingress thread, in order (on_delta*, then one
 // of on_finish/on_error); the sink only appends to the ResponseStream, which never blocks.
 #pragma once
@@ -49,15 +55,27 @@ class CompletionSink final : public engine::RequestSink {
  public:
   CompletionSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<ResponseStream> out,
                  ResponseIdentity identity, SinkOptions options,
-                 std::shared_ptr<RequestRecord> record);
+                 std::shared_ptr<RequestRecord> record, int32_t num_choices = 1);
 
   bool on_delta(engine::RequestId request_id, engine::TokenDelta delta) override;
+  void on_choice_end(engine::RequestId request_id, const engine::ChoiceEnd& end) override;
   void on_finish(engine::RequestId request_id, engine::Completion completion) override;
   void on_error(engine::RequestId request_id, engine::RequestError error) override;
 
  private:
+  struct Choice {
+    std::string text;                       // no stream: the whole answer
+    std::vector<engine::TokenInfo> tokens;  // no stream: every token's logprobs
+    size_t text_offset = 0;                 // stream: completions' logprobs.text_offset
+    bool started = false;                   // stream: its first chunk was sent
+    std::string finish_reason;
+    std::chrono::steady_clock::time_point last_token_time;
+    int32_t num_tokens_seen = 0;
+  };
+
   bool start_stream();
-  void record_token_times(int32_t num_generated_tokens);
+  Choice& choice(int32_t index);
+  void record_token_times(Choice& choice, int32_t num_generated_tokens);
 
   std::shared_ptr<OpenAiContext> context_;
   std::shared_ptr<ResponseStream> out_;
@@ -65,12 +83,8 @@ class CompletionSink final : public engine::RequestSink {
   SinkOptions options_;
   std::shared_ptr<RequestRecord> record_;
   TokenTextFn token_text_;
-  std::chrono::steady_clock::time_point last_token_time_;
-  int32_t num_tokens_seen_ = 0;
   bool stream_started_ = false;
-  std::string text_;                       // no stream: the whole answer
-  std::vector<engine::TokenInfo> tokens_;  // no stream: every token's logprobs
-  size_t text_offset_ = 0;                 // stream: completions' logprobs.text_offset
+  std::vector<Choice> choices_;  // grows to the highest index seen (n is known upstream)
 };
 
 // The response for an engine error (429 carries Retry-After).

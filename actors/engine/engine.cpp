@@ -10,6 +10,7 @@
 //   backend threads   CpuBackend        compute (or a CUDA event poller)
 #include "actors/engine/engine.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <future>
@@ -243,7 +244,10 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
 EngineImpl::~EngineImpl() { shutdown(std::chrono::milliseconds(5000)); }
 
 RequestId EngineImpl::submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) {
-  const RequestId id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  // A request of n choices is n sequences: ids id .. id + n - 1 are reserved for them, so that
+  // every sequence the scheduler sees has an id of its own and choice i is id + i.
+  const auto num_ids = static_cast<RequestId>(std::max<int32_t>(request.n, 1));
+  const RequestId id = next_request_id_.fetch_add(num_ids, std::memory_order_relaxed);
   if (draining_.load(std::memory_order_acquire)) {
     sink->on_error(id, RequestError{ErrorCode::kDraining, "the server is draining", ""});
     return id;

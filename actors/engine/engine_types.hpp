@@ -42,6 +42,9 @@ struct GenerateRequest {
   // Disaggregated prefill/decode, vLLM's field: do_remote_decode (a prefill server holds the
   // KV for a decode server) or do_remote_prefill (the KV is on that prefill server).
   std::optional<disagg::KvTransferParams> kv_transfer;
+  // OpenAI's `n`: choices sampled from the one prompt, each its own sequence (choice i samples
+  // with sampling.seed + i), admitted together, cancelled together, one sink for all.
+  int32_t n = 1;
 };
 
 enum class ErrorCode : uint8_t {
@@ -70,6 +73,7 @@ struct TokenInfo {
 // New output of one step for one request. `text` is whole UTF-8 characters only; it may be empty
 // while a multi-byte character or a possible stop string is held back.
 struct TokenDelta {
+  int32_t index = 0;  // the choice it belongs to (GenerateRequest::n)
   std::string text;
   std::vector<TokenInfo> tokens;  // filled when the request asked for logprobs
   int32_t num_generated_tokens = 0;  // so far, including this delta
@@ -88,17 +92,30 @@ struct Timings {
   double decode_tokens_per_s = 0;  // after the first token
 };
 
+// One choice of a request ended (its last delta came before). A request of n choices ends
+// each choice once, in the order they end, then gets its Completion.
+struct ChoiceEnd {
+  int32_t index = 0;
+  std::string finish_reason;  // as Completion::finish_reason
+  int32_t completion_tokens = 0;
+};
+
 struct Completion {
-  std::string finish_reason;  // OpenAI's: "stop" | "length" | "cancelled"
-  Usage usage;
+  // OpenAI's: "stop" | "length" | "cancelled". With n > 1 the request's overall reason:
+  // "cancelled" when any choice was cancelled, else "length" when any hit its limit, else "stop"
+  // (each choice's own reason is in its ChoiceEnd).
+  std::string finish_reason;
+  Usage usage;  // n > 1: the prompt counted once, completion tokens summed over the choices
   Timings timings;
   // A do_remote_decode request: where a decode server finds its KV (do_remote_prefill set).
   std::optional<disagg::KvTransferParams> kv_transfer;
 };
 
 // Implemented by net per request (an HTTP stream, a WS generation, a batch item, ...).
-// Called only on the ingress actor's thread, in order: on_delta*, then exactly one of on_finish
-// or on_error. Implementations must not block: hand the data to the connection's own executor.
+// Called only on the ingress actor's thread, in order: on_delta* interleaved with one
+// on_choice_end per choice, then exactly one of on_finish or on_error (an error may come
+// before every choice ended; nothing follows it). Implementations must not block: hand the
+// data to the connection's own executor.
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
@@ -106,6 +123,8 @@ class RequestSink {
   // on_finish (normally "cancelled") or on_error still comes, so that every request is
   // accounted for (access log, metrics) in one place: the sink's final call.
   virtual bool on_delta(RequestId request_id, TokenDelta delta) = 0;
+  // A single-choice sink may ignore it: on_finish repeats the reason.
+  virtual void on_choice_end(RequestId /*request_id*/, const ChoiceEnd& /*end*/) {}
   virtual void on_finish(RequestId request_id, Completion completion) = 0;
   virtual void on_error(RequestId request_id, RequestError error) = 0;
 };

@@ -1,5 +1,6 @@
 #include "actors/ingress/ingress_actor.hpp"
 
+#include <algorithm>
 #include <type_traits>
 
 #include <boost/asio/post.hpp>
@@ -14,10 +15,6 @@ using engine::ErrorCode;
 using engine::RequestError;
 
 namespace {
-
-double milliseconds_between(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
 
 // `input_field`: the request field holding the prompt ("messages" or "prompt").
 RequestError error_for(scheduler::AddResult result, std::string_view input_field) {
@@ -53,6 +50,7 @@ IngressActor::IngressActor(PromptBuilder prompts, boost::asio::any_io_executor p
       prompts_(std::make_shared<const PromptBuilder>(std::move(prompts))),
       prompt_executor_(std::move(prompt_executor)),
       board_(std::move(board)),
+      output_(prompts_->tokenizer()),
       generated_tokens_(stats_window) {}
 
 void IngressActor::connect(std::shared_ptr<SchedulerActorBase> scheduler) {
@@ -79,8 +77,7 @@ boost::asio::awaitable<void> IngressActor::handle(IngressMessage message) {
         } else if constexpr (std::is_same_v<T, StepEvents>) {
           on_step_events(m);
         } else if constexpr (std::is_same_v<T, SequencesEnded>) {
-          const Clock::time_point now = Clock::now();
-          on_sequences_ended(m.finished, now);
+          deliver(output_.process({}, m.finished, Clock::now()));
         } else if constexpr (std::is_same_v<T, AdmissionRefused>) {
           on_refused(m);
         } else if constexpr (std::is_same_v<T, StepFailed>) {
@@ -104,8 +101,16 @@ void IngressActor::abandon(IngressMessage message) {
                            RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
     return;
   }
-  for (auto& [id, request] : live_) {
-    fail(request, RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+  fail_everyone_draining();
+}
+
+void IngressActor::fail_everyone_draining() {
+  for (auto& [id, live] : live_) {
+    std::vector<engine::RequestId> unused;
+    if (output_.close_with_error(id, unused)) {
+      live.sink->on_error(id, RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
+    }
+    output_.forget(id);
   }
   live_.clear();
 }
@@ -129,10 +134,7 @@ boost::asio::awaitable<void> IngressActor::run() {
   // The mailbox is drained and closed: a prompt still on a worker can no longer come back, and
   // the scheduler will confirm no more ends (shutdown past its deadline). Whoever has not had
   // a final call gets one now.
-  for (auto& [id, request] : live_) {
-    fail(request, RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
-  }
-  live_.clear();
+  fail_everyone_draining();
 }
 
 void IngressActor::on_submit(Submit& submit) {
@@ -143,14 +145,17 @@ void IngressActor::on_submit(Submit& submit) {
       .client = request.client,
       .origin = request.origin,
       .sink = std::move(submit.sink),
-      .detokenizer = model::IncrementalDetokenizer(prompts_->tokenizer()),
-      .stop = StopMatcher(request.stop.stop_strings, request.include_stop_string_in_output),
-      .want_logprobs = request.sampling.logprobs,
-      .top_logprobs = request.sampling.top_logprobs,
-      .min_tokens = request.sampling.min_tokens,
-      .input_field = request.messages.empty() ? "prompt" : "messages",
       .submitted_at = submit.submitted_at,
+      .input_field = request.messages.empty() ? "prompt" : "messages",
+      .num_choices = std::max(request.n, 1),
   };
+  output_.add(submit.request_id,
+              OutputOptions{.stop_strings = request.stop.stop_strings,
+                            .include_stop_string = request.include_stop_string_in_output,
+                            .want_logprobs = request.sampling.logprobs,
+                            .min_tokens = request.sampling.min_tokens,
+                            .num_choices = live.num_choices},
+              submit.submitted_at);
   live_.emplace(submit.request_id, std::move(live));
   build_prompt(submit.request_id, std::move(request));
 }
@@ -178,17 +183,25 @@ void IngressActor::on_prompt_built(PromptBuilt& built) {
     admit(it->second, std::get<BuiltPrompt>(built.built), built.request);
     return;
   }
-  // It ends before the scheduler ever saw it: off the live list first, then its client hears
-  // the end (as for every other end).
-  LiveRequest ended = std::move(it->second);
-  live_.erase(it);
+  end_before_start(it->second, error ? std::optional<RequestError>(std::move(*error)) : std::nullopt);
+}
+
+// Off the live list first, then its client hears the end (as for every other end).
+void IngressActor::end_before_start(LiveRequest& live, std::optional<RequestError> error) {
+  LiveRequest ended = std::move(live);
+  const engine::RequestId id = ended.request_id;
+  const bool answered = output_.answered(id);
+  engine::Completion cancelled = output_.cancelled_before_start(id, Clock::now());
+  output_.forget(id);
+  live_.erase(id);
   publish_stats();
+  if (answered) return;
   if (ended.cancelled_building) {
-    if (!ended.closed) ended.sink->on_finish(ended.request_id, completion_of(ended, "cancelled", nullptr, Clock::now()));
+    ended.sink->on_finish(id, std::move(cancelled));
     return;
   }
   ++num_refused_;
-  fail(ended, std::move(*error));
+  ended.sink->on_error(id, std::move(*error));
 }
 
 void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::GenerateRequest& request) {
@@ -200,11 +213,10 @@ void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::Generat
   admit.stop.max_tokens = prompt.max_tokens;
   admit.priority = request.priority;
   admit.client = request.client;
-  live.num_prompt_tokens = static_cast<int32_t>(admit.prompt_token_ids.size());
+  output_.set_prompt_tokens(live.request_id, static_cast<int32_t>(admit.prompt_token_ids.size()));
   if (auto error = apply_kv_transfer(admit, request)) {
     ++num_refused_;
-    fail(live, std::move(*error));
-    live_.erase(live.request_id);
+    fail_and_forget(live.request_id, std::move(*error));
     return;
   }
   if (start_remote_prefill(live, admit, request)) return;
@@ -212,14 +224,22 @@ void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::Generat
 }
 
 void IngressActor::send_admission(LiveRequest& live, scheduler::NewRequest admit) {
-  scheduler::SchedulerMessage message{scheduler::Admit{std::move(admit)}};
-  const SendStatus status = scheduler_->try_send(std::move(message));
+  scheduler::Admit group;
+  group.sequences.reserve(static_cast<size_t>(live.num_choices));
+  for (int32_t i = 1; i < live.num_choices; ++i) {
+    scheduler::NewRequest choice = admit;
+    choice.request_id = live.request_id + static_cast<engine::RequestId>(i);
+    choice.sampling.seed = admit.sampling.seed + static_cast<uint64_t>(i);
+    group.sequences.push_back(std::move(choice));
+  }
+  group.sequences.insert(group.sequences.begin(), std::move(admit));
+  const SendStatus status = scheduler_->try_send(scheduler::SchedulerMessage{std::move(group)});
   if (status != SendStatus::kAccepted) {
     ++num_refused_;
-    fail(live, status == SendStatus::kFull
-                   ? RequestError{ErrorCode::kQueueFull, "the server is overloaded; retry later", ""}
-                   : RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
-    live_.erase(live.request_id);
+    fail_and_forget(live.request_id,
+                    status == SendStatus::kFull
+                        ? RequestError{ErrorCode::kQueueFull, "the server is overloaded; retry later", ""}
+                        : RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
   }
 }
 
@@ -232,112 +252,81 @@ void IngressActor::on_cancel(engine::RequestId request_id) {
     if (it->second.awaiting_remote_prefill && disagg_.peers) disagg_.peers->cancel(it->second.prefill_call_id);
     return;
   }
-  // The scheduler answers with a FinishedSequence (kCancelled), which ends the request.
-  send_to_scheduler(scheduler::CancelSequence{request_id});
+  // The scheduler answers with a FinishedSequence (kCancelled) per sequence, which ends the
+  // request once all are in.
+  for (const engine::RequestId sequence : output_.open_sequences(request_id)) {
+    send_to_scheduler(scheduler::CancelSequence{sequence});
+  }
 }
 
 void IngressActor::on_step_events(StepEvents& events) {
-  for (engine::RequestId id : events.scheduled) {
-    auto it = live_.find(id);
-    if (it != live_.end() && !it->second.first_scheduled_at) {
-      it->second.first_scheduled_at = events.step_started_at;
-    }
-  }
+  output_.note_scheduled(events.scheduled, events.step_started_at);
   generated_tokens_.add(events.step_done_at, events.update.tokens.size());
-  for (const scheduler::GeneratedToken& token : events.update.tokens) {
-    auto it = live_.find(token.request_id);
-    if (it == live_.end() || it->second.closed || it->second.client_gone) continue;
-    on_token(it->second, token, events.step_done_at);
-  }
-  on_sequences_ended(events.update.finished, events.step_done_at);
+  deliver(output_.process(events.update.tokens, events.update.finished, events.step_done_at));
 }
 
-void IngressActor::on_token(LiveRequest& request, const scheduler::GeneratedToken& token,
-                            Clock::time_point now) {
-  request.num_generated_tokens = token.num_generated_tokens;
-  if (!request.first_token_at) {
-    request.first_token_at = now;
-    time_to_first_token_.add(milliseconds_between(request.submitted_at, now));
+void IngressActor::deliver(OutputProcessor::Outputs outputs) {
+  for (const engine::RequestId sequence : outputs.sequences_to_finish) {
+    send_to_scheduler(scheduler::FinishSequence{sequence, scheduler::FinishReason::kStopString});
   }
-  engine::TokenDelta delta;
-  delta.num_generated_tokens = token.num_generated_tokens;
-  if (request.want_logprobs) {
-    engine::TokenInfo info;
-    info.token_id = token.token_id;
-    info.text = prompts_->tokenizer().token_piece(token.token_id);
-    info.logprob = token.logprob;
-    for (const gpu::TokenLogprob& alt : token.top_logprobs) {
-      info.top_logprobs.emplace_back(alt.token_id, alt.logprob);
-    }
-    delta.tokens.push_back(std::move(info));
-  }
-  const std::string text = request.detokenizer.push(token.token_id);
-  // As vLLM: stop strings are looked for only once more than min_tokens tokens exist (the
-  // scheduler holds back EOS and stop ids until then the same way).
-  StopMatcher::Result stopped = token.num_generated_tokens > request.min_tokens
-                                    ? request.stop.push(text)
-                                    : StopMatcher::Result{text, false};
-  delta.text = std::move(stopped.text);
-  if (!delta.text.empty() || !delta.tokens.empty()) {
-    if (!request.sink->on_delta(request.request_id, std::move(delta))) {
-      // No more deltas; the scheduler's confirmation of the cancel brings the final call.
-      request.client_gone = true;
-      send_to_scheduler(scheduler::CancelSequence{request.request_id});
-      return;
-    }
-  }
-  if (stopped.stopped) {
-    request.closed = true;
-    publish_stats();  // no longer live (see on_sequences_ended)
-    send_to_scheduler(scheduler::FinishSequence{request.request_id, scheduler::FinishReason::kStopString});
-    request.sink->on_finish(request.request_id, completion_of(request, "stop", nullptr, now));
-  }
-}
-
-void IngressActor::on_sequences_ended(std::span<const scheduler::FinishedSequence> finished,
-                                      Clock::time_point now) {
-  std::vector<std::pair<LiveRequest, const scheduler::FinishedSequence*>> ended;
-  for (const scheduler::FinishedSequence& f : finished) {
-    auto it = live_.find(f.request_id);
-    if (it == live_.end()) continue;
-    ended.emplace_back(std::move(it->second), &f);
-    live_.erase(it);
-  }
-  if (ended.empty()) return;
+  for (const double ms : outputs.time_to_first_token_ms) time_to_first_token_.add(ms);
   // The board forgets the requests before their clients hear the end, so a client (or an admin)
   // that acts on the final event never finds its request still listed as live. One publish for
   // the whole batch.
-  publish_stats();
-  for (auto& [request, f] : ended) {
-    if (!request.closed) tell_end(request, *f, now);
+  std::unordered_map<engine::RequestId, LiveRequest> forgotten;
+  for (const engine::RequestId id : outputs.forgotten) {
+    if (auto node = live_.extract(id)) forgotten.insert(std::move(node));
+  }
+  const bool any_answer = std::any_of(outputs.outputs.begin(), outputs.outputs.end(), [](const RequestOutput& o) {
+    return std::holds_alternative<engine::Completion>(o.event);
+  });
+  if (any_answer || !forgotten.empty()) publish_stats();
+  for (RequestOutput& output : outputs.outputs) {
+    auto it = live_.find(output.request_id);
+    if (it != live_.end()) {
+      deliver_one(it->second, output);
+    } else if (auto gone = forgotten.find(output.request_id); gone != forgotten.end()) {
+      deliver_one(gone->second, output);
+    }
   }
 }
 
-// NOTE: on_finish comes even when the client is gone (before or during the held-back text):
-// it is the one event every request ends with, and net does its accounting there.
-void IngressActor::tell_end(LiveRequest& request, const scheduler::FinishedSequence& finished,
-                            Clock::time_point now) {
-  bool stopped = false;
-  if (!request.client_gone) {
-    std::string tail = request.detokenizer.flush();
-    StopMatcher::Result last = request.stop.push(tail);
-    std::string text = std::move(last.text);
-    if (!last.stopped) text += request.stop.flush();
-    stopped = last.stopped;
-    if (!text.empty()) {
-      engine::TokenDelta delta;
-      delta.text = std::move(text);
-      delta.num_generated_tokens = finished.num_generated_tokens;
-      request.client_gone = !request.sink->on_delta(request.request_id, std::move(delta));
+// NOTE: on_finish comes even when the client is gone: it is the one event every request ends
+// with, and net does its accounting there.
+void IngressActor::deliver_one(LiveRequest& live, RequestOutput& output) {
+  const engine::RequestId id = live.request_id;
+  if (auto* delta = std::get_if<engine::TokenDelta>(&output.event)) {
+    if (live.client_gone || live.sink->on_delta(id, std::move(*delta))) return;
+    // No more deltas; the scheduler's confirmation of the cancels brings the final call.
+    live.client_gone = true;
+    for (const engine::RequestId sequence : output_.client_gone(id)) {
+      send_to_scheduler(scheduler::CancelSequence{sequence});
     }
+    return;
   }
-  const std::string reason(stopped ? std::string_view("stop")
-                                   : scheduler::openai_finish_reason(finished.reason));
-  request.sink->on_finish(request.request_id, completion_of(request, reason, &finished, now));
+  if (auto* end = std::get_if<engine::ChoiceEnd>(&output.event)) {
+    live.sink->on_choice_end(id, *end);
+    return;
+  }
+  engine::Completion& completion = std::get<engine::Completion>(output.event);
+  if (output.held_kv) {
+    // vLLM's answer for a decode server (or a proxy): where the KV is and under what lease.
+    disagg::KvTransferParams params;
+    params.do_remote_prefill = true;
+    params.remote_engine_id = disagg_.engine_id;
+    params.remote_block_ids.assign(output.held_kv->block_ids.begin(), output.held_kv->block_ids.end());
+    params.remote_request_id = std::to_string(id);
+    params.remote_host = disagg_.config.advertise_host;
+    params.remote_port = disagg_.config.advertise_port;
+    params.remote_num_tokens = output.held_kv->num_tokens;
+    params.first_token_id = output.held_kv->first_token_id;
+    completion.kv_transfer = std::move(params);
+  }
+  live.sink->on_finish(id, std::move(completion));
   // A do_remote_decode answer nobody received: its KV can never be pulled, so free it now
   // rather than at lease expiry. (A client that leaves after this point: the lease covers it.)
-  if (finished.held_kv && request.client_gone) {
-    send_to_scheduler(scheduler::ReleaseHeldKv{request.request_id, /*forget_lease=*/true});
+  if (output.held_kv && live.client_gone) {
+    send_to_scheduler(scheduler::ReleaseHeldKv{id, /*forget_lease=*/true});
   }
 }
 
@@ -345,71 +334,38 @@ void IngressActor::on_refused(const AdmissionRefused& refusal) {
   auto it = live_.find(refusal.request_id);
   if (it == live_.end()) return;
   ++num_refused_;
-  if (!it->second.closed) {
-    it->second.sink->on_error(refusal.request_id,
-                              error_for(refusal.result, it->second.input_field));
-  }
-  live_.erase(it);
+  fail_and_forget(refusal.request_id, error_for(refusal.result, it->second.input_field));
 }
 
 void IngressActor::on_step_failed(const StepFailed& failure) {
-  for (engine::RequestId id : failure.request_ids) {
-    auto it = live_.find(id);
-    if (it == live_.end()) continue;
-    fail(it->second, RequestError{ErrorCode::kInternal, "generation failed: " + failure.message, ""});
-    live_.erase(it);
+  for (const engine::RequestId sequence : failure.request_ids) {
+    const std::optional<engine::RequestId> id = output_.request_of(sequence);
+    if (!id) continue;
+    fail_and_forget(*id, RequestError{ErrorCode::kInternal, "generation failed: " + failure.message, ""},
+                    /*cancel_siblings=*/true);
   }
 }
 
-void IngressActor::fail(LiveRequest& request, RequestError error) {
-  if (request.closed) return;
-  request.closed = true;
-  request.sink->on_error(request.request_id, std::move(error));
-}
-
-engine::Completion IngressActor::completion_of(const LiveRequest& request,
-                                               std::string finish_reason,
-                                               const scheduler::FinishedSequence* finished,
-                                               Clock::time_point now) const {
-  engine::Completion completion;
-  completion.finish_reason = std::move(finish_reason);
-  completion.usage.prompt_tokens = request.num_prompt_tokens;
-  completion.usage.completion_tokens =
-      finished ? finished->num_generated_tokens : request.num_generated_tokens;
-  completion.usage.cached_prompt_tokens = finished ? finished->num_cached_prompt_tokens : 0;
-  engine::Timings& t = completion.timings;
-  if (request.first_scheduled_at) t.queue_ms = milliseconds_between(request.submitted_at, *request.first_scheduled_at);
-  if (request.first_token_at) {
-    t.time_to_first_token_ms = milliseconds_between(request.submitted_at, *request.first_token_at);
-    const double decode_s = std::chrono::duration<double>(now - *request.first_token_at).count();
-    if (decode_s > 0 && completion.usage.completion_tokens > 1) {
-      t.decode_tokens_per_s = (completion.usage.completion_tokens - 1) / decode_s;
-    }
-  }
-  t.total_ms = milliseconds_between(request.submitted_at, now);
-  if (finished != nullptr && finished->held_kv) {
-    // vLLM's answer for a decode server (or a proxy): where the KV is and under what lease.
-    disagg::KvTransferParams params;
-    params.do_remote_prefill = true;
-    params.remote_engine_id = disagg_.engine_id;
-    params.remote_block_ids.assign(finished->held_kv->block_ids.begin(), finished->held_kv->block_ids.end());
-    params.remote_request_id = std::to_string(finished->request_id);
-    params.remote_host = disagg_.config.advertise_host;
-    params.remote_port = disagg_.config.advertise_port;
-    params.remote_num_tokens = finished->held_kv->num_tokens;
-    params.first_token_id = finished->held_kv->first_token_id;
-    completion.kv_transfer = std::move(params);
-  }
-  return completion;
+void IngressActor::fail_and_forget(engine::RequestId request_id, RequestError error,
+                                   bool cancel_siblings) {
+  auto node = live_.extract(request_id);
+  std::vector<engine::RequestId> open;
+  const bool tell = output_.close_with_error(request_id, open);
+  output_.forget(request_id);
+  if (node.empty()) return;
+  publish_stats();
+  if (tell) node.mapped().sink->on_error(request_id, std::move(error));
+  if (!cancel_siblings) return;
+  for (const engine::RequestId sequence : open) send_to_scheduler(scheduler::CancelSequence{sequence});
 }
 
 void IngressActor::publish_stats() {
   engine::IngressSnapshot snapshot;
   snapshot.live.reserve(live_.size());
   for (const auto& [id, request] : live_) {
-    // A closed request's client has had its final event; only the scheduler's confirmation is
-    // outstanding.
-    if (request.closed) continue;
+    // An answered request's client has had its final event; only the scheduler's
+    // confirmation is outstanding.
+    if (output_.answered(id)) continue;
     snapshot.live.push_back({id, request.client_label, request.client, request.origin, request.submitted_at});
   }
   snapshot.time_to_first_token = time_to_first_token_.summary();

@@ -1,7 +1,8 @@
 // The ingress actor: the engine's front desk. It owns every live request's sink, has its
 // prompt built (chat template, tokenizer, validation) on the prompt workers, forwards it to the
-// scheduler, and turns each step's sampled tokens back into text: incremental UTF-8-safe
-// detokenization, stop strings (telling the scheduler to finish), usage and timings.
+// scheduler, and hands each step's sampled tokens to its OutputProcessor (the pure text side:
+// detokenization, stop strings, choices, usage and timings), delivering what comes out to the
+// sinks and the scheduler.
 //
 // Prompts are built off this thread (issue 13): tokenizing a long prompt takes milliseconds to
 // seconds, and every running stream's text passes through here. A submitted request is live
@@ -24,11 +25,10 @@
 #include "actors/disagg/disagg_config.hpp"
 #include "actors/engine/stats_board.hpp"
 #include "actors/ingress/ingress_messages.hpp"
+#include "actors/ingress/output_processor.hpp"
 #include "actors/ingress/prompt_builder.hpp"
-#include "actors/ingress/stop_matcher.hpp"
 #include "actors/runtime/actor.hpp"
 #include "actors/scheduler/scheduler_messages.hpp"
-#include "model/detokenizer.hpp"
 
 namespace troupe::ingress {
 
@@ -60,26 +60,17 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   void abandon(IngressMessage message) override;
 
  private:
+  // A request's life outside its text: its client, where its prompt is, and (decode role)
+  // the prefill server working for it. Its output side lives in output_.
   struct LiveRequest {
     engine::RequestId request_id = 0;
     std::string client_label;
     std::string client;
     engine::RequestOrigin origin = engine::RequestOrigin::kHttp;
     std::shared_ptr<engine::RequestSink> sink;
-    model::IncrementalDetokenizer detokenizer;
-    StopMatcher stop;
-    bool want_logprobs = false;
-    int32_t top_logprobs = 0;
-    int32_t min_tokens = 0;  // stop strings count only once more tokens than this exist
-    const char* input_field = "messages";  // the field errors about the prompt name
-    int32_t num_prompt_tokens = 0;
-    int32_t num_generated_tokens = 0;
     Clock::time_point submitted_at;
-    std::optional<Clock::time_point> first_scheduled_at;
-    std::optional<Clock::time_point> first_token_at;
-    // The sink got its final call (a stop string matched, or an error); waiting only for the
-    // scheduler to confirm the end before forgetting the request.
-    bool closed = false;
+    const char* input_field = "messages";  // the field errors about the prompt name
+    int32_t num_choices = 1;
     // on_delta said the client is gone: it gets no more deltas, but its final on_finish
     // ("cancelled", once the scheduler confirms) still comes, so that net can account for
     // every request (issue 14: dropped streams used to leave no log line and no metric).
@@ -106,21 +97,21 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
                             const engine::GenerateRequest& request);
   void on_remote_prefill_done(RemotePrefillDone& done);
   void on_peer_unusable(const disagg::PeerUnusable& unusable);
+  // The request's n sequences (choice i: id + i, seed + i) go to the scheduler as one group.
   void send_admission(LiveRequest& live, scheduler::NewRequest admit);
   void on_step_events(StepEvents& events);
-  void on_token(LiveRequest& request, const scheduler::GeneratedToken& token, Clock::time_point now);
-  void on_sequences_ended(std::span<const scheduler::FinishedSequence> finished, Clock::time_point now);
-  // The sink's last calls for an ended request: the held-back text, then on_finish.
-  void tell_end(LiveRequest& request, const scheduler::FinishedSequence& finished, Clock::time_point now);
+  // Hands the output processor's results to the sinks and the scheduler.
+  void deliver(OutputProcessor::Outputs outputs);
+  void deliver_one(LiveRequest& live, RequestOutput& output);
   void on_refused(const AdmissionRefused& refusal);
   void on_step_failed(const StepFailed& failure);
-
-  // Ends a request towards its sink (unless already closed); it is forgotten once the scheduler
-  // no longer holds it.
-  void fail(LiveRequest& request, engine::RequestError error);
-  engine::Completion completion_of(const LiveRequest& request, std::string finish_reason,
-                                   const scheduler::FinishedSequence* finished,
-                                   Clock::time_point now) const;
+  // A request the scheduler will not hold (any more) ends with `error` and is forgotten; with
+  // cancel_siblings, its other sequences still in the scheduler are cancelled.
+  void fail_and_forget(engine::RequestId request_id, engine::RequestError error,
+                       bool cancel_siblings = false);
+  // A request that never reached the scheduler is over: cancelled or refused while building.
+  void end_before_start(LiveRequest& live, std::optional<engine::RequestError> error);
+  void fail_everyone_draining();
   void send_to_scheduler(scheduler::SchedulerMessage message);
   void flush_pending_control();
   void publish_stats();
@@ -130,6 +121,7 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   std::shared_ptr<engine::StatsBoard> board_;
   std::shared_ptr<SchedulerActorBase> scheduler_;
   std::unordered_map<engine::RequestId, LiveRequest> live_;
+  OutputProcessor output_;
   // Cancel/Finish messages the scheduler's mailbox had no room for; retried on every message.
   std::deque<scheduler::SchedulerMessage> pending_control_;
   engine::RollingLatency time_to_first_token_;

@@ -34,6 +34,11 @@ std::optional<RequestError> IngressActor::apply_kv_transfer(scheduler::NewReques
                                                             const engine::GenerateRequest& request) const {
   if (!request.kv_transfer) return std::nullopt;
   const disagg::KvTransferParams& params = *request.kv_transfer;
+  if ((params.do_remote_decode || params.do_remote_prefill) && request.n > 1) {
+    return RequestError{ErrorCode::kInvalidRequest,
+                        "kv_transfer_params: a remote prefill or decode serves one choice (n = 1)",
+                        "kv_transfer_params"};
+  }
   if (params.do_remote_decode && params.do_remote_prefill) {
     return RequestError{ErrorCode::kInvalidRequest,
                         "kv_transfer_params: do_remote_decode and do_remote_prefill exclude each other",
@@ -70,7 +75,7 @@ bool IngressActor::start_remote_prefill(LiveRequest& live, scheduler::NewRequest
                                         const engine::GenerateRequest& request) {
   const disagg::DisaggConfig& config = disagg_.config;
   if (config.role != disagg::Role::kDecode || config.prefill_peers.empty() || !disagg_.peers ||
-      request.kv_transfer || request.sampling.logprobs || request.sampling.top_logprobs > 0 ||
+      request.kv_transfer || request.n > 1 || request.sampling.logprobs || request.sampling.top_logprobs > 0 ||
       // No wire field carries penalty_last_n: the first token would be sampled differently.
       request.sampling.penalty_last_n != model::SamplingParams{}.penalty_last_n ||
       static_cast<int32_t>(admit.prompt_token_ids.size()) < config.min_remote_prefill_tokens) {
@@ -133,10 +138,7 @@ void IngressActor::on_remote_prefill_done(RemotePrefillDone& done) {
                                                  static_cast<uint16_t>(reply.params.remote_port)},
                              reply.params.remote_request_id);
     }
-    LiveRequest ended = std::move(live);
-    live_.erase(it);
-    publish_stats();
-    if (!ended.closed) ended.sink->on_finish(ended.request_id, completion_of(ended, "cancelled", nullptr, Clock::now()));
+    end_before_start(live, std::nullopt);
     return;
   }
   if (!reply.error.empty()) {

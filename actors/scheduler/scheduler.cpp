@@ -59,7 +59,7 @@ const kv_cache::KvCacheManager& Scheduler::kv() const {
   return *kv_;
 }
 
-AddResult Scheduler::check_admissible(const NewRequest& request) const {
+AddResult Scheduler::check_admissible(const NewRequest& request, size_t group_size) const {
   if (sequences_.contains(request.request_id) || transferring_.contains(request.request_id) ||
       cancelled_pulls_.contains(request.request_id)) {
     return AddResult::kDuplicateId;
@@ -75,10 +75,25 @@ AddResult Scheduler::check_admissible(const NewRequest& request) const {
   const int64_t max_blocks = (final_len - 1 + config_.block_size - 1) / config_.block_size;
   if (max_blocks > config_.num_blocks) return AddResult::kNeverFits;
   if (config_.max_waiting_per_client > 0 &&
-      waiting_.num_waiting_of(request.client) >= config_.max_waiting_per_client) {
+      static_cast<int64_t>(waiting_.num_waiting_of(request.client) + group_size) >
+          config_.max_waiting_per_client) {
     return AddResult::kClientQueueFull;
   }
-  if (waiting_.size() >= config_.max_queue) return AddResult::kQueueFull;
+  if (static_cast<int64_t>(waiting_.size() + group_size) > config_.max_queue) {
+    return AddResult::kQueueFull;
+  }
+  return AddResult::kAccepted;
+}
+
+AddResult Scheduler::add_requests(std::vector<NewRequest> requests) {
+  for (const NewRequest& request : requests) {
+    const AddResult result = check_admissible(request, requests.size());
+    if (result != AddResult::kAccepted) {
+      num_requests_refused_ += requests.size();
+      return result;
+    }
+  }
+  for (NewRequest& request : requests) admit(std::move(request));
   return AddResult::kAccepted;
 }
 
@@ -88,6 +103,11 @@ AddResult Scheduler::add_request(NewRequest request) {
     ++num_requests_refused_;
     return result;
   }
+  admit(std::move(request));
+  return AddResult::kAccepted;
+}
+
+void Scheduler::admit(NewRequest request) {
   auto seq = std::make_unique<Sequence>();
   seq->request_id = request.request_id;
   seq->num_prompt_tokens = static_cast<int32_t>(request.prompt_token_ids.size());
@@ -106,7 +126,6 @@ AddResult Scheduler::add_request(NewRequest request) {
   Sequence& added = *seq;
   sequences_.emplace(seq->request_id, std::move(seq));
   if (added.remote_kv) start_remote(added, request.first_token_id);
-  return AddResult::kAccepted;
 }
 
 std::optional<FinishedSequence> Scheduler::cancel(RequestId request_id) {

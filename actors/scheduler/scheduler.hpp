@@ -78,6 +78,9 @@ class Scheduler {
   bool has_kv_cache() const { return kv_ != nullptr; }
 
   AddResult add_request(NewRequest request);
+  // A request of n choices: its n sequences are admitted together or refused together (one
+  // decision: the queue and the client's quota must hold all of them), with their own ids.
+  AddResult add_requests(std::vector<NewRequest> requests);
 
   // The cost model the step-time budget uses from the next schedule() on (the actor refits it
   // after every step from measured times).
@@ -163,7 +166,9 @@ class Scheduler {
   };
 
   // scheduler_admission.cpp
-  AddResult check_admissible(const NewRequest& request) const;
+  // `group_size`: sequences arriving together with this one (they all need queue room).
+  AddResult check_admissible(const NewRequest& request, size_t group_size = 1) const;
+  void admit(NewRequest request);  // after check_admissible() accepted it
   void schedule_running(Draft& draft, bool decode_pass);
   void schedule_waiting(Draft& draft);
   bool next_block_in_progress(const Sequence& seq, const kv_cache::PrefixMatch& match) const;

@@ -74,8 +74,9 @@ void SchedulerActor::apply(SchedulerMessage message) {
       [this](auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, Admit>) {
-          const RequestId id = m.request.request_id;
-          const AddResult result = policy_.add_request(std::move(m.request));
+          if (m.sequences.empty()) return;
+          const RequestId id = m.sequences.front().request_id;
+          const AddResult result = policy_.add_requests(std::move(m.sequences));
           if (result != AddResult::kAccepted) refused_.push_back({id, result});
         } else if constexpr (std::is_same_v<T, CancelSequence>) {
           if (auto finished = policy_.cancel(m.request_id)) ended_.push_back(*finished);

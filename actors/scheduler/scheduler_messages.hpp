@@ -5,13 +5,16 @@
 #pragma once
 
 #include <variant>
+#include <vector>
 
 #include "actors/scheduler/sequence.hpp"
 
 namespace troupe::scheduler {
 
+// One client request: its n choices' sequences (ids request_id + i), admitted or refused
+// together. AdmissionRefused names the first.
 struct Admit {
-  NewRequest request;
+  std::vector<NewRequest> sequences;
 };
 
 struct CancelSequence {

@@ -21,3 +21,8 @@ troupe_add_test(NAME prompt_builder_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/prompt_builder_test.cpp
   LIBS troupe_actors
   LABELS "unit;actors")
+# Issue 18: the pure output side of ingress on hand-made scheduler events.
+troupe_add_test(NAME output_processor_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/output_processor_test.cpp
+  LIBS troupe_actors
+  LABELS "unit;actors")

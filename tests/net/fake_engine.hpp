@@ -1,6 +1,8 @@
 // A FakeEngine for net's tests: implements the Engine facade with scripted output on its own
 // "ingress" thread (so sinks are called from another thread, as with the real engine), and
 // records submits and cancels. It runs no model; handler logic is what is under test.
+// A request of n choices gets every piece once per choice (deltas tagged with the index), one
+// ChoiceEnd per choice and one final call, as the real engine's ingress sends them.
 #pragma once
 
 #include <algorithm>
@@ -43,7 +45,8 @@ class FakeEngine final : public engine::Engine {
   engine::RequestId submit(engine::GenerateRequest request,
                            std::shared_ptr<engine::RequestSink> sink) override {
     std::lock_guard lock(mutex_);
-    const engine::RequestId id = next_id_++;
+    const engine::RequestId id = next_id_;
+    next_id_ += static_cast<engine::RequestId>(std::max(request.n, 1));
     submitted_.push_back(request);
     jobs_.push_back(Job{id, std::move(request), std::move(sink), script, 0});
     ++num_active_;
@@ -107,35 +110,41 @@ class FakeEngine final : public engine::Engine {
 
   // One step of one job; true when it finished. Called without the lock (sinks may re-enter).
   bool step(Job& job, bool cancelled) {
-    engine::Completion done;
-    done.usage.prompt_tokens = 5;
-    done.usage.completion_tokens = static_cast<int32_t>(job.step);
+    const int32_t num_choices = std::max(job.request.n, 1);
     if (job.script.error) {
       job.sink->on_error(job.id, *job.script.error);
       return true;
     }
-    if (cancelled) {
-      done.finish_reason = "cancelled";
-      job.sink->on_finish(job.id, done);
-      return true;
-    }
+    if (cancelled) return finish(job, "cancelled");
     if (job.script.endless || job.step < job.script.pieces.size()) {
-      engine::TokenDelta delta;
-      delta.text = job.script.endless ? "x" : job.script.pieces[job.step];
-      delta.num_generated_tokens = static_cast<int32_t>(++job.step);
-      if (job.request.sampling.logprobs) {
-        engine::TokenInfo info{7, delta.text, -0.5f, {{7, -0.5f}, {8, -1.5f}}};
-        info.top_logprobs.resize(std::min<size_t>(2, job.request.sampling.top_logprobs));
-        delta.tokens.push_back(info);
-      }
-      if (!job.sink->on_delta(job.id, std::move(delta))) {
-        done.finish_reason = "cancelled";
-        job.sink->on_finish(job.id, done);
-        return true;
+      const std::string text = job.script.endless ? "x" : job.script.pieces[job.step];
+      ++job.step;
+      for (int32_t index = 0; index < num_choices; ++index) {
+        engine::TokenDelta delta;
+        delta.index = index;
+        delta.text = text;
+        delta.num_generated_tokens = static_cast<int32_t>(job.step);
+        if (job.request.sampling.logprobs) {
+          engine::TokenInfo info{7, delta.text, -0.5f, {{7, -0.5f}, {8, -1.5f}}};
+          info.top_logprobs.resize(std::min<size_t>(2, job.request.sampling.top_logprobs));
+          delta.tokens.push_back(info);
+        }
+        if (!job.sink->on_delta(job.id, std::move(delta))) return finish(job, "cancelled");
       }
       return false;
     }
-    done.finish_reason = job.script.finish_reason;
+    return finish(job, job.script.finish_reason);
+  }
+
+  bool finish(Job& job, const std::string& reason) {
+    const int32_t num_choices = std::max(job.request.n, 1);
+    for (int32_t index = 0; index < num_choices; ++index) {
+      job.sink->on_choice_end(job.id, engine::ChoiceEnd{index, reason, static_cast<int32_t>(job.step)});
+    }
+    engine::Completion done;
+    done.finish_reason = reason;
+    done.usage.prompt_tokens = 5;
+    done.usage.completion_tokens = static_cast<int32_t>(job.step) * num_choices;
     job.sink->on_finish(job.id, done);
     return true;
   }

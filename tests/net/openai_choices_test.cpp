@@ -1,7 +1,9 @@
-// `n` > 1 on the OpenAI routes (net/openai_multi_sink.cpp) against a FakeEngine, through the
-// Router (no sockets): merged choices, summed usage, per-choice seeds, SSE indices and one
-// [DONE], and cancellation of every choice on client-gone and on one choice's failure.
-#include "net/openai_multi_sink.hpp"
+// `n` > 1 on the OpenAI routes (net/openai_sink.cpp) against a FakeEngine, through the Router
+// (no sockets): one engine request for all choices, every choice in the body with the summed
+// usage, SSE indices and per-choice finish chunks with one [DONE], one cancel when the client
+// goes, one answer for an error. (The engine side — seeds, admission, sharing — is tested in
+// tests/actors/output_processor_test.cpp and engine_test.cpp.)
+#include "net/openai_sink.hpp"
 
 #include <simdjson.h>
 
@@ -17,41 +19,12 @@ namespace {
 
 using testing::FakeEngine;
 
-// Forwards to a FakeEngine, except that submit number `fail_at` (0-based) is refused at once
-// with "queue full", as the real engine does when its mailbox is full.
-class QueueFullAt final : public engine::Engine {
- public:
-  explicit QueueFullAt(FakeEngine& inner) : inner_(inner) {}
-  int fail_at = -1;
-  engine::RequestId submit(engine::GenerateRequest request,
-                           std::shared_ptr<engine::RequestSink> sink) override {
-    if (num_submits_++ == fail_at) {
-      const engine::RequestId id = 1000 + num_submits_;
-      sink->on_error(id, engine::RequestError{engine::ErrorCode::kQueueFull, "queue full", ""});
-      return id;
-    }
-    return inner_.submit(std::move(request), std::move(sink));
-  }
-  void cancel(engine::RequestId id) override { inner_.cancel(id); }
-  engine::EngineStats stats() const override { return inner_.stats(); }
-  std::vector<engine::RequestInfo> requests() const override { return {}; }
-  bool drain(std::chrono::milliseconds) override { return true; }
-  int64_t flush_prefix_cache() override { return 0; }
-  const model::Tokenizer& tokenizer() const override { return inner_.tokenizer(); }
-  void post_tokenizer_work(std::function<void()> work) override { inner_.post_tokenizer_work(std::move(work)); }
-  const engine::ModelCard& model_card() const override { return inner_.model_card(); }
-
- private:
-  FakeEngine& inner_;
-  int num_submits_ = 0;
-};
-
 class OpenAiMultiChoiceTest : public ::testing::Test {
  protected:
   OpenAiMultiChoiceTest() {
     state_.model.id = "M";
     state_.model.context_length = 64;
-    add_openai_routes(router_, engine_, state_, config_);
+    add_openai_routes(router_, fake_, state_, config_);
   }
   static HttpRequest make_post(std::string path, std::string body) {
     HttpRequest r;
@@ -73,7 +46,6 @@ class OpenAiMultiChoiceTest : public ::testing::Test {
   }
 
   FakeEngine fake_;
-  QueueFullAt engine_{fake_};
   ServerState state_;
   OpenAiApiConfig config_;
   Router router_;
@@ -97,7 +69,8 @@ TEST_F(OpenAiMultiChoiceTest, NonStreamedChatHasEveryChoiceAndSummedUsage) {
   EXPECT_EQ(int64_t(root["usage"]["prompt_tokens"]), 5);          // counted once
   EXPECT_EQ(int64_t(root["usage"]["completion_tokens"]), 3 * 3);  // 3 tokens per choice
   EXPECT_EQ(int64_t(root["usage"]["total_tokens"]), 5 + 9);
-  EXPECT_EQ(fake_.submitted().size(), 3u);
+  ASSERT_EQ(fake_.submitted().size(), 1u);  // one engine request for all choices
+  EXPECT_EQ(fake_.submitted()[0].n, 3);
 }
 
 TEST_F(OpenAiMultiChoiceTest, CompletionChoicesCarryTheirOwnLogprobs) {
@@ -108,18 +81,16 @@ TEST_F(OpenAiMultiChoiceTest, CompletionChoicesCarryTheirOwnLogprobs) {
   EXPECT_NE(r.body.find(R"("index":1)"), std::string::npos);
 }
 
-TEST_F(OpenAiMultiChoiceTest, SeedPlusIndexReachesTheEngine) {
+TEST_F(OpenAiMultiChoiceTest, TheSeedAndNReachTheEngine) {
   ASSERT_EQ(post("/v1/completions", R"({"prompt":"x","n":3,"seed":7})").status, 200);
   const auto submitted = fake_.submitted();
-  ASSERT_EQ(submitted.size(), 3u);
-  std::set<uint64_t> seeds;
-  for (const auto& request : submitted) seeds.insert(request.sampling.seed);
-  EXPECT_EQ(seeds, (std::set<uint64_t>{7, 8, 9}));
-  for (const auto& request : submitted) EXPECT_EQ(request.prompt_text, submitted[0].prompt_text);
+  ASSERT_EQ(submitted.size(), 1u);
+  EXPECT_EQ(submitted[0].n, 3);
+  EXPECT_EQ(submitted[0].sampling.seed, 7u);  // the engine samples choice i with seed + i
 }
 
-TEST_F(OpenAiMultiChoiceTest, WithoutSeedEachChoiceIsRandom) {
-  ASSERT_EQ(post("/v1/completions", R"({"prompt":"x","n":4})").status, 200);
+TEST_F(OpenAiMultiChoiceTest, WithoutSeedEachRequestStartsFromARandomSeed) {
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post("/v1/completions", R"({"prompt":"x","n":2})").status, 200);
   std::set<uint64_t> seeds;
   for (const auto& request : fake_.submitted()) seeds.insert(request.sampling.seed);
   EXPECT_EQ(seeds.size(), 4u);
@@ -169,25 +140,15 @@ TEST_F(OpenAiMultiChoiceTest, ClientGoneCancelsEveryChoice) {
     router_.dispatch(make_post("/v1/completions", stream ? R"({"prompt":"x","n":3,"stream":true})"
                                                          : R"({"prompt":"x","n":3})"),
                      out);
-    ASSERT_TRUE(FakeEngine::eventually([&] { return fake_.num_active() == 3; }));
+    ASSERT_TRUE(FakeEngine::eventually([&] { return fake_.num_active() == 1; }));
     out->mark_client_gone();
     EXPECT_TRUE(
-        FakeEngine::eventually([&] { return fake_.num_cancelled() == cancelled_before + 3; }));
+        FakeEngine::eventually([&] { return fake_.num_cancelled() == cancelled_before + 1; }));
     EXPECT_TRUE(FakeEngine::eventually([&] { return fake_.num_active() == 0; }));
   }
 }
 
-TEST_F(OpenAiMultiChoiceTest, QueueFullForOneChoiceCancelsTheRestWithOne429) {
-  fake_.script.endless = true;
-  engine_.fail_at = 1;  // the second of three choices
-  const HttpResponse r = post("/v1/completions", R"({"prompt":"x","n":3,"stream":true})");
-  EXPECT_EQ(r.status, 429) << r.body;
-  EXPECT_EQ(count(r.body, "queue_full"), 1u) << r.body;
-  EXPECT_TRUE(FakeEngine::eventually([&] { return fake_.num_cancelled() == 2; }));
-  EXPECT_TRUE(FakeEngine::eventually([&] { return fake_.num_active() == 0; }));
-}
-
-TEST_F(OpenAiMultiChoiceTest, EveryChoiceFailingAnswersOnce) {
+TEST_F(OpenAiMultiChoiceTest, AnErrorAnswersOnceForAllChoices) {
   fake_.script.error = engine::RequestError{engine::ErrorCode::kQueueFull, "queue full", ""};
   const HttpResponse r = post("/v1/chat/completions", std::string(kChat) + R"(,"n":3})");
   EXPECT_EQ(r.status, 429);
