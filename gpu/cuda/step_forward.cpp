@@ -43,55 +43,27 @@ void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceS
                                  .num_rows = T, .input_dim = c.n_embd,
                                  .output_dim = static_cast<int32_t>(W)});
 
-  RopeArgs rope;
-  rope.qkv = s.qkv;
-  rope.ld = W;
-  rope.positions = in.positions;
-  rope.num_tokens = T;
-  rope.n_head = c.n_head;
-  rope.n_head_kv = c.n_head_kv;
-  rope.head_dim = c.head_dim;
-  rope.n_rot = c.n_rot;
-  rope.freq_base = c.rope_freq_base;
-  rope.freq_scale = c.rope_freq_scale;
-  rope.freq_factors = ctx.weights->rope_freqs;
-  rope.neox = c.rope_mode == model::RopeMode::kNeox;
-  rope.round_q_to_f16 = true;  // queries meet fp16 keys as fp16, as on the CPU
-  rope_inplace(rope, ctx.stream);
-
-  KvWriteArgs kvw;
-  kvw.qkv = s.qkv;
-  kvw.ld = W;
-  kvw.k_column = Q;
-  kvw.v_column = Q + KV;
-  kvw.slot_mapping = in.slots;
-  kvw.num_tokens = T;
-  kvw.n_head_kv = c.n_head_kv;
-  kvw.head_dim = c.head_dim;
-  kvw.block_size = ctx.block_size;
-  kvw.k_cache = K.k_cache;
-  kvw.v_cache = K.v_cache;
-  kv_write(kvw, ctx.stream);
-
-  AttentionArgs at;
-  at.q = s.qkv;
-  at.ld_q = W;
-  at.k_cache = K.k_cache;
-  at.v_cache = K.v_cache;
-  at.positions = in.positions;
-  at.token_table_row = in.table_rows;
-  at.block_tables = in.block_tables;
-  at.max_blocks_per_seq = max_blocks_per_seq;
-  at.num_tokens = T;
-  at.n_head = c.n_head;
-  at.n_head_kv = c.n_head_kv;
-  at.head_dim = c.head_dim;
-  at.block_size = ctx.block_size;
-  at.scale = c.attention_scale();
-  at.out = s.attn;
-  at.ld_out = Q;
-  at.out_type = ctx.act;
-  paged_attention(at, ctx.stream);
+  // Queries meet fp16 keys as fp16, as on the CPU (round_q_to_f16).
+  rope_inplace(RopeArgs{.qkv = s.qkv, .ld = W, .positions = in.positions, .num_tokens = T,
+                        .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
+                        .n_rot = c.n_rot, .freq_base = c.rope_freq_base,
+                        .freq_scale = c.rope_freq_scale, .freq_factors = ctx.weights->rope_freqs,
+                        .neox = c.rope_mode == model::RopeMode::kNeox, .round_q_to_f16 = true},
+               ctx.stream);
+  kv_write(KvWriteArgs{.qkv = s.qkv, .ld = W, .k_column = Q, .v_column = Q + KV,
+                       .slot_mapping = in.slots, .num_tokens = T, .n_head_kv = c.n_head_kv,
+                       .head_dim = c.head_dim, .block_size = ctx.block_size,
+                       .k_cache = K.k_cache, .v_cache = K.v_cache},
+           ctx.stream);
+  paged_attention(AttentionArgs{.q = s.qkv, .ld_q = W, .k_cache = K.k_cache, .v_cache = K.v_cache,
+                                .positions = in.positions, .token_table_row = in.table_rows,
+                                .block_tables = in.block_tables,
+                                .max_blocks_per_seq = max_blocks_per_seq, .num_tokens = T,
+                                .n_head = c.n_head, .n_head_kv = c.n_head_kv,
+                                .head_dim = c.head_dim, .block_size = ctx.block_size,
+                                .scale = c.attention_scale(), .out = s.attn, .ld_out = Q,
+                                .out_type = ctx.act},
+                  ctx.stream);
   gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.wo, .input = s.attn,
                                  .input_stride = Q, .output = s.x, .output_stride = E,
                                  .num_rows = T, .input_dim = static_cast<int32_t>(Q),
