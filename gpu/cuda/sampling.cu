@@ -1,4 +1,7 @@
-// Device sampling (see sampling.cuh).
+// Device sampling (see sampling.cuh). The kernel's helpers carry the CPU sampler's step names
+// (gpu/cpu/sampler.cpp): apply_bias_and_mask, apply_penalties, argmax, draw and fill_logprobs;
+// draw_in_rank_order and draw_in_id_order are the two walks of the CPU's draw (over its sorted
+// candidates when top-k or top-p sorted them, in id order otherwise).
 #include "gpu/cuda/sampling.cuh"
 
 #include <climits>
