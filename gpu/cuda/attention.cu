@@ -30,32 +30,27 @@ __device__ __forceinline__ void load_halves(const __half* p, float* out) {
   }
 }
 
-// Lane l of every warp owns dims [l * kDimsPerLane, (l + 1) * kDimsPerLane) of each head.
-// Register arrays are indexed by unrolled constants only (no local-memory spill).
+// One warp's online softmax over the keys it visited, per query head g of the group: the largest
+// score m[g], the sum l[g] of exp(score - m), and acc[g], the sum of exp(score - m) * value over
+// this lane's dims. Register arrays, indexed by unrolled constants only (no local-memory spill);
+// the kernel owns them and this names them (separate arrays, not members, keep the kernel's
+// machine code what it was before these helpers).
 template <int kDimsPerLane>
-__global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs a) {
-  extern __shared__ float partials[];  // [kWarps][kMaxGroup][head_dim + 2]: m, l, acc
-  const int32_t t = blockIdx.x, h = blockIdx.y;
+struct OnlineSoftmax {
+  float (&m)[kMaxGroup];
+  float (&l)[kMaxGroup];
+  float (&acc)[kMaxGroup][kDimsPerLane];
+};
+
+// Warp w visits keys w, w + kWarps, ... of [0, num_keys) through the sequence's block-table row
+// and folds each into `state` for every query head of the group (KV head h).
+template <int kDimsPerLane>
+__device__ __forceinline__ void attend_warp_keys(const AttentionArgs& a, int32_t h, int32_t group,
+                                                 int32_t num_keys, const int32_t* table,
+                                                 const float (&q)[kMaxGroup][kDimsPerLane],
+                                                 const OnlineSoftmax<kDimsPerLane>& state) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int32_t group = a.n_head / a.n_head_kv;
   const int32_t hd = a.head_dim;
-  const int32_t num_keys = a.positions[t] + 1;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_table_row[t]) * a.max_blocks_per_seq;
-  const float* q_row = a.q + static_cast<int64_t>(t) * a.ld_q + static_cast<int64_t>(h) * group * hd;
-
-  float q[kMaxGroup][kDimsPerLane];
-  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kDimsPerLane];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) {
-      q[g][i] = g < group ? q_row[g * hd + lane * kDimsPerLane + i] : 0.0f;
-      acc[g][i] = 0.0f;
-    }
-  }
-
   const int64_t head_stride = static_cast<int64_t>(a.block_size) * hd;
   const int64_t block_stride = head_stride * a.n_head_kv;
   const __half* k_cache = static_cast<const __half*>(a.k_cache);
@@ -74,32 +69,44 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
 #pragma unroll
       for (int i = 0; i < kDimsPerLane; ++i) dot = fmaf(q[g][i], kf[i], dot);
       const float s = detail::warp_sum(dot) * a.scale;
-      const float m_new = fmaxf(m[g], s);
-      const float correction = expf(m[g] - m_new);  // 0 on the first key (m = -inf)
+      const float m_new = fmaxf(state.m[g], s);
+      const float correction = expf(state.m[g] - m_new);  // 0 on the first key (m = -inf)
       const float p = expf(s - m_new);
-      l[g] = l[g] * correction + p;
+      state.l[g] = state.l[g] * correction + p;
 #pragma unroll
-      for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i] * correction);
-      m[g] = m_new;
+      for (int i = 0; i < kDimsPerLane; ++i) {
+        state.acc[g][i] = fmaf(p, vf[i], state.acc[g][i] * correction);
+      }
+      state.m[g] = m_new;
     }
   }
+}
 
+// Each warp's state goes to its slots of `partials`: [kWarps][kMaxGroup][head_dim + 2] (m, l, acc).
+template <int kDimsPerLane>
+__device__ __forceinline__ void store_warp_partials(const OnlineSoftmax<kDimsPerLane>& state,
+                                                    int32_t group, int32_t hd, float* partials) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t stride = hd + 2;
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g >= group) break;
     float* slot = partials + (warp * kMaxGroup + g) * stride;
     if (lane == 0) {
-      slot[0] = m[g];
-      slot[1] = l[g];
+      slot[0] = state.m[g];
+      slot[1] = state.l[g];
     }
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) slot[2 + lane * kDimsPerLane + i] = acc[g][i];
+    for (int i = 0; i < kDimsPerLane; ++i) slot[2 + lane * kDimsPerLane + i] = state.acc[g][i];
   }
-  __syncthreads();
+}
 
-  // Merge the warps: warp 0 saw key 0, so the overall max is finite; warps without keys carry
-  // m = -inf and weigh 0.
+// Merges the warps' partials into the output rows of token t, query heads of KV head h: warp 0
+// saw key 0, so the overall max is finite; warps without keys carry m = -inf and weigh 0.
+__device__ __forceinline__ void merge_warp_partials(const AttentionArgs& a, const float* partials,
+                                                    int32_t t, int32_t h, int32_t group) {
+  const int32_t hd = a.head_dim;
+  const int32_t stride = hd + 2;
   for (int32_t o = threadIdx.x; o < group * hd; o += blockDim.x) {
     const int32_t g = o / hd, d = o % hd;
     float m_all = -INFINITY;
@@ -111,7 +118,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
       l_all += slot[1] * weight;
       o_all += slot[2 + d] * weight;
     }
-    const int64_t index = static_cast<int64_t>(t) * a.ld_out + (static_cast<int64_t>(h) * group + g) * hd + d;
+    const int64_t index =
+        static_cast<int64_t>(t) * a.ld_out + (static_cast<int64_t>(h) * group + g) * hd + d;
     const float y = o_all / l_all;
     if (a.out_f32) {
       static_cast<float*>(a.out)[index] = y;
@@ -119,6 +127,41 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
       detail::store_act(a.out, index, y, a.out_type);
     }
   }
+}
+
+// One block per (token t, KV head h). Lane l of every warp owns dims [l * kDimsPerLane,
+// (l + 1) * kDimsPerLane) of each head.
+template <int kDimsPerLane>
+__global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs a) {
+  extern __shared__ float partials[];  // [kWarps][kMaxGroup][head_dim + 2]: m, l, acc
+  const int32_t t = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x % 32;
+  const int32_t group = a.n_head / a.n_head_kv;
+  const int32_t hd = a.head_dim;
+  const int32_t num_keys = a.positions[t] + 1;
+  const int32_t* table =
+      a.block_tables + static_cast<int64_t>(a.token_table_row[t]) * a.max_blocks_per_seq;
+  const float* q_row =
+      a.q + static_cast<int64_t>(t) * a.ld_q + static_cast<int64_t>(h) * group * hd;
+
+  float q[kMaxGroup][kDimsPerLane];
+  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kDimsPerLane];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      q[g][i] = g < group ? q_row[g * hd + lane * kDimsPerLane + i] : 0.0f;
+      acc[g][i] = 0.0f;
+    }
+  }
+  const OnlineSoftmax<kDimsPerLane> state{m, l, acc};
+
+  attend_warp_keys<kDimsPerLane>(a, h, group, num_keys, table, q, state);
+  store_warp_partials<kDimsPerLane>(state, group, hd, partials);
+  __syncthreads();
+  merge_warp_partials(a, partials, t, h, group);
 }
 
 void launch_paged_attention(const AttentionArgs& a, cudaStream_t stream) {

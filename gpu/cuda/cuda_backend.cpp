@@ -205,21 +205,17 @@ void CudaBackend::Impl::enqueue_sampling(const std::vector<SamplingRow>& rows, i
   const int32_t S = static_cast<int32_t>(rows.size());
   if (S > 0) {
     int32_t* out = static_cast<int32_t*>(device_out);
-    SamplingArgs sa;
-    sa.logits = scratch.logits;
-    sa.num_rows = S;
-    sa.n_vocab = c.n_vocab;
-    sa.params = step_inputs.params;
-    sa.recent_tokens = step_inputs.recent;
-    sa.bias_ids = step_inputs.bias_ids;
-    sa.bias_values = step_inputs.bias_values;
-    sa.end_token_ids = step_inputs.end_ids;
-    sa.workspace = scratch.workspace;
-    sa.out_tokens = out;
-    sa.out_logprobs = reinterpret_cast<float*>(out + S);
-    sa.out_top_ids = out + 2 * S;
-    sa.out_top_logprobs = reinterpret_cast<float*>(out + 2 * S + S * kMaxTopLogprobs);
-    sample_rows(sa, stream);
+    sample_rows(SamplingArgs{.logits = scratch.logits, .num_rows = S, .n_vocab = c.n_vocab,
+                             .params = step_inputs.params, .recent_tokens = step_inputs.recent,
+                             .bias_ids = step_inputs.bias_ids,
+                             .bias_values = step_inputs.bias_values,
+                             .end_token_ids = step_inputs.end_ids, .workspace = scratch.workspace,
+                             .out_tokens = out,
+                             .out_logprobs = reinterpret_cast<float*>(out + S),
+                             .out_top_ids = out + 2 * S,
+                             .out_top_logprobs =
+                                 reinterpret_cast<float*>(out + 2 * S + S * kMaxTopLogprobs)},
+                stream);
     CUDA_CHECK(cudaMemcpyAsync(slot.host_out, device_out, static_cast<size_t>(S) * (2 + 2 * kMaxTopLogprobs) * 4,
                                cudaMemcpyDeviceToHost, stream));
   }

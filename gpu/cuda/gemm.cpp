@@ -6,15 +6,19 @@
 namespace troupe::gpu::cuda {
 
 void gemm_rows(cublasHandle_t handle, const GemmArgs& a) {
-  if (a.rows == 0 || a.n_out == 0) return;
-  // cuBLAS is column-major: the row-major y[rows][n_out] is a column-major n_out x rows matrix,
-  // W[n_out][k] row-major is a column-major k x n_out matrix (transposed in the product), and
-  // x[rows][k] row-major is a column-major k x rows matrix. So y^T = W . x^T.
-  const cudaDataType_t t = a.type == ActType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+  if (a.num_rows == 0 || a.output_dim == 0) return;
+  // cuBLAS is column-major: the row-major output[num_rows][output_dim] is a column-major
+  // output_dim x num_rows matrix, weight[output_dim][input_dim] row-major is a column-major
+  // input_dim x output_dim matrix (transposed in the product), and input[num_rows][input_dim]
+  // row-major is a column-major input_dim x num_rows matrix. So output^T = weight . input^T.
+  const cudaDataType_t t = a.activation_type == ActType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
   const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, a.n_out, a.rows, a.k, &alpha, a.w, t,
-                            a.k, a.x, t, static_cast<int>(a.ld_x), &a.beta, a.y, CUDA_R_32F,
-                            static_cast<int>(a.ld_y), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  const float beta = a.add_to_output ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, a.output_dim, a.num_rows, a.input_dim,
+                            &alpha, a.weight, t, a.input_dim, a.input, t,
+                            static_cast<int>(a.input_stride), &beta, a.output, CUDA_R_32F,
+                            static_cast<int>(a.output_stride), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace troupe::gpu::cuda

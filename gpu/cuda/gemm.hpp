@@ -1,6 +1,8 @@
-// Row-major projections through cuBLAS: y[rows][n_out] = x[rows][k] . W[n_out][k]^T (+ beta y),
-// with W and x in F16 or BF16 and y, the accumulation and the residual in F32. beta = 1 fuses the
-// residual add of the output and down projections into the GEMM.
+// Row-major projections through cuBLAS:
+//   output[num_rows][output_dim] = input[num_rows][input_dim] . weight[output_dim][input_dim]^T
+// (+ output, with add_to_output), with weight and input in F16 or BF16 and the output, the
+// accumulation and the residual in F32. add_to_output fuses the residual add of the attention
+// output and down projections into the GEMM (cuBLAS beta = 1).
 //
 // cublasGemmEx with the default algorithm today; cublasLt (epilogues, algorithm choice per shape)
 // is the alternative to measure on the device — this function is the one place to swap it.
@@ -17,16 +19,16 @@
 namespace troupe::gpu::cuda {
 
 struct GemmArgs {
-  ActType type = ActType::kF16;  // of w and x
-  const void* w = nullptr;       // [n_out][k], row-major
-  const void* x = nullptr;       // [rows][k], ld_x apart
-  int64_t ld_x = 0;
-  float* y = nullptr;            // [rows][n_out], ld_y apart
-  int64_t ld_y = 0;
-  int32_t rows = 0;
-  int32_t n_out = 0;
-  int32_t k = 0;
-  float beta = 0.0f;             // 1: accumulate into y
+  ActType activation_type = ActType::kF16;  // of weight and input
+  const void* weight = nullptr;             // [output_dim][input_dim], row-major
+  const void* input = nullptr;              // [num_rows][input_dim], input_stride elements apart
+  int64_t input_stride = 0;
+  float* output = nullptr;                  // [num_rows][output_dim], output_stride elements apart
+  int64_t output_stride = 0;
+  int32_t num_rows = 0;
+  int32_t input_dim = 0;
+  int32_t output_dim = 0;
+  bool add_to_output = false;               // true: output += product; false: output = product
 };
 
 void gemm_rows(cublasHandle_t handle, const GemmArgs& args);

@@ -1,4 +1,7 @@
-// Device sampling (see sampling.cuh).
+// Device sampling (see sampling.cuh). The kernel's helpers carry the CPU sampler's step names
+// (gpu/cpu/sampler.cpp): apply_bias_and_mask, apply_penalties, argmax, draw and fill_logprobs;
+// draw_in_rank_order and draw_in_id_order are the two walks of the CPU's draw (over its sorted
+// candidates when top-k or top-p sorted them, in id order otherwise).
 #include "gpu/cuda/sampling.cuh"
 
 #include <climits>
@@ -181,30 +184,182 @@ __device__ float block_inclusive_scan(float v, float* warp_totals) {
   return v;
 }
 
+// Rank order (value descending, then id ascending) as one 64-bit key: a larger key ranks first.
+__device__ __forceinline__ unsigned long long rank_composite(float v, int32_t i) {
+  return (static_cast<unsigned long long>(detail::ordered_key(v)) << 32) |
+         static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<unsigned int>(i));
+}
+
+__device__ __forceinline__ int32_t id_of_rank_composite(unsigned long long c) {
+  return static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(c & 0xFFFFFFFFull));
+}
+
+__device__ __forceinline__ float row_max(const float* v, int32_t n, Scratch& s) {
+  float local_max = -INFINITY;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, v[i]);
+  return detail::block_max(local_max, s.f);
+}
+
+// Greedy: the first id holding the largest value (the CPU's argmax).
+__device__ __forceinline__ int32_t argmax(const float* v, int32_t n, Scratch& s) {
+  unsigned long long best = 0;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const unsigned long long c = rank_composite(v[i], i);
+    best = c > best ? c : best;
+  }
+  return id_of_rank_composite(detail::block_max_u64(best, s.u));
+}
+
+// top-k, then top-p: both keep a prefix of the rank order. `sorted` says whether the CPU sorted
+// its candidates (either filter on), and so whether the draw walks rank order or id order.
+struct RankPrefix {
+  Cut cut;
+  bool sorted;
+};
+
+__device__ __forceinline__ RankPrefix cut_rank_prefix(const float* z, int32_t n,
+                                                      const SamplingRowParams& p, float zmax,
+                                                      Scratch& s) {
+  Cut cut{0u, n};  // everything
+  bool sorted = false;
+  if (p.top_k > 0 && p.top_k < n) {
+    cut = top_k_cut(z, n, cut, p.top_k, s);
+    sorted = true;
+  }
+  if (p.top_p < 1.0f) {
+    cut = p.top_p > 0.0f ? top_p_cut(z, n, cut, zmax, p.top_p, s) : top_k_cut(z, n, cut, 1, s);
+    sorted = true;
+  }
+  return RankPrefix{cut, sorted};
+}
+
+// The survivors of top-k, top-p and min-p, and their weights after temperature. min-p
+// (probabilities relative to the max, before temperature) keeps a rank prefix too, but as a
+// predicate; min_p > 1 would keep nothing, and the CPU then keeps its first survivor.
+struct Candidates {
+  const float* z;
+  int32_t n;
+  Cut cut;
+  float zmax;
+  float min_p;  // clamped to 1
+  float inv_t;  // 1 / temperature
+
+  __device__ __forceinline__ bool contains(int32_t i) const {
+    const unsigned int ki = detail::ordered_key(z[i]);
+    return in_cut(ki, i, cut) && (min_p <= 0.0f || expf(z[i] - zmax) >= min_p);
+  }
+  __device__ __forceinline__ float weight(int32_t i) const {
+    return contains(i) ? expf((z[i] - zmax) * inv_t) : 0.0f;
+  }
+};
+
+enum class CandidateOrder { kRank, kId };
+
+// The last candidate in `order`: the CPU's last survivor, its answer when rounding leaves the
+// draw's target at or past the total.
+__device__ __forceinline__ int32_t last_candidate(const Candidates& c, CandidateOrder order,
+                                                  Scratch& s) {
+  const bool rank_order = order == CandidateOrder::kRank;
+  unsigned long long best = 0;
+  for (int32_t i = threadIdx.x; i < c.n; i += blockDim.x) {
+    if (!c.contains(i)) continue;
+    const unsigned long long k =
+        rank_order ? ~rank_composite(c.z[i], i) : static_cast<unsigned long long>(i);
+    best = k > best ? k : best;
+  }
+  best = detail::block_max_u64(best, s.u);
+  return rank_order ? id_of_rank_composite(~best) : static_cast<int32_t>(best);
+}
+
+// The draw over the candidates in rank order (as the CPU walks its sorted candidates): the
+// first whose cumulative weight passes the target, found by bisection over keys (the weight of
+// the candidates above a key) and then over ids among the candidates tied at the found key.
+__device__ __forceinline__ int32_t draw_in_rank_order(const Candidates& c, float total,
+                                                      float target, Scratch& s) {
+  if (!(total > target)) return last_candidate(c, CandidateOrder::kRank, s);
+  const float* z = c.z;
+  const int32_t n = c.n;
+  auto mass_ge = [&](unsigned int key) {
+    return sum_over<float>(n, [&](int32_t i) {
+      return detail::ordered_key(z[i]) >= key ? c.weight(i) : 0.0f;
+    }, s.f);
+  };
+  const unsigned int K = largest_key(mass_ge, [&](float m) { return m > target; });
+  const float greater = K == 0xFFFFFFFFu ? 0.0f : mass_ge(K + 1);
+  auto tie = [&](int32_t i) { return detail::ordered_key(z[i]) == K && c.contains(i); };
+  const int32_t ties = sum_over<int32_t>(n, [&](int32_t i) { return tie(i) ? 1 : 0; }, s.i);
+  const float w_tie = expf((key_value(K) - c.zmax) * c.inv_t);
+  int32_t j = static_cast<int32_t>(floorf((target - greater) / w_tie));
+  j = j < 0 ? 0 : (j > ties - 1 ? ties - 1 : j);
+  return id_end_for(n, j + 1, tie, s) - 1;
+}
+
+// The draw over the candidates in id order (the CPU's unsorted walk): the first candidate whose
+// cumulative weight passes the target, one tile of blockDim.x ids at a time.
+__device__ __forceinline__ int32_t draw_in_id_order(const Candidates& c, float target,
+                                                    Scratch& s) {
+  if (threadIdx.x == 0) s.found = INT_MAX;
+  float running = 0.0f;
+  for (int32_t base = 0; base < c.n; base += blockDim.x) {
+    const int32_t i = base + threadIdx.x;
+    const float w = i < c.n ? c.weight(i) : 0.0f;
+    const float inclusive = block_inclusive_scan(w, s.f);
+    if (threadIdx.x == blockDim.x - 1) s.tile_total = inclusive;
+    if (w > 0.0f && running + inclusive > target) atomicMin(&s.found, i);
+    __syncthreads();
+    if (s.found != INT_MAX) break;
+    running += s.tile_total;
+    __syncthreads();  // the next tile rewrites tile_total and the warp totals
+  }
+  return s.found != INT_MAX ? s.found : last_candidate(c, CandidateOrder::kId, s);
+}
+
+// The penalized row z -> top-k -> top-p -> min-p -> temperature -> the seeded draw (the CPU's
+// Sampler::draw).
+__device__ __forceinline__ int32_t draw(const float* z, int32_t n, const SamplingRowParams& p,
+                                        Scratch& s) {
+  const float zmax = row_max(z, n, s);
+  const RankPrefix prefix = cut_rank_prefix(z, n, p, zmax, s);
+  const Candidates c{z, n, prefix.cut, zmax, p.min_p > 1.0f ? 1.0f : p.min_p, 1.0f / p.temperature};
+  const float total = sum_over<float>(n, [&](int32_t i) { return c.weight(i); }, s.f);
+  const float target = static_cast<float>(sampling_uniform(p.seed, p.num_generated) * total);
+  return prefix.sorted ? draw_in_rank_order(c, total, target, s) : draw_in_id_order(c, target, s);
+}
+
+// The drawn token's logprob and the top alternatives (rank order), from the raw logits: before
+// bias, mask and penalties, as on the CPU.
+__device__ __forceinline__ void fill_logprobs(const float* logits, int32_t n, int32_t token,
+                                              int32_t num_top_logprobs, const SamplingArgs& a,
+                                              int32_t row, Scratch& s) {
+  const float lmax = row_max(logits, n, s);
+  const float sum = sum_over<float>(n, [&](int32_t i) { return expf(logits[i] - lmax); }, s.f);
+  const float lse = lmax + logf(sum);
+  if (threadIdx.x == 0) a.out_logprobs[row] = logits[token] - lse;
+  unsigned long long previous = ~0ull;
+  for (int32_t r = 0; r < num_top_logprobs && r < kMaxTopLogprobs && r < n; ++r) {
+    unsigned long long best = 0;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const unsigned long long c = rank_composite(logits[i], i);
+      if (c < previous && c > best) best = c;
+    }
+    best = detail::block_max_u64(best, s.u);
+    previous = best;
+    const int32_t id = id_of_rank_composite(best);
+    if (threadIdx.x == 0) {
+      a.out_top_ids[static_cast<int64_t>(row) * kMaxTopLogprobs + r] = id;
+      a.out_top_logprobs[static_cast<int64_t>(row) * kMaxTopLogprobs + r] = logits[id] - lse;
+    }
+  }
+}
+
+// One block per sampling row. Every helper is called by all the block's threads with
+// block-uniform arguments (they synchronize through the block reductions); thread 0 writes.
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SamplingArgs a) {
   __shared__ Scratch s;
   const int32_t row = blockIdx.x, n = a.n_vocab;
   const SamplingRowParams p = a.params[row];
   const float* logits = a.logits + static_cast<int64_t>(row) * n;
   int32_t token = 0;
-
-  // Rank-order composite: larger key first, then smaller id first.
-  auto composite = [](float v, int32_t i) {
-    return (static_cast<unsigned long long>(detail::ordered_key(v)) << 32) |
-           static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<unsigned int>(i));
-  };
-  auto composite_id = [](unsigned long long c) {
-    return static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned int>(c & 0xFFFFFFFFull));
-  };
-
-  auto argmax = [&](const float* v) {
-    unsigned long long best = 0;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const unsigned long long c = composite(v[i], i);
-      best = c > best ? c : best;
-    }
-    return composite_id(detail::block_max_u64(best, s.u));
-  };
 
   const bool adjusts = p.bias_count > 0 || p.end_count > 0;
   float* z = a.workspace + static_cast<int64_t>(row) * n;
@@ -214,108 +369,16 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SamplingArgs a) {
     if (adjusts) apply_bias_and_mask(z, n, p, a);
   }
   if (p.temperature <= 0.0f) {
-    token = argmax(adjusts ? z : logits);
+    token = argmax(adjusts ? z : logits, n, s);
   } else {
     apply_penalties(z, n, p, a.recent_tokens);
     __syncthreads();
-    float local_max = -INFINITY;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, z[i]);
-    const float zmax = detail::block_max(local_max, s.f);
-
-    Cut cut{0u, n};  // everything
-    bool sorted = false;
-    if (p.top_k > 0 && p.top_k < n) {
-      cut = top_k_cut(z, n, cut, p.top_k, s);
-      sorted = true;
-    }
-    if (p.top_p < 1.0f) {
-      cut = p.top_p > 0.0f ? top_p_cut(z, n, cut, zmax, p.top_p, s) : top_k_cut(z, n, cut, 1, s);
-      sorted = true;
-    }
-    // min-p (probabilities relative to the max, before temperature) keeps a rank prefix too, but
-    // as a predicate; min_p > 1 would keep nothing, and the CPU then keeps its first survivor.
-    const float min_p = p.min_p > 1.0f ? 1.0f : p.min_p;
-    const float inv_t = 1.0f / p.temperature;
-    auto candidate = [&](int32_t i) {
-      const unsigned int ki = detail::ordered_key(z[i]);
-      return in_cut(ki, i, cut) && (min_p <= 0.0f || expf(z[i] - zmax) >= min_p);
-    };
-    auto weight = [&](int32_t i) { return candidate(i) ? expf((z[i] - zmax) * inv_t) : 0.0f; };
-    const float total = sum_over<float>(n, weight, s.f);
-    const float target = static_cast<float>(sampling_uniform(p.seed, p.num_generated) * total);
-
-    // Fallback when rounding leaves the target at or past the total: the CPU's last survivor.
-    auto last_candidate = [&](bool rank_order) {
-      unsigned long long best = 0;
-      for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        if (!candidate(i)) continue;
-        const unsigned long long c = rank_order ? ~composite(z[i], i) : static_cast<unsigned long long>(i);
-        best = c > best ? c : best;
-      }
-      best = detail::block_max_u64(best, s.u);
-      return rank_order ? composite_id(~best) : static_cast<int32_t>(best);
-    };
-
-    if (sorted) {
-      auto mass_ge = [&](unsigned int key) {
-        return sum_over<float>(n, [&](int32_t i) {
-          return detail::ordered_key(z[i]) >= key ? weight(i) : 0.0f;
-        }, s.f);
-      };
-      if (!(total > target)) {
-        token = last_candidate(true);
-      } else {
-        const unsigned int K = largest_key(mass_ge, [&](float m) { return m > target; });
-        const float greater = K == 0xFFFFFFFFu ? 0.0f : mass_ge(K + 1);
-        auto tie = [&](int32_t i) { return detail::ordered_key(z[i]) == K && candidate(i); };
-        const int32_t ties = sum_over<int32_t>(n, [&](int32_t i) { return tie(i) ? 1 : 0; }, s.i);
-        const float w_tie = expf((key_value(K) - zmax) * inv_t);
-        int32_t j = static_cast<int32_t>(floorf((target - greater) / w_tie));
-        j = j < 0 ? 0 : (j > ties - 1 ? ties - 1 : j);
-        token = id_end_for(n, j + 1, tie, s) - 1;
-      }
-    } else {
-      // Id-order walk: the first candidate whose cumulative weight passes the target.
-      if (threadIdx.x == 0) s.found = INT_MAX;
-      float running = 0.0f;
-      for (int32_t base = 0; base < n; base += blockDim.x) {
-        const int32_t i = base + threadIdx.x;
-        const float w = i < n ? weight(i) : 0.0f;
-        const float inclusive = block_inclusive_scan(w, s.f);
-        if (threadIdx.x == blockDim.x - 1) s.tile_total = inclusive;
-        if (w > 0.0f && running + inclusive > target) atomicMin(&s.found, i);
-        __syncthreads();
-        if (s.found != INT_MAX) break;
-        running += s.tile_total;
-        __syncthreads();  // the next tile rewrites tile_total and the warp totals
-      }
-      token = s.found != INT_MAX ? s.found : last_candidate(false);
-    }
+    token = draw(z, n, p, s);
   }
 
   if (threadIdx.x == 0) a.out_tokens[row] = token;
   if (p.want_logprob == 0 && p.num_top_logprobs == 0) return;
-  float local_max = -INFINITY;
-  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, logits[i]);
-  const float lmax = detail::block_max(local_max, s.f);
-  const float sum = sum_over<float>(n, [&](int32_t i) { return expf(logits[i] - lmax); }, s.f);
-  const float lse = lmax + logf(sum);
-  if (threadIdx.x == 0) a.out_logprobs[row] = logits[token] - lse;
-  unsigned long long previous = ~0ull;
-  for (int32_t r = 0; r < p.num_top_logprobs && r < kMaxTopLogprobs && r < n; ++r) {
-    unsigned long long best = 0;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const unsigned long long c = composite(logits[i], i);
-      if (c < previous && c > best) best = c;
-    }
-    best = detail::block_max_u64(best, s.u);
-    previous = best;
-    const int32_t id = composite_id(best);
-    if (threadIdx.x == 0) {
-      a.out_top_ids[static_cast<int64_t>(row) * kMaxTopLogprobs + r] = id;
-      a.out_top_logprobs[static_cast<int64_t>(row) * kMaxTopLogprobs + r] = logits[id] - lse;
-    }
-  }
+  fill_logprobs(logits, n, token, p.num_top_logprobs, a, row, s);
 }
 
 void launch_sample_rows(const SamplingArgs& args, cudaStream_t stream) {

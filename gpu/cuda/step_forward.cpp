@@ -33,87 +33,59 @@ RmsNormArgs norm_args(const ForwardContext& ctx, int32_t num_rows, const float* 
 void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceStepInputs& in,
                              int32_t T, int32_t max_blocks_per_seq) {
   const model::LlamaConfig& c = *ctx.model;
-  const ActType act = ctx.act;
-  cudaStream_t stream = ctx.stream;
-  cublasHandle_t cublas = ctx.cublas;
-  float* x = ctx.scratch->x;
-  void* h = ctx.scratch->h;
-  float* qkv = ctx.scratch->qkv;
-  void* attn = ctx.scratch->attn;
+  const ForwardScratch& s = *ctx.scratch;
   const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
   const DeviceLayerWeights& L = ctx.weights->layers[l];
   const LayerKvCache& K = ctx.kv_cache->layers[l];
-  rmsnorm_rows(norm_args(ctx, T, L.attn_norm), stream);
-  gemm_rows(cublas, GemmArgs{act, L.qkv, h, E, qkv, W, T, static_cast<int32_t>(W), c.n_embd, 0.0f});
+  rmsnorm_rows(norm_args(ctx, T, L.attn_norm), ctx.stream);
+  gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.qkv, .input = s.h,
+                                 .input_stride = E, .output = s.qkv, .output_stride = W,
+                                 .num_rows = T, .input_dim = c.n_embd,
+                                 .output_dim = static_cast<int32_t>(W)});
 
-  RopeArgs rope;
-  rope.qkv = qkv;
-  rope.ld = W;
-  rope.positions = in.positions;
-  rope.num_tokens = T;
-  rope.n_head = c.n_head;
-  rope.n_head_kv = c.n_head_kv;
-  rope.head_dim = c.head_dim;
-  rope.n_rot = c.n_rot;
-  rope.freq_base = c.rope_freq_base;
-  rope.freq_scale = c.rope_freq_scale;
-  rope.freq_factors = ctx.weights->rope_freqs;
-  rope.neox = c.rope_mode == model::RopeMode::kNeox;
-  rope.round_q_to_f16 = true;  // queries meet fp16 keys as fp16, as on the CPU
-  rope_inplace(rope, stream);
-
-  KvWriteArgs kvw;
-  kvw.qkv = qkv;
-  kvw.ld = W;
-  kvw.k_column = Q;
-  kvw.v_column = Q + KV;
-  kvw.slot_mapping = in.slots;
-  kvw.num_tokens = T;
-  kvw.n_head_kv = c.n_head_kv;
-  kvw.head_dim = c.head_dim;
-  kvw.block_size = ctx.block_size;
-  kvw.k_cache = K.k_cache;
-  kvw.v_cache = K.v_cache;
-  kv_write(kvw, stream);
-
-  AttentionArgs at;
-  at.q = qkv;
-  at.ld_q = W;
-  at.k_cache = K.k_cache;
-  at.v_cache = K.v_cache;
-  at.positions = in.positions;
-  at.token_table_row = in.table_rows;
-  at.block_tables = in.block_tables;
-  at.max_blocks_per_seq = max_blocks_per_seq;
-  at.num_tokens = T;
-  at.n_head = c.n_head;
-  at.n_head_kv = c.n_head_kv;
-  at.head_dim = c.head_dim;
-  at.block_size = ctx.block_size;
-  at.scale = c.attention_scale();
-  at.out = attn;
-  at.ld_out = Q;
-  at.out_type = act;
-  paged_attention(at, stream);
-  gemm_rows(cublas, GemmArgs{act, L.wo, attn, Q, x, E, T, c.n_embd, static_cast<int32_t>(Q), 1.0f});
+  // Queries meet fp16 keys as fp16, as on the CPU (round_q_to_f16).
+  rope_inplace(RopeArgs{.qkv = s.qkv, .ld = W, .positions = in.positions, .num_tokens = T,
+                        .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
+                        .n_rot = c.n_rot, .freq_base = c.rope_freq_base,
+                        .freq_scale = c.rope_freq_scale, .freq_factors = ctx.weights->rope_freqs,
+                        .neox = c.rope_mode == model::RopeMode::kNeox, .round_q_to_f16 = true},
+               ctx.stream);
+  kv_write(KvWriteArgs{.qkv = s.qkv, .ld = W, .k_column = Q, .v_column = Q + KV,
+                       .slot_mapping = in.slots, .num_tokens = T, .n_head_kv = c.n_head_kv,
+                       .head_dim = c.head_dim, .block_size = ctx.block_size,
+                       .k_cache = K.k_cache, .v_cache = K.v_cache},
+           ctx.stream);
+  paged_attention(AttentionArgs{.q = s.qkv, .ld_q = W, .k_cache = K.k_cache, .v_cache = K.v_cache,
+                                .positions = in.positions, .token_table_row = in.table_rows,
+                                .block_tables = in.block_tables,
+                                .max_blocks_per_seq = max_blocks_per_seq, .num_tokens = T,
+                                .n_head = c.n_head, .n_head_kv = c.n_head_kv,
+                                .head_dim = c.head_dim, .block_size = ctx.block_size,
+                                .scale = c.attention_scale(), .out = s.attn, .ld_out = Q,
+                                .out_type = ctx.act},
+                  ctx.stream);
+  gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.wo, .input = s.attn,
+                                 .input_stride = Q, .output = s.x, .output_stride = E,
+                                 .num_rows = T, .input_dim = static_cast<int32_t>(Q),
+                                 .output_dim = c.n_embd, .add_to_output = true});
 }
 
 // RMSNorm -> gate|up GEMM -> SiLU*up -> down GEMM (+residual).
 void enqueue_feed_forward_block(const ForwardContext& ctx, int32_t l, int32_t T) {
   const model::LlamaConfig& c = *ctx.model;
-  const ActType act = ctx.act;
-  cudaStream_t stream = ctx.stream;
-  cublasHandle_t cublas = ctx.cublas;
-  float* x = ctx.scratch->x;
-  void* h = ctx.scratch->h;
-  float* gate_up = ctx.scratch->gate_up;
-  void* ff = ctx.scratch->ff;
+  const ForwardScratch& s = *ctx.scratch;
   const int64_t E = c.n_embd, F = c.n_ff;
   const DeviceLayerWeights& L = ctx.weights->layers[l];
-  rmsnorm_rows(norm_args(ctx, T, L.ffn_norm), stream);
-  gemm_rows(cublas, GemmArgs{act, L.gate_up, h, E, gate_up, 2 * F, T, static_cast<int32_t>(2 * F), c.n_embd, 0.0f});
-  silu_mul(gate_up, T, c.n_ff, ff, act, /*out_f32=*/false, stream);
-  gemm_rows(cublas, GemmArgs{act, L.down, ff, F, x, E, T, c.n_embd, c.n_ff, 1.0f});
+  rmsnorm_rows(norm_args(ctx, T, L.ffn_norm), ctx.stream);
+  gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.gate_up, .input = s.h,
+                                 .input_stride = E, .output = s.gate_up, .output_stride = 2 * F,
+                                 .num_rows = T, .input_dim = c.n_embd,
+                                 .output_dim = static_cast<int32_t>(2 * F)});
+  silu_mul(s.gate_up, T, c.n_ff, s.ff, ctx.act, /*out_f32=*/false, ctx.stream);
+  gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.down, .input = s.ff,
+                                 .input_stride = F, .output = s.x, .output_stride = E,
+                                 .num_rows = T, .input_dim = c.n_ff, .output_dim = c.n_embd,
+                                 .add_to_output = true});
 }
 
 }  // namespace
@@ -133,7 +105,11 @@ void enqueue_forward_pass(const ForwardContext& ctx, const DeviceStepInputs& in,
     RmsNormArgs norm = norm_args(ctx, S, w.output_norm);
     norm.row_index = in.sample_rows;
     rmsnorm_rows(norm, ctx.stream);
-    gemm_rows(ctx.cublas, GemmArgs{ctx.act, w.output, ctx.scratch->h, E, ctx.scratch->logits, c.n_vocab, S, c.n_vocab, c.n_embd, 0.0f});
+    gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = w.output,
+                                   .input = ctx.scratch->h, .input_stride = E,
+                                   .output = ctx.scratch->logits, .output_stride = c.n_vocab,
+                                   .num_rows = S, .input_dim = c.n_embd,
+                                   .output_dim = c.n_vocab});
   }
 }
 

@@ -373,7 +373,7 @@ TEST(CudaOps, GemmRowsMatchesFloat64Reference) {
   };
   for (const Shape s : {Shape{1, 576, 576}, Shape{7, 1536, 576}, Shape{64, 200, 320}}) {
     for (ActType act : {ActType::kF16, ActType::kBF16}) {
-      for (float beta : {0.0f, 1.0f}) {
+      for (bool add_to_output : {false, true}) {
         const std::vector<float> wf = randn(static_cast<size_t>(s.n_out) * s.k, 1, 0.05f);
         const std::vector<float> xf = randn(static_cast<size_t>(s.rows) * s.k, 2);
         const std::vector<float> y0 = randn(static_cast<size_t>(s.rows) * s.n_out, 3);
@@ -389,18 +389,20 @@ TEST(CudaOps, GemmRowsMatchesFloat64Reference) {
         std::vector<float> wr, xr;
         DeviceArray<uint16_t> dw(to_act(wf, wr)), dx(to_act(xf, xr));
         DeviceArray<float> dy(y0);
-        GemmArgs g{act, dw.get(), dx.get(), s.k, dy.get(), s.n_out, s.rows, s.n_out, s.k, beta};
-        gemm_rows(handle, g);
+        gemm_rows(handle, GemmArgs{.activation_type = act, .weight = dw.get(), .input = dx.get(),
+                                   .input_stride = s.k, .output = dy.get(),
+                                   .output_stride = s.n_out, .num_rows = s.rows, .input_dim = s.k,
+                                   .output_dim = s.n_out, .add_to_output = add_to_output});
         std::vector<double> want(y0.size());
         for (int32_t r = 0; r < s.rows; ++r) {
           for (int32_t o = 0; o < s.n_out; ++o) {
-            double acc = beta * y0[r * s.n_out + o];
+            double acc = add_to_output ? y0[r * s.n_out + o] : 0.0;
             for (int32_t i = 0; i < s.k; ++i) acc += static_cast<double>(wr[o * s.k + i]) * xr[r * s.k + i];
             want[r * s.n_out + o] = acc;
           }
         }
         EXPECT_LT(relative_error(dy.download(), want), act == ActType::kF16 ? 2e-3 : 1e-2)
-            << s.rows << "x" << s.n_out << "x" << s.k << " beta " << beta;
+            << s.rows << "x" << s.n_out << "x" << s.k << " add_to_output " << add_to_output;
       }
     }
   }
