@@ -1,5 +1,5 @@
 // AVX-512 VNNI tile kernels of the batched matmul (layouts in matmul_kernels.hpp, numerics in
-// matmul.hpp). Up to kRows activation rows share each unpacked weight vector.
+// matmul.hpp). Up to two rows (quantized) or eight (float) share each unpacked weight vector.
 #include <cstring>
 
 #include "gpu/cpu/isa_target.hpp"
@@ -32,7 +32,7 @@ TROUPE_TARGET_AVX512 inline __m512 group_dot(__m512i w, const int8_t* xb, const 
   return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, broadcast_dword(xb)));
 }
 
-// Quantized formats: R rows (1..kQuantRows) starting at row r0 against one tile, in ggml's
+// Quantized formats: R rows (1 or 2) starting at row r0 against one tile, in ggml's
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
 // block, combined at the end as ggml's hsum_float_8; Q4_1's m * s terms in their own chain.
 template <PackedFormat F, int R>
