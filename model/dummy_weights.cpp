@@ -9,9 +9,9 @@
 
 #include <cstddef>
 #include <cstring>
-#include <type_traits>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace troupe::model {
