@@ -3,12 +3,15 @@
 #include "model/dummy_weights.hpp"
 
 #include "model/fp16.hpp"
-#include "model/kquant.hpp"
-#include "model/quant_q5.hpp"
+#include "model/quants/kquant.hpp"
+#include "model/quants/q4_q8.hpp"
+#include "model/quants/q5.hpp"
 
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace troupe::model {
@@ -40,23 +43,43 @@ void put_bf16(std::byte* p, float f) {
 constexpr float kStd = 0.02f;
 constexpr float kUniformHalfWidth = kStd * 1.7320508f;  // uniform(-a, a) has std a / sqrt(3)
 
-// Q5_0 / Q5_1 blocks of random codes (qh and qs random bytes: every pattern is valid). Code
-// std: 5-bit uniform ~9.2; Q5_1's min centres the codes as Q5_0's -16 does.
-void fill_q5(std::byte* out, TensorType type, int64_t n, Rng& rng) {
-  const bool has_min = type == TensorType::kQ5_1;
-  const int bytes = has_min ? q5::kQ5_1Bytes : q5::kQ5_0Bytes;
-  const int first_code = has_min ? q5::kQ5_1Qh : q5::kQ5_0Qh;
-  const float d_mean = kStd / 9.2f;
-  for (int64_t b = 0; b < n / q5::kBlock; ++b) {
-    std::byte* blk = out + b * bytes;
+// Random bytes with a fresh 64-bit draw per 8 (the stream every dummy model was made with).
+// int8 codes avoid -128: llama.cpp writes Q8_0 codes in [-127, 127].
+void fill_random_bytes(uint8_t* p, size_t n, bool int8_codes, Rng& rng) {
+  uint64_t r = 0;
+  for (size_t i = 0; i < n; ++i, r >>= 8) {
+    if (i % 8 == 0) r = rng.next();
+    uint8_t v = static_cast<uint8_t>(r);
+    if (int8_codes && v == 0x80) v = 0x81;
+    p[i] = v;
+  }
+}
+
+// Where a 32-value block's codes start: everything after its scale (and min) is codes, and every
+// byte pattern there is valid.
+template <class Block>
+constexpr size_t first_code_byte() {
+  if constexpr (requires(Block b) { b.qh; }) {
+    return offsetof(Block, qh);
+  } else {
+    return offsetof(Block, qs);
+  }
+}
+
+// 32-value blocks (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) of random codes whose std is `code_std` steps; a
+// min of -min_steps steps centres unsigned codes as Q4_0's -8 and Q5_0's -16 do.
+template <class Block>
+void fill_blocks(std::byte* out, int64_t n, float code_std, float min_steps, Rng& rng) {
+  const float d_mean = kStd / code_std;
+  for (int64_t b = 0; b < n / Block::kElements; ++b) {
+    Block blk{};
     const float d = d_mean * (0.75f + 0.5f * rng.uniform());
-    put_half(blk, d);
-    if (has_min) put_half(blk + q5::kQ5_1M, -15.5f * d);
-    uint64_t r = 0;
-    for (int i = first_code; i < bytes; ++i, r >>= 8) {
-      if ((i - first_code) % 8 == 0) r = rng.next();
-      blk[i] = std::byte{static_cast<uint8_t>(r)};
-    }
+    blk.d = fp32_to_fp16(d);
+    if constexpr (requires(Block x) { x.m; }) blk.m = fp32_to_fp16(-min_steps * d);
+    constexpr size_t kFirst = first_code_byte<Block>();
+    fill_random_bytes(reinterpret_cast<uint8_t*>(&blk) + kFirst, sizeof(Block) - kFirst,
+                      std::is_same_v<Block, quants::BlockQ8_0>, rng);
+    quants::store_block(out, b, blk);
   }
 }
 
@@ -75,34 +98,12 @@ void fill_matrix(std::byte* out, TensorType type, int64_t inputs, int64_t output
     case TensorType::kBF16:
       for (int64_t i = 0; i < n; ++i) put_bf16(out + 2 * i, rng.symmetric(kUniformHalfWidth));
       return;
-    case TensorType::kQ4_0:
-    case TensorType::kQ4_1:
-    case TensorType::kQ8_0: {
-      const bool q8 = type == TensorType::kQ8_0;
-      const bool has_min = type == TensorType::kQ4_1;
-      const int bytes = q8 ? 34 : has_min ? 20 : 18;
-      const int code_bytes = q8 ? 32 : 16;
-      // Code std: 4-bit uniform ~4.6, int8 uniform(-127, 127) ~73.
-      const float d_mean = kStd / (q8 ? 73.0f : 4.6f);
-      for (int64_t b = 0; b < n / 32; ++b) {
-        std::byte* blk = out + b * bytes;
-        const float d = d_mean * (0.75f + 0.5f * rng.uniform());
-        put_half(blk, d);
-        if (has_min) put_half(blk + 2, -7.5f * d);
-        std::byte* codes = blk + (has_min ? 4 : 2);
-        for (int i = 0; i < code_bytes; i += 8) {
-          uint64_t r = rng.next();
-          for (int j = 0; j < 8; ++j, r >>= 8) {
-            uint8_t v = static_cast<uint8_t>(r);
-            if (q8 && v == 0x80) v = 0x81;  // int8 codes in [-127, 127], as llama.cpp writes
-            codes[i + j] = std::byte{v};
-          }
-        }
-      }
-      return;
-    }
-    case TensorType::kQ5_0:
-    case TensorType::kQ5_1: fill_q5(out, type, n, rng); return;
+    // Code std: 4-bit uniform ~4.6, 5-bit ~9.2, int8 uniform(-127, 127) ~73.
+    case TensorType::kQ4_0: fill_blocks<quants::BlockQ4_0>(out, n, 4.6f, 0.0f, rng); return;
+    case TensorType::kQ4_1: fill_blocks<quants::BlockQ4_1>(out, n, 4.6f, 7.5f, rng); return;
+    case TensorType::kQ8_0: fill_blocks<quants::BlockQ8_0>(out, n, 73.0f, 0.0f, rng); return;
+    case TensorType::kQ5_0: fill_blocks<quants::BlockQ5_0>(out, n, 9.2f, 0.0f, rng); return;
+    case TensorType::kQ5_1: fill_blocks<quants::BlockQ5_1>(out, n, 9.2f, 15.5f, rng); return;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K: {
@@ -112,9 +113,9 @@ void fill_matrix(std::byte* out, TensorType type, int64_t inputs, int64_t output
       for (int64_t o = 0; o < outputs; ++o) {
         for (float& f : row) f = rng.symmetric(kUniformHalfWidth);
         std::byte* dst = out + o * bytes;
-        if (type == TensorType::kQ4_K) kquant::quantize_row_q4_k(row.data(), inputs, dst);
-        if (type == TensorType::kQ5_K) kquant::quantize_row_q5_k(row.data(), inputs, dst);
-        if (type == TensorType::kQ6_K) kquant::quantize_row_q6_k(row.data(), inputs, dst);
+        if (type == TensorType::kQ4_K) quants::quantize_row_q4_k(row.data(), inputs, dst);
+        if (type == TensorType::kQ5_K) quants::quantize_row_q5_k(row.data(), inputs, dst);
+        if (type == TensorType::kQ6_K) quants::quantize_row_q6_k(row.data(), inputs, dst);
       }
       return;
     }

@@ -1,8 +1,13 @@
-// Block geometry of the ggml types (GGUF_NOTES.md §2, from ggml's ggml-common.h).
+// Block geometry of the ggml types (GGUF_NOTES.md §2, from ggml's ggml-common.h): the block
+// formats' sizes are their structs' (model/quants/).
 #include "model/tensor_type.hpp"
 
 #include <array>
 #include <stdexcept>
+
+#include "model/quants/kquant.hpp"
+#include "model/quants/q4_q8.hpp"
+#include "model/quants/q5.hpp"
 
 namespace troupe::model {
 namespace {
@@ -12,17 +17,33 @@ struct Entry {
   TensorTypeTraits traits;
 };
 
+// Block formats take their geometry from their structs (model/quants/), so the two cannot drift.
+template <class Block>
+constexpr TensorTypeTraits block_traits(std::string_view name) {
+  return {name, Block::kElements, sizeof(Block)};
+}
+
 constexpr std::array kTypes = {
-    Entry{TensorType::kF32, {"F32", 1, 4}},     Entry{TensorType::kF16, {"F16", 1, 2}},
-    Entry{TensorType::kQ4_0, {"Q4_0", 32, 18}}, Entry{TensorType::kQ4_1, {"Q4_1", 32, 20}},
-    Entry{TensorType::kQ5_0, {"Q5_0", 32, 22}}, Entry{TensorType::kQ5_1, {"Q5_1", 32, 24}},
-    Entry{TensorType::kQ8_0, {"Q8_0", 32, 34}}, Entry{TensorType::kQ8_1, {"Q8_1", 32, 36}},
-    Entry{TensorType::kQ2_K, {"Q2_K", 256, 84}}, Entry{TensorType::kQ3_K, {"Q3_K", 256, 110}},
-    Entry{TensorType::kQ4_K, {"Q4_K", 256, 144}}, Entry{TensorType::kQ5_K, {"Q5_K", 256, 176}},
-    Entry{TensorType::kQ6_K, {"Q6_K", 256, 210}}, Entry{TensorType::kQ8_K, {"Q8_K", 256, 292}},
-    Entry{TensorType::kI8, {"I8", 1, 1}},       Entry{TensorType::kI16, {"I16", 1, 2}},
-    Entry{TensorType::kI32, {"I32", 1, 4}},     Entry{TensorType::kI64, {"I64", 1, 8}},
-    Entry{TensorType::kF64, {"F64", 1, 8}},     Entry{TensorType::kBF16, {"BF16", 1, 2}},
+    Entry{TensorType::kF32, {"F32", 1, 4}},
+    Entry{TensorType::kF16, {"F16", 1, 2}},
+    Entry{TensorType::kQ4_0, block_traits<quants::BlockQ4_0>("Q4_0")},
+    Entry{TensorType::kQ4_1, block_traits<quants::BlockQ4_1>("Q4_1")},
+    Entry{TensorType::kQ5_0, block_traits<quants::BlockQ5_0>("Q5_0")},
+    Entry{TensorType::kQ5_1, block_traits<quants::BlockQ5_1>("Q5_1")},
+    Entry{TensorType::kQ8_0, block_traits<quants::BlockQ8_0>("Q8_0")},
+    Entry{TensorType::kQ8_1, block_traits<quants::BlockQ8_1>("Q8_1")},
+    Entry{TensorType::kQ2_K, block_traits<quants::BlockQ2_K>("Q2_K")},
+    Entry{TensorType::kQ3_K, block_traits<quants::BlockQ3_K>("Q3_K")},
+    Entry{TensorType::kQ4_K, block_traits<quants::BlockQ4_K>("Q4_K")},
+    Entry{TensorType::kQ5_K, block_traits<quants::BlockQ5_K>("Q5_K")},
+    Entry{TensorType::kQ6_K, block_traits<quants::BlockQ6_K>("Q6_K")},
+    Entry{TensorType::kQ8_K, block_traits<quants::BlockQ8_K>("Q8_K")},
+    Entry{TensorType::kI8, {"I8", 1, 1}},
+    Entry{TensorType::kI16, {"I16", 1, 2}},
+    Entry{TensorType::kI32, {"I32", 1, 4}},
+    Entry{TensorType::kI64, {"I64", 1, 8}},
+    Entry{TensorType::kF64, {"F64", 1, 8}},
+    Entry{TensorType::kBF16, {"BF16", 1, 2}},
 };
 
 }  // namespace

@@ -14,8 +14,6 @@
 #include "gpu/cpu/matmul_kernels.hpp"
 #include "gpu/cpu/matmul_kquant.hpp"
 #include "gpu/cpu/thread_pool.hpp"
-#include "model/kquant.hpp"
-#include "model/quant_q5.hpp"
 
 namespace troupe::gpu::cpu {
 
@@ -162,49 +160,9 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
       const uint8_t* row = src + static_cast<size_t>(o) * src_row;
       switch (m.format_) {
         case PackedFormat::kQ4_0:
-        case PackedFormat::kQ4_1: {
-          const bool has_min = m.format_ == PackedFormat::kQ4_1;
-          const int src_bytes = has_min ? 20 : 18;
-          const int bb = has_min ? detail::kQ4_1BlockBytes : detail::kQ4_0BlockBytes;
-          for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t* s = row + b * src_bytes;
-            uint8_t* d = tile + b * bb;
-            std::memcpy(d + 2 * lane, s, 2);                      // d
-            if (has_min) std::memcpy(d + 32 + 2 * lane, s + 2, 2);  // m
-            const uint8_t* qs = s + (has_min ? 4 : 2);
-            uint8_t q[32];
-            for (int i = 0; i < 16; ++i) {
-              q[i] = qs[i] & 0x0F;
-              q[i + 16] = qs[i] >> 4;
-            }
-            uint8_t* dq = d + (has_min ? 64 : 32);
-            for (int p = 0; p < 4; ++p) {
-              for (int j = 0; j < 4; ++j) {
-                dq[64 * p + 4 * lane + j] = static_cast<uint8_t>(q[8 * p + j] | (q[8 * p + 4 + j] << 4));
-              }
-            }
-          }
-          break;
-        }
-        case PackedFormat::kQ8_0: {
-          if (type == TensorType::kQ5_0) {
-            detail::pack_q5_lane(type, row, num_inputs, tile, lane);
-            break;
-          }
-          for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t* s = row + b * 34;
-            uint8_t* d = tile + b * detail::kQ8_0BlockBytes;
-            std::memcpy(d + 2 * lane, s, 2);
-            for (int g = 0; g < 8; ++g) {
-              for (int j = 0; j < 4; ++j) {
-                const int8_t q = static_cast<int8_t>(s[2 + 4 * g + j]);
-                d[32 + 64 * g + 4 * lane + j] = static_cast<uint8_t>(q + 128);
-              }
-            }
-          }
-          break;
-        }
-        case PackedFormat::kQ5_1: detail::pack_q5_lane(type, row, num_inputs, tile, lane); break;
+        case PackedFormat::kQ4_1:
+        case PackedFormat::kQ8_0:
+        case PackedFormat::kQ5_1: detail::pack_legacy_lane(type, row, num_inputs, tile, lane); break;
         case PackedFormat::kQ4_K:
         case PackedFormat::kQ5_K:
         case PackedFormat::kQ6_K:
@@ -225,85 +183,96 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
 
 namespace detail {
 
+namespace {
+
+// Weight `in` (0..31) of lane `lane` in a packed 32-value block, offset applied (Q4_0: -8,
+// Q8_0: -128); layouts in matmul_kernels.hpp.
+int32_t packed_legacy_weight(PackedFormat format, const uint8_t* blk, int lane, int in) {
+  const bool has_min = format == PackedFormat::kQ4_1 || format == PackedFormat::kQ5_1;
+  const uint8_t* qs = blk + packed_header_bytes(has_min);
+  switch (format) {
+    case PackedFormat::kQ8_0: return static_cast<int32_t>(qs[64 * (in / 4) + 4 * lane + in % 4]) - 128;
+    case PackedFormat::kQ5_1: return qs[64 * (in / 4) + 4 * lane + in % 4];
+    case PackedFormat::kQ4_0:
+    case PackedFormat::kQ4_1: {
+      // input 8p + j (low nibble) or 8p + 4 + j (high nibble) of chunk p
+      const uint8_t v = qs[64 * (in / 8) + 4 * lane + (in % 4)];
+      const int32_t w = (in % 8) < 4 ? (v & 0x0F) : (v >> 4);
+      return format == PackedFormat::kQ4_0 ? w - 8 : w;
+    }
+    case PackedFormat::kQ4_K:  // matmul_ktiles_scalar's, and weights of no block at all
+    case PackedFormat::kQ5_K:
+    case PackedFormat::kQ6_K:
+    case PackedFormat::kF32:
+    case PackedFormat::kF16:
+    case PackedFormat::kBF16: break;
+  }
+  return 0;
+}
+
+// Row r, output lane `lane` of a tile of a legacy quantized format, in ggml's order (matmul.hpp).
+float legacy_lane_dot(const TileJob& job, const uint8_t* tile, int64_t r, int lane) {
+  const int64_t nb = job.num_inputs / kQuantBlock;
+  const int bb = packed_block_bytes(job.format);
+  const bool has_min = job.format == PackedFormat::kQ4_1 || job.format == PackedFormat::kQ5_1;
+  const int8_t* xq = job.xq + r * job.num_inputs;
+  float lanes[8] = {};
+  float msum = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = tile + b * bb;
+    const float scale = model::load_half(blk + 2 * lane) * job.dx[r * nb + b];
+    const int8_t* xb = xq + b * kQuantBlock;
+    for (int k = 0; k < 8; ++k) {  // 4-input group k: inputs 4k .. 4k+3
+      int32_t isum = 0;
+      for (int in = 4 * k; in < 4 * k + 4; ++in) isum += packed_legacy_weight(job.format, blk, lane, in) * xb[in];
+      lanes[k] = std::fma(scale, static_cast<float>(isum), lanes[k]);
+    }
+    if (has_min) msum = std::fma(model::load_half(blk + kPackedMins + 2 * lane), job.xsx[r * nb + b], msum);
+  }
+  const float v0 = lanes[0] + lanes[4], v1 = lanes[1] + lanes[5];
+  const float v2 = lanes[2] + lanes[6], v3 = lanes[3] + lanes[7];
+  const float acc = (v0 + v2) + (v1 + v3);
+  return has_min ? acc + msum : acc;
+}
+
+// Row r, output lane `lane` of a tile of a float format: one fma chain in input order.
+float float_lane_dot(const TileJob& job, const uint8_t* tile, int64_t r, int lane) {
+  const int stride = packed_block_bytes(job.format);
+  const float* x = job.x + r * job.ldx;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < job.num_inputs; ++k) {
+    const uint8_t* p = tile + k * stride;
+    float w;
+    if (job.format == PackedFormat::kF32) {
+      std::memcpy(&w, p + 4 * lane, 4);
+    } else if (job.format == PackedFormat::kF16) {
+      w = model::load_half(p + 2 * lane);
+    } else {
+      w = model::bf16_to_fp32(model::load_u16(p + 2 * lane));
+    }
+    acc = std::fma(w, x[k], acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
 // The portable path: the packed layout walked lane by lane with the numerics of matmul.hpp.
 void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
   if (is_kquant_format(job.format)) {
     matmul_ktiles_scalar(job, tile_begin, tile_end);
     return;
   }
-  const int64_t nb = job.num_inputs / kQuantBlock;
+  const bool is_float = job.format == PackedFormat::kF32 || job.format == PackedFormat::kF16 ||
+                        job.format == PackedFormat::kBF16;
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
     for (int64_t r = 0; r < job.num_rows; ++r) {
       for (int lane = 0; lane < kTileOutputs; ++lane) {
         const int64_t o = t * kTileOutputs + lane;
         if (o >= job.num_outputs) break;
-        float acc = 0.0f;
-        switch (job.format) {
-          case PackedFormat::kQ4_0:
-          case PackedFormat::kQ4_1:
-          case PackedFormat::kQ8_0:
-          case PackedFormat::kQ5_1: {
-            const int bb = packed_block_bytes(job.format);
-            const bool has_min = job.format == PackedFormat::kQ4_1 || job.format == PackedFormat::kQ5_1;
-            const int8_t* xq = job.xq + r * job.num_inputs;
-            float lanes[8] = {};
-            float msum = 0.0f;
-            for (int64_t b = 0; b < nb; ++b) {
-              const uint8_t* blk = tile + b * bb;
-              const float scale = model::fp16_to_fp32(model::load_u16(blk + 2 * lane)) * job.dx[r * nb + b];
-              const int8_t* xb = xq + b * kQuantBlock;
-              for (int k = 0; k < 8; ++k) {  // 4-input group k: inputs 4k .. 4k+3
-                int32_t isum = 0;
-                for (int j = 0; j < 4; ++j) {
-                  const int in = 4 * k + j;
-                  int32_t w;
-                  if (job.format == PackedFormat::kQ8_0) {
-                    w = static_cast<int32_t>(blk[32 + 64 * k + 4 * lane + j]) - 128;
-                  } else if (job.format == PackedFormat::kQ5_1) {
-                    w = blk[64 + 64 * k + 4 * lane + j];
-                  } else {
-                    // input 8p + j (low nibble) or 8p + 4 + j (high nibble) of chunk p
-                    const uint8_t v = blk[(job.format == PackedFormat::kQ4_1 ? 64 : 32) + 64 * (in / 8) + 4 * lane + (in % 4)];
-                    w = (in % 8) < 4 ? (v & 0x0F) : (v >> 4);
-                    if (job.format == PackedFormat::kQ4_0) w -= 8;
-                  }
-                  isum += w * xb[in];
-                }
-                lanes[k] = std::fma(scale, static_cast<float>(isum), lanes[k]);
-              }
-              if (has_min) {
-                msum = std::fma(model::fp16_to_fp32(model::load_u16(blk + 32 + 2 * lane)), job.xsx[r * nb + b], msum);
-              }
-            }
-            const float v0 = lanes[0] + lanes[4], v1 = lanes[1] + lanes[5];
-            const float v2 = lanes[2] + lanes[6], v3 = lanes[3] + lanes[7];
-            acc = (v0 + v2) + (v1 + v3);
-            if (has_min) acc += msum;
-            break;
-          }
-          case PackedFormat::kQ4_K:
-          case PackedFormat::kQ5_K:
-          case PackedFormat::kQ6_K: break;  // matmul_ktiles_scalar above
-          case PackedFormat::kF32:
-          case PackedFormat::kF16:
-          case PackedFormat::kBF16: {
-            const float* x = job.x + r * job.ldx;
-            for (int64_t k = 0; k < job.num_inputs; ++k) {
-              float w;
-              if (job.format == PackedFormat::kF32) {
-                std::memcpy(&w, tile + k * 64 + 4 * lane, 4);
-              } else if (job.format == PackedFormat::kF16) {
-                w = model::fp16_to_fp32(model::load_u16(tile + k * 32 + 2 * lane));
-              } else {
-                w = model::bf16_to_fp32(model::load_u16(tile + k * 32 + 2 * lane));
-              }
-              acc = std::fma(w, x[k], acc);
-            }
-            break;
-          }
-        }
-        job.y[r * job.ldy + o] = acc;
+        job.y[r * job.ldy + o] = is_float ? float_lane_dot(job, tile, r, lane)
+                                          : legacy_lane_dot(job, tile, r, lane);
       }
     }
   }
@@ -372,50 +341,6 @@ void matmul(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
   pool->parallel_for(w.num_tiles(), [&](int64_t b, int64_t e, int) { run_tiles(job, b, e, isa); });
 }
 
-void dequantize_row(TensorType type, const void* row, int64_t n, float* out) {
-  const auto* s = static_cast<const uint8_t*>(row);
-  switch (type) {
-    case TensorType::kF32: std::memcpy(out, s, 4 * n); return;
-    case TensorType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = model::fp16_to_fp32(model::load_u16(s + 2 * i));
-      return;
-    case TensorType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = model::bf16_to_fp32(model::load_u16(s + 2 * i));
-      return;
-    case TensorType::kQ4_0:
-    case TensorType::kQ4_1: {
-      const bool has_min = type == TensorType::kQ4_1;
-      const int bytes = has_min ? 20 : 18;
-      for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = s + b * bytes;
-        const float d = model::fp16_to_fp32(model::load_u16(blk));
-        const float m = has_min ? model::fp16_to_fp32(model::load_u16(blk + 2)) : 0.0f;
-        const uint8_t* qs = blk + (has_min ? 4 : 2);
-        for (int i = 0; i < 16; ++i) {
-          const int lo = qs[i] & 0x0F, hi = qs[i] >> 4;
-          out[32 * b + i] = has_min ? d * lo + m : d * (lo - 8);
-          out[32 * b + i + 16] = has_min ? d * hi + m : d * (hi - 8);
-        }
-      }
-      return;
-    }
-    case TensorType::kQ8_0:
-      for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = s + b * 34;
-        const float d = model::fp16_to_fp32(model::load_u16(blk));
-        for (int i = 0; i < 32; ++i) out[32 * b + i] = d * static_cast<int8_t>(blk[2 + i]);
-      }
-      return;
-    case TensorType::kQ5_0: model::q5::dequantize_row_q5_0(row, n, out); return;
-    case TensorType::kQ5_1: model::q5::dequantize_row_q5_1(row, n, out); return;
-    case TensorType::kQ4_K: model::kquant::dequantize_row_q4_k(row, n, out); return;
-    case TensorType::kQ5_K: model::kquant::dequantize_row_q5_k(row, n, out); return;
-    case TensorType::kQ6_K: model::kquant::dequantize_row_q6_k(row, n, out); return;
-    default:
-      throw std::invalid_argument("dequantize_row: type " + type_name(type) + " not supported");
-  }
-}
-
 void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64_t num_inputs,
                       const MatmulInput& in, float* y, int64_t ldy) {
   const auto* base = static_cast<const uint8_t*>(w);
@@ -438,7 +363,7 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
           float lanes[8] = {};
           float msum = 0.0f;
           for (int64_t b = 0; b < nb; ++b) {
-            const int8_t* xb = xq + b * 32;
+            const int8_t* xb = xq + b * kQuantBlock;
             const detail::LegacyBlock blk = detail::decode_legacy_block(type, row, b);
             const float scale = blk.d * in.q->scale[r * nb + b];
             for (int k = 0; k < 8; ++k) {

@@ -35,13 +35,17 @@
 #include <vector>
 
 #include "gpu/cpu/cpu_features.hpp"
+#include "model/quants/dequantize.hpp"
+#include "model/quants/q4_q8.hpp"
 #include "model/tensor_type.hpp"
 
 namespace troupe::gpu::cpu {
 
 class ThreadPool;
 
-inline constexpr int kQuantBlock = 32;    // elements per Q8 activation block and Q4/Q8 weight block
+// Elements per Q8 activation block: the weights' 32-value block, so that one weight block meets
+// one activation block (K-quant sub-blocks are 32 too).
+inline constexpr int kQuantBlock = model::quants::kBlockElements;
 inline constexpr int kTileOutputs = 16;   // output rows per packed tile (one AVX-512 lane each)
 
 // Activation rows quantized to int8 per 32-element block (Q8_0 scale, plus the block sums that
@@ -141,7 +145,8 @@ void matmul_tiles(const PackedMatrix& w, const MatmulInput& in, float* y, int64_
 void matmul_reference(model::TensorType type, const void* w, int64_t num_outputs,
                       int64_t num_inputs, const MatmulInput& in, float* y, int64_t ldy);
 
-// Dequantizes one ggml row of `num_elements` elements to float (embedding look-up, tests).
-void dequantize_row(model::TensorType type, const void* row, int64_t num_elements, float* out);
+// Dequantizes one ggml row to float (embedding look-up, tests): the reference dequantizers of
+// model/quants/, the ones the numerics above are checked against.
+using model::quants::dequantize_row;
 
 }  // namespace troupe::gpu::cpu

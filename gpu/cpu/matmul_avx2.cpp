@@ -7,124 +7,47 @@
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
 #include "gpu/cpu/matmul_kquant.hpp"
+#include "gpu/cpu/matmul_simd.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
 #if TROUPE_X86
 namespace {
 
-constexpr int kRows = 4;
+using avx2::broadcast_dword;
 
-TROUPE_TARGET_AVX2 inline __m256i broadcast_dword(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
+constexpr int kFloatRows = 4;  // float formats: rows sharing each weight load
 
-TROUPE_TARGET_AVX2 inline void store_half(float* y, __m256 v, int64_t valid) {
-  if (valid >= 8) {
-    _mm256_storeu_ps(y, v);
-  } else if (valid > 0) {
-    alignas(32) float tmp[8];
-    _mm256_store_ps(tmp, v);
-    for (int64_t i = 0; i < valid; ++i) y[i] = tmp[i];
-  }
-}
-
-// Quantized formats, one row: ggml's order (matmul.hpp), eight float accumulators per output
-// (one per 4-input group of a block) combined as hsum_float_8; Q4_1's m * s in its own chain.
-template <PackedFormat F>
-TROUPE_TARGET_AVX2 void quant_half(const TileJob& job, const uint8_t* tile, int h, int64_t r,
-                                   int64_t o0) {
-  constexpr int kBlockBytes = packed_block_bytes(F);
-  constexpr bool kHasMin = F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1;
-  constexpr int kQuantOffset = kHasMin ? 64 : 32;
-  const int64_t nb = job.num_inputs / kQuantBlock;
-  const int64_t K = job.num_inputs;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i ones16 = _mm256_set1_epi16(1);
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256 acc[8];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  __m256 macc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = tile + b * kBlockBytes;
-    const uint8_t* qs = blk + kQuantOffset + 32 * h;
-    const int8_t* xq = job.xq + r * K + b * kQuantBlock;
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(job.dx[r * nb + b]));
-    if constexpr (F == PackedFormat::kQ8_0) {
-      for (int g = 0; g < 8; ++g) {
-        const __m256i s = _mm256_xor_si256(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g)), flip);
-        const __m256i x = broadcast_dword(xq + 4 * g);
-        const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
-        acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[g]);
-      }
-    } else if constexpr (F == PackedFormat::kQ5_1) {
-      // Unsigned codes <= 31: maddubs cannot saturate (2 * 31 * 127 < 32767).
-      for (int g = 0; g < 8; ++g) {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g));
-        const __m256i p16 = _mm256_maddubs_epi16(w, broadcast_dword(xq + 4 * g));
-        acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), acc[g]);
-      }
-    } else {
-      for (int p = 0; p < 4; ++p) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
-        const __m256i lo = _mm256_and_si256(v, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        const int8_t* xb = xq + 8 * p;
-        __m256i ilo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, broadcast_dword(xb)), ones16);
-        __m256i ihi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, broadcast_dword(xb + 4)), ones16);
-        if constexpr (F == PackedFormat::kQ4_0) {
-          ilo = _mm256_sub_epi32(ilo, _mm256_set1_epi32(8 * (xb[0] + xb[1] + xb[2] + xb[3])));
-          ihi = _mm256_sub_epi32(ihi, _mm256_set1_epi32(8 * (xb[4] + xb[5] + xb[6] + xb[7])));
-        }
-        acc[2 * p] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(ilo), acc[2 * p]);
-        acc[2 * p + 1] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(ihi), acc[2 * p + 1]);
-      }
-    }
-    if constexpr (kHasMin) {
-      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
-      macc = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[r * nb + b]), macc);
-    }
-  }
-  const __m256 v0 = _mm256_add_ps(acc[0], acc[4]), v1 = _mm256_add_ps(acc[1], acc[5]);
-  const __m256 v2 = _mm256_add_ps(acc[2], acc[6]), v3 = _mm256_add_ps(acc[3], acc[7]);
-  __m256 y = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
-  if constexpr (kHasMin) y = _mm256_add_ps(y, macc);
-  store_half(job.y + r * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
-}
-
-// Quantized formats, R rows sharing each weight load: the eight accumulators of a row are done
-// as two passes over the tile's blocks (groups 0..3, then 4..7), so one pass needs only four per
-// row. Each accumulator still sees its blocks in order; Q4_1's m * s chain runs in the second
-// pass; the fold is the one-row form's.
-template <PackedFormat F, int R, int H>
+// Quantized formats, R rows sharing each weight load, over groups [kFirstGroup, kFirstGroup +
+// kNumGroups) of every block: ggml's order (matmul.hpp), one float accumulator per (row,
+// 4-input group) fed its blocks in order. One row takes all eight groups in one pass; more rows
+// take two passes of four (sixteen ymm registers hold no more), which leaves every accumulator's
+// sequence, and so every bit, unchanged. Q4_1/Q5_1's m * s chain runs in the pass that ends the
+// block.
+template <PackedFormat F, int R, int kFirstGroup, int kNumGroups>
 TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t* tile, int h,
                                                int64_t r0, __m256 (&lanes)[R][8],
                                                __m256 (&macc)[R]) {
   constexpr int kBlockBytes = packed_block_bytes(F);
-  constexpr bool kHasMin = F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1;
-  constexpr int kQuantOffset = kHasMin ? 64 : 32;
+  constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones16 = _mm256_set1_epi16(1);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256 acc[R][4];
+  __m256 acc[R][kNumGroups];
   for (auto& a : acc) {
     for (auto& v : a) v = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kBlockBytes;
-    const uint8_t* qs = blk + kQuantOffset + 32 * h;
+    const uint8_t* qs = blk + packed_header_bytes(kHasMin) + 32 * h;
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
     __m256 scale[R];
     for (int i = 0; i < R; ++i) scale[i] = _mm256_mul_ps(dw, _mm256_set1_ps(job.dx[(r0 + i) * nb + b]));
     if constexpr (F == PackedFormat::kQ8_0) {
-      for (int gg = 0; gg < 4; ++gg) {
-        const int g = 4 * H + gg;
+      for (int gg = 0; gg < kNumGroups; ++gg) {
+        const int g = kFirstGroup + gg;
         const __m256i sw = _mm256_xor_si256(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g)), flip);
         const __m256i aw = _mm256_abs_epi8(sw);
@@ -135,8 +58,9 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
         }
       }
     } else if constexpr (F == PackedFormat::kQ5_1) {
-      for (int gg = 0; gg < 4; ++gg) {
-        const int g = 4 * H + gg;
+      // Unsigned codes <= 31: maddubs cannot saturate (2 * 31 * 127 < 32767).
+      for (int gg = 0; gg < kNumGroups; ++gg) {
+        const int g = kFirstGroup + gg;
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g));
         for (int i = 0; i < R; ++i) {
           const __m256i x = broadcast_dword(job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g);
@@ -145,8 +69,8 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
         }
       }
     } else {
-      for (int pp = 0; pp < 2; ++pp) {
-        const int p = 2 * H + pp;
+      for (int pp = 0; pp < kNumGroups / 2; ++pp) {  // 64-byte chunk p: groups 2p (low), 2p + 1
+        const int p = kFirstGroup / 2 + pp;
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
         const __m256i lo = _mm256_and_si256(v, low4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -163,33 +87,35 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
         }
       }
     }
-    if constexpr (kHasMin && H == 1) {
-      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+    if constexpr (kHasMin && kFirstGroup + kNumGroups == 8) {
+      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kPackedMins + 16 * h)));
       for (int i = 0; i < R; ++i) {
         macc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
       }
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int gg = 0; gg < 4; ++gg) lanes[i][4 * H + gg] = acc[i][gg];
+    for (int gg = 0; gg < kNumGroups; ++gg) lanes[i][kFirstGroup + gg] = acc[i][gg];
   }
 }
 
+// Quantized formats: R (1 or 2) rows of one 8-lane half h of a tile.
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void quant_half_rows(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
                                         int64_t o0) {
   __m256 lanes[R][8];
   __m256 macc[R];
   for (auto& m : macc) m = _mm256_setzero_ps();
-  quant_half_pass<F, R, 0>(job, tile, h, r0, lanes, macc);
-  quant_half_pass<F, R, 1>(job, tile, h, r0, lanes, macc);
+  if constexpr (R == 1) {
+    quant_half_pass<F, R, 0, 8>(job, tile, h, r0, lanes, macc);
+  } else {
+    quant_half_pass<F, R, 0, 4>(job, tile, h, r0, lanes, macc);
+    quant_half_pass<F, R, 4, 4>(job, tile, h, r0, lanes, macc);
+  }
   for (int i = 0; i < R; ++i) {
-    const __m256* a = lanes[i];
-    const __m256 v0 = _mm256_add_ps(a[0], a[4]), v1 = _mm256_add_ps(a[1], a[5]);
-    const __m256 v2 = _mm256_add_ps(a[2], a[6]), v3 = _mm256_add_ps(a[3], a[7]);
-    __m256 y = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
-    if constexpr (F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1) y = _mm256_add_ps(y, macc[i]);
-    store_half(job.y + (r0 + i) * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
+    __m256 y = avx2::fold_groups(lanes[i]);
+    if constexpr (has_packed_min(F)) y = _mm256_add_ps(y, macc[i]);
+    avx2::store_lanes(job.y + (r0 + i) * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
   }
 }
 
@@ -208,7 +134,7 @@ TROUPE_TARGET_AVX2 inline __m256 load_float_half(const uint8_t* p) {
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void float_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
                                    int64_t o0) {
-  constexpr int kStride = F == PackedFormat::kF32 ? 64 : 32;
+  constexpr int kStride = packed_block_bytes(F);
   constexpr int kHalf = kStride / 2;
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
@@ -219,40 +145,35 @@ TROUPE_TARGET_AVX2 void float_half(const TileJob& job, const uint8_t* tile, int 
     }
   }
   const int64_t valid = job.num_outputs - o0 - 8 * h;
-  for (int i = 0; i < R; ++i) store_half(job.y + (r0 + i) * job.ldy + o0 + 8 * h, acc[i], valid);
+  for (int i = 0; i < R; ++i) avx2::store_lanes(job.y + (r0 + i) * job.ldy + o0 + 8 * h, acc[i], valid);
 }
 
-template <PackedFormat F, int R>
-TROUPE_TARGET_AVX2 void one_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
-                                 int64_t o0) {
-  if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 || F == PackedFormat::kQ8_0 ||
-                F == PackedFormat::kQ5_1) {
-    int i = 0;
-    for (; i + 2 <= R; i += 2) quant_half_rows<F, 2>(job, tile, h, r0 + i, o0);
-    if (i < R) quant_half<F>(job, tile, h, r0 + i, o0);
-  } else {
-    float_half<F, R>(job, tile, h, r0, o0);
-  }
-}
-
+// run_tiles' kernel: the 8-lane half `part` of a tile for R rows.
 template <PackedFormat F>
-TROUPE_TARGET_AVX2 void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  for (int64_t t = tile_begin; t < tile_end; ++t) {
-    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    const int64_t o0 = t * kTileOutputs;
-    for (int h = 0; h < 2; ++h) {
-      if (o0 + 8 * h >= job.num_outputs) break;
-      int64_t r = 0;
-      for (; r + kRows <= job.num_rows; r += kRows) one_half<F, kRows>(job, tile, h, r, o0);
-      switch (job.num_rows - r) {
-        case 0: break;
-        case 1: one_half<F, 1>(job, tile, h, r, o0); break;
-        case 2: one_half<F, 2>(job, tile, h, r, o0); break;
-        case 3: one_half<F, 3>(job, tile, h, r, o0); break;
-      }
+struct HalfKernel {
+  template <int R>
+  TROUPE_TARGET_AVX2 static void rows(const TileJob& job, const uint8_t* tile, int part, int64_t r0,
+                                      int64_t o0) {
+    if constexpr (is_legacy_format(F)) {
+      quant_half_rows<F, R>(job, tile, part, r0, o0);
+    } else {
+      float_half<F, R>(job, tile, part, r0, o0);
     }
   }
-}
+};
+
+struct Avx2Runner {
+  template <PackedFormat F>
+  static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+    if constexpr (is_kquant_format(F)) {
+      matmul_ktiles_avx2(job, tile_begin, tile_end);
+    } else if constexpr (is_legacy_format(F)) {
+      run_tiles<HalfKernel<F>, 2, 2>(job, tile_begin, tile_end);  // eight accumulators per row
+    } else {
+      run_tiles<HalfKernel<F>, 2, kFloatRows>(job, tile_begin, tile_end);
+    }
+  }
+};
 
 }  // namespace
 
@@ -307,18 +228,7 @@ TROUPE_TARGET_AVX2 void quantize_rows_avx2(const QuantizeJob& job, int64_t row_b
 }
 
 void matmul_tiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  switch (job.format) {
-    case PackedFormat::kQ4_0: run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ4_1: run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ8_0: run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ5_1: run<PackedFormat::kQ5_1>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ4_K:
-    case PackedFormat::kQ5_K:
-    case PackedFormat::kQ6_K: matmul_ktiles_avx2(job, tile_begin, tile_end); return;
-    case PackedFormat::kF32: run<PackedFormat::kF32>(job, tile_begin, tile_end); return;
-    case PackedFormat::kF16: run<PackedFormat::kF16>(job, tile_begin, tile_end); return;
-    case PackedFormat::kBF16: run<PackedFormat::kBF16>(job, tile_begin, tile_end); return;
-  }
+  dispatch_format<Avx2Runner>(job, tile_begin, tile_end);
 }
 
 #else

@@ -1,31 +1,20 @@
 // AVX-512 VNNI tile kernels of the batched matmul (layouts in matmul_kernels.hpp, numerics in
-// matmul.hpp). Up to kRows activation rows share each unpacked weight vector.
+// matmul.hpp). Up to two rows (quantized) or eight (float) share each unpacked weight vector.
 #include <cstring>
 
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
 #include "gpu/cpu/matmul_kquant.hpp"
+#include "gpu/cpu/matmul_simd.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
 #if TROUPE_X86
 namespace {
 
-constexpr int kRows = 8;
+using avx512::broadcast_dword;
 
-TROUPE_TARGET_AVX512 inline __m512i broadcast_dword(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-TROUPE_TARGET_AVX512 inline void store_tile(float* y, __m512 v, int64_t valid) {
-  if (valid >= 16) {
-    _mm512_storeu_ps(y, v);
-  } else {
-    _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << valid) - 1u), v);
-  }
-}
+constexpr int kFloatRows = 8;  // float formats: rows sharing each weight load
 
 // The integer dot of one 4-input group of 16 outputs, minus the format's offset (exact), as
 // float. bias: the group's -128 * (sum of its 4 activations) (QuantizedRows::group_bias).
@@ -43,15 +32,14 @@ TROUPE_TARGET_AVX512 inline __m512 group_dot(__m512i w, const int8_t* xb, const 
   return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, broadcast_dword(xb)));
 }
 
-// Quantized formats: R rows (1..kQuantRows) starting at row r0 against one tile, in ggml's
+// Quantized formats: R rows (1 or 2) starting at row r0 against one tile, in ggml's
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
 // block, combined at the end as ggml's hsum_float_8; Q4_1's m * s terms in their own chain.
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, int64_t r0,
                                      int64_t o0) {
   constexpr int kBlockBytes = packed_block_bytes(F);
-  constexpr bool kHasMin = F == PackedFormat::kQ4_1 || F == PackedFormat::kQ5_1;
-  constexpr int kQuantOffset = kHasMin ? 64 : 32;
+  constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -63,7 +51,7 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = tile + b * kBlockBytes;
-    const uint8_t* qs = blk + kQuantOffset;
+    const uint8_t* qs = blk + packed_header_bytes(kHasMin);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     __m512 scale[R];
     for (int i = 0; i < R; ++i) scale[i] = _mm512_mul_ps(dw, _mm512_set1_ps(job.dx[(r0 + i) * nb + b]));
@@ -93,7 +81,7 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
       }
     }
     if constexpr (kHasMin) {
-      const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+      const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPackedMins)));
       for (int i = 0; i < R; ++i) {
         macc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
       }
@@ -101,11 +89,9 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
   }
   const int64_t valid = job.num_outputs - o0;
   for (int i = 0; i < R; ++i) {
-    const __m512 v0 = _mm512_add_ps(acc[i][0], acc[i][4]), v1 = _mm512_add_ps(acc[i][1], acc[i][5]);
-    const __m512 v2 = _mm512_add_ps(acc[i][2], acc[i][6]), v3 = _mm512_add_ps(acc[i][3], acc[i][7]);
-    __m512 y = _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3));
+    __m512 y = avx512::fold_groups(acc[i]);
     if constexpr (kHasMin) y = _mm512_add_ps(y, macc[i]);
-    store_tile(job.y + (r0 + i) * job.ldy + o0, y, valid);
+    avx512::store_lanes(job.y + (r0 + i) * job.ldy + o0, y, valid);
   }
 }
 
@@ -124,7 +110,7 @@ TROUPE_TARGET_AVX512 inline __m512 load_float_lanes(const uint8_t* p) {
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void float_tile(const TileJob& job, const uint8_t* tile, int64_t r0,
                                      int64_t o0) {
-  constexpr int kStride = F == PackedFormat::kF32 ? 64 : 32;
+  constexpr int kStride = packed_block_bytes(F);
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t k = 0; k < job.num_inputs; ++k) {
@@ -134,61 +120,41 @@ TROUPE_TARGET_AVX512 void float_tile(const TileJob& job, const uint8_t* tile, in
     }
   }
   const int64_t valid = job.num_outputs - o0;
-  for (int i = 0; i < R; ++i) store_tile(job.y + (r0 + i) * job.ldy + o0, acc[i], valid);
+  for (int i = 0; i < R; ++i) avx512::store_lanes(job.y + (r0 + i) * job.ldy + o0, acc[i], valid);
 }
 
+// run_tiles' kernel: a whole 16-lane tile (one part) for R rows.
 template <PackedFormat F>
-inline constexpr bool kQuantized = F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1 ||
-                                   F == PackedFormat::kQ8_0 || F == PackedFormat::kQ5_1;
-
-template <PackedFormat F, int R>
-TROUPE_TARGET_AVX512 void one_tile(const TileJob& job, const uint8_t* tile, int64_t r0, int64_t o0) {
-  if constexpr (kQuantized<F>) {
-    if constexpr (R <= 2) quant_tile<F, R>(job, tile, r0, o0);
-  } else {
-    float_tile<F, R>(job, tile, r0, o0);
+struct TileKernel {
+  template <int R>
+  TROUPE_TARGET_AVX512 static void rows(const TileJob& job, const uint8_t* tile, int /*part*/,
+                                        int64_t r0, int64_t o0) {
+    if constexpr (is_legacy_format(F)) {
+      quant_tile<F, R>(job, tile, r0, o0);
+    } else {
+      float_tile<F, R>(job, tile, r0, o0);
+    }
   }
-}
+};
 
-template <PackedFormat F>
-TROUPE_TARGET_AVX512 void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  for (int64_t t = tile_begin; t < tile_end; ++t) {
-    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    const int64_t o0 = t * kTileOutputs;
-    int64_t r = 0;
-    if constexpr (kQuantized<F>) {
+struct Avx512Runner {
+  template <PackedFormat F>
+  static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+    if constexpr (is_kquant_format(F)) {
+      matmul_ktiles_avx512(job, tile_begin, tile_end);
+    } else if constexpr (is_legacy_format(F)) {
       // Eight accumulators per row: two rows fill the register file.
-      for (; r + 2 <= job.num_rows; r += 2) one_tile<F, 2>(job, tile, r, o0);
-    }
-    for (; r + kRows <= job.num_rows; r += kRows) one_tile<F, kRows>(job, tile, r, o0);
-    switch (job.num_rows - r) {
-      case 0: break;
-      case 1: one_tile<F, 1>(job, tile, r, o0); break;
-      case 2: one_tile<F, 2>(job, tile, r, o0); break;
-      case 3: one_tile<F, 3>(job, tile, r, o0); break;
-      case 4: one_tile<F, 4>(job, tile, r, o0); break;
-      case 5: one_tile<F, 5>(job, tile, r, o0); break;
-      case 6: one_tile<F, 6>(job, tile, r, o0); break;
-      case 7: one_tile<F, 7>(job, tile, r, o0); break;
+      run_tiles<TileKernel<F>, 1, 2>(job, tile_begin, tile_end);
+    } else {
+      run_tiles<TileKernel<F>, 1, kFloatRows>(job, tile_begin, tile_end);
     }
   }
-}
+};
 
 }  // namespace
 
 void matmul_tiles_avx512(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  switch (job.format) {
-    case PackedFormat::kQ4_0: run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ4_1: run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ8_0: run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ5_1: run<PackedFormat::kQ5_1>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ4_K:
-    case PackedFormat::kQ5_K:
-    case PackedFormat::kQ6_K: matmul_ktiles_avx512(job, tile_begin, tile_end); return;
-    case PackedFormat::kF32: run<PackedFormat::kF32>(job, tile_begin, tile_end); return;
-    case PackedFormat::kF16: run<PackedFormat::kF16>(job, tile_begin, tile_end); return;
-    case PackedFormat::kBF16: run<PackedFormat::kBF16>(job, tile_begin, tile_end); return;
-  }
+  dispatch_format<Avx512Runner>(job, tile_begin, tile_end);
 }
 
 #else

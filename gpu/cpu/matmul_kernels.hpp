@@ -29,10 +29,23 @@
 
 namespace troupe::gpu::cpu::detail {
 
-inline constexpr int kQ4_0BlockBytes = 32 + 256;
-inline constexpr int kQ4_1BlockBytes = 64 + 256;
-inline constexpr int kQ8_0BlockBytes = 32 + 512;
-inline constexpr int kQ5_1BlockBytes = 64 + 512;
+// The header of a packed block: one fp16 per lane for the scales, then as many for the mins.
+inline constexpr int kPackedMins = 2 * kTileOutputs;
+inline constexpr int packed_header_bytes(bool has_min) { return (has_min ? 2 : 1) * kPackedMins; }
+
+inline constexpr int kQ4_0BlockBytes = packed_header_bytes(false) + 256;
+inline constexpr int kQ4_1BlockBytes = packed_header_bytes(true) + 256;
+inline constexpr int kQ8_0BlockBytes = packed_header_bytes(false) + 512;
+inline constexpr int kQ5_1BlockBytes = packed_header_bytes(true) + 512;
+
+// The 32-value block formats (matmul_legacy.cpp packs them) and those among them with a min.
+inline constexpr bool is_legacy_format(PackedFormat f) {
+  return f == PackedFormat::kQ4_0 || f == PackedFormat::kQ4_1 || f == PackedFormat::kQ8_0 ||
+         f == PackedFormat::kQ5_1;
+}
+inline constexpr bool has_packed_min(PackedFormat f) {
+  return f == PackedFormat::kQ4_1 || f == PackedFormat::kQ5_1;
+}
 
 inline constexpr int packed_block_bytes(PackedFormat f) {
   switch (f) {
@@ -85,10 +98,10 @@ struct QuantizeJob {
 };
 void quantize_rows_avx2(const QuantizeJob& job, int64_t row_begin, int64_t row_end);
 
-// Writes one Q5_0 (into the Q8_0 layout) or Q5_1 output row of `num_inputs` values into lane
-// `lane` of a tile (matmul_q5.cpp).
-void pack_q5_lane(model::TensorType type, const uint8_t* row, int64_t num_inputs, uint8_t* tile,
-                  int lane);
+// Writes one output row of `num_inputs` values of a 32-value block type (Q4_0, Q4_1, Q8_0, Q5_0
+// into the Q8_0 layout, Q5_1) into lane `lane` of a tile (matmul_legacy.cpp).
+void pack_legacy_lane(model::TensorType type, const uint8_t* row, int64_t num_inputs,
+                      uint8_t* tile, int lane);
 
 // One 32-value block `b` of a ggml row of a legacy type (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) as signed
 // integer weights (offsets applied), scale and min (0 without one): matmul_reference's decoder.

@@ -4,41 +4,64 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <type_traits>
 
 #include "model/fp16.hpp"
-#include "model/kquant.hpp"
+#include "model/quants/kquant.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
 using model::TensorType;
-namespace kq = model::kquant;
+namespace quants = model::quants;
+
+// A packed block is one K-quant sub-block: it meets one activation block.
+static_assert(quants::kKSubBlockElements == kQuantBlock);
 
 namespace {
 
 // One 32-value sub-block as the kernels see it: two scales, the min term, unsigned codes.
 struct SubBlock {
   float scale_lo = 0, scale_hi = 0, neg_min = 0;
-  uint8_t codes[32] = {};
+  uint8_t codes[kQuantBlock] = {};
 };
 
-// Sub-block j (0..7) of a ggml super-block.
-SubBlock unpack_sub_block(TensorType type, const uint8_t* blk, int j) {
+// Sub-block j (0..7) of a Q4_K / Q5_K super-block.
+template <class Block>
+SubBlock unpack_q45_sub_block(const Block& blk, int j) {
   SubBlock s;
-  if (type == TensorType::kQ6_K) {
-    const float d = model::fp16_to_fp32(model::load_u16(blk + kq::kQ6KD));
-    s.scale_lo = d * static_cast<float>(static_cast<int8_t>(blk[kq::kQ6KScales + 2 * j]));
-    s.scale_hi = d * static_cast<float>(static_cast<int8_t>(blk[kq::kQ6KScales + 2 * j + 1]));
-    for (int l = 0; l < 32; ++l) s.codes[l] = static_cast<uint8_t>(kq::q6_k_code(blk, 32 * j + l));
-    return s;
-  }
-  const kq::ScaleMin sm = kq::scale_min_k4(j, blk + kq::kQ4KScales);
-  s.scale_lo = s.scale_hi = model::fp16_to_fp32(model::load_u16(blk)) * static_cast<float>(sm.scale);
-  s.neg_min = -(model::fp16_to_fp32(model::load_u16(blk + 2)) * static_cast<float>(sm.min));
-  for (int l = 0; l < 32; ++l) {
-    const int i = 32 * j + l;
-    s.codes[l] = static_cast<uint8_t>(type == TensorType::kQ4_K ? kq::q4_k_code(blk, i) : kq::q5_k_code(blk, i));
+  const quants::ScaleMin sm = quants::scale_min_k4(j, blk.scales);
+  s.scale_lo = s.scale_hi = model::fp16_to_fp32(blk.d) * static_cast<float>(sm.scale);
+  s.neg_min = -(model::fp16_to_fp32(blk.dmin) * static_cast<float>(sm.min));
+  for (int l = 0; l < kQuantBlock; ++l) {
+    const int i = kQuantBlock * j + l;
+    if constexpr (std::is_same_v<Block, quants::BlockQ4_K>) {
+      s.codes[l] = static_cast<uint8_t>(quants::q4_k_code(blk, i));
+    } else {
+      s.codes[l] = static_cast<uint8_t>(quants::q5_k_code(blk, i));
+    }
   }
   return s;
+}
+
+// Sub-block j (0..7) of Q6_K super-block: its two 16-value scales become scale_lo / scale_hi.
+SubBlock unpack_q6_sub_block(const quants::BlockQ6_K& blk, int j) {
+  SubBlock s;
+  const float d = model::fp16_to_fp32(blk.d);
+  s.scale_lo = d * static_cast<float>(blk.scales[2 * j]);
+  s.scale_hi = d * static_cast<float>(blk.scales[2 * j + 1]);
+  for (int l = 0; l < kQuantBlock; ++l) s.codes[l] = static_cast<uint8_t>(quants::q6_k_code(blk, kQuantBlock * j + l));
+  return s;
+}
+
+// Sub-block j (0..7) of super-block `sb` of a ggml row.
+SubBlock unpack_sub_block(TensorType type, const uint8_t* row, int64_t sb, int j) {
+  switch (type) {
+    case TensorType::kQ4_K: return unpack_q45_sub_block(quants::load_block<quants::BlockQ4_K>(row, sb), j);
+    case TensorType::kQ5_K: return unpack_q45_sub_block(quants::load_block<quants::BlockQ5_K>(row, sb), j);
+    case TensorType::kQ6_K: return unpack_q6_sub_block(quants::load_block<quants::BlockQ6_K>(row, sb), j);
+    default: throw std::logic_error("unpack_sub_block: not a K-quant type");
+  }
 }
 
 TensorType source_type_of(PackedFormat f) {
@@ -68,11 +91,10 @@ float fold_lanes(const float (&lanes)[8]) {
 void pack_kquant_lane(PackedFormat format, const uint8_t* row, int64_t num_inputs, uint8_t* tile,
                       int lane) {
   const TensorType type = source_type_of(format);
-  const int src_bytes = static_cast<int>(model::traits_of(type).block_bytes);
   const int bb = block_bytes_of(format);
-  for (int64_t sb = 0; sb < num_inputs / kq::kSuperBlock; ++sb) {
-    for (int j = 0; j < 8; ++j) {
-      const SubBlock s = unpack_sub_block(type, row + sb * src_bytes, j);
+  for (int64_t sb = 0; sb < num_inputs / quants::kSuperBlockElements; ++sb) {
+    for (int j = 0; j < quants::kKSubBlocks; ++j) {
+      const SubBlock s = unpack_sub_block(type, row, sb, j);
       uint8_t* d = tile + (8 * sb + j) * bb;
       put_float(d + 4 * lane, s.scale_lo);
       put_float(d + 64 + 4 * lane, format == PackedFormat::kQ6_K ? s.scale_hi : s.neg_min);
@@ -91,16 +113,16 @@ void pack_kquant_lane(PackedFormat format, const uint8_t* row, int64_t num_input
 
 float kquant_reference_dot(TensorType type, const uint8_t* row, int64_t num_inputs,
                            const int8_t* xq, const float* dx, const int32_t* xsum) {
-  const int src_bytes = static_cast<int>(model::traits_of(type).block_bytes);
   const int offset = type == TensorType::kQ6_K ? 32 : 0;
   float lanes[8] = {};
   float msum = 0.0f;
   for (int64_t b = 0; b < num_inputs / kQuantBlock; ++b) {
-    const SubBlock s = unpack_sub_block(type, row + (b / 8) * src_bytes, static_cast<int>(b % 8));
+    const SubBlock s = unpack_sub_block(type, row, b / quants::kKSubBlocks,
+                                        static_cast<int>(b % quants::kKSubBlocks));
     const float s_lo = s.scale_lo * dx[b], s_hi = s.scale_hi * dx[b];
     for (int k = 0; k < 8; ++k) {
       int32_t isum = 0;
-      for (int i = 4 * k; i < 4 * k + 4; ++i) isum += (s.codes[i] - offset) * xq[32 * b + i];
+      for (int i = 4 * k; i < 4 * k + 4; ++i) isum += (s.codes[i] - offset) * xq[kQuantBlock * b + i];
       lanes[k] = std::fma(k < 4 ? s_lo : s_hi, static_cast<float>(isum), lanes[k]);
     }
     if (type != TensorType::kQ6_K) {
@@ -138,7 +160,7 @@ void matmul_ktiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_e
               const int in = 4 * k + i;
               const int code = nibbles ? (q[64 * (in / 8) + 4 * lane + in % 4] >> (in % 8 < 4 ? 0 : 4)) & 0x0F
                                        : q[64 * k + 4 * lane + i];
-              isum += (code - (q6 ? 32 : 0)) * xq[32 * b + in];
+              isum += (code - (q6 ? 32 : 0)) * xq[kQuantBlock * b + in];
             }
             lanes[k] = std::fma(k < 4 ? s_lo : s_hi, static_cast<float>(isum), lanes[k]);
           }

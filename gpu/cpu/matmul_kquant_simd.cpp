@@ -5,17 +5,12 @@
 
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kquant.hpp"
+#include "gpu/cpu/matmul_simd.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
 #if TROUPE_X86
 namespace {
-
-TROUPE_TARGET_AVX512 inline __m512i broadcast_dword512(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 
 // The Q6_K offset: -32 * (sum of the group's 4 activations) = group_bias >> 2 (exact: the bias
 // is -128 * sum).
@@ -59,7 +54,7 @@ TROUPE_TARGET_AVX512 void ktile512(const TileJob& job, const uint8_t* tile, int6
       for (int i = 0; i < R; ++i) {
         const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g;
         const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + g;
-        const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(group_init512(kQ6, bias), w, broadcast_dword512(xb)));
+        const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(group_init512(kQ6, bias), w, avx512::broadcast_dword(xb)));
         acc[i][g] = _mm512_fmadd_ps(g < 4 ? s_lo[i] : s_hi[i], dot, acc[i][g]);
       }
     }
@@ -73,33 +68,10 @@ TROUPE_TARGET_AVX512 void ktile512(const TileJob& job, const uint8_t* tile, int6
   }
   const int64_t valid = job.num_outputs - o0;
   for (int i = 0; i < R; ++i) {
-    const __m512 v0 = _mm512_add_ps(acc[i][0], acc[i][4]), v1 = _mm512_add_ps(acc[i][1], acc[i][5]);
-    const __m512 v2 = _mm512_add_ps(acc[i][2], acc[i][6]), v3 = _mm512_add_ps(acc[i][3], acc[i][7]);
-    __m512 y = _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3));
+    __m512 y = avx512::fold_groups(acc[i]);
     if constexpr (!kQ6) y = _mm512_add_ps(y, macc[i]);
-    float* out = job.y + (r0 + i) * job.ldy + o0;
-    if (valid >= 16) {
-      _mm512_storeu_ps(out, y);
-    } else {
-      _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << valid) - 1u), y);
-    }
+    avx512::store_lanes(job.y + (r0 + i) * job.ldy + o0, y, valid);
   }
-}
-
-template <PackedFormat F>
-TROUPE_TARGET_AVX512 void run512(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  for (int64_t t = tile_begin; t < tile_end; ++t) {
-    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    int64_t r = 0;
-    for (; r + 2 <= job.num_rows; r += 2) ktile512<F, 2>(job, tile, r, t * kTileOutputs);
-    if (r < job.num_rows) ktile512<F, 1>(job, tile, r, t * kTileOutputs);
-  }
-}
-
-TROUPE_TARGET_AVX2 inline __m256i broadcast_dword256(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
 }
 
 // One row, one 8-lane half h of a tile. maddubs cannot saturate: codes <= 63, |x| <= 127,
@@ -132,7 +104,7 @@ TROUPE_TARGET_AVX2 void khalf256(const TileJob& job, const uint8_t* tile, int h,
       } else {
         w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * g));
       }
-      __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(w, broadcast_dword256(xb + 4 * g)), ones16);
+      __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(w, avx2::broadcast_dword(xb + 4 * g)), ones16);
       if constexpr (kQ6) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(job.xgb[rb * 8 + g] >> 2));
       acc[g] = _mm256_fmadd_ps(g < 4 ? s_lo : s_hi, _mm256_cvtepi32_ps(isum), acc[g]);
     }
@@ -140,45 +112,52 @@ TROUPE_TARGET_AVX2 void khalf256(const TileJob& job, const uint8_t* tile, int h,
       macc = _mm256_fmadd_ps(w1, _mm256_set1_ps(job.dx[rb] * static_cast<float>(job.xsum[rb])), macc);
     }
   }
-  const __m256 v0 = _mm256_add_ps(acc[0], acc[4]), v1 = _mm256_add_ps(acc[1], acc[5]);
-  const __m256 v2 = _mm256_add_ps(acc[2], acc[6]), v3 = _mm256_add_ps(acc[3], acc[7]);
-  __m256 y = _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
+  __m256 y = avx2::fold_groups(acc);
   if constexpr (!kQ6) y = _mm256_add_ps(y, macc);
-  alignas(32) float tmp[8];
-  _mm256_store_ps(tmp, y);
-  const int64_t valid = job.num_outputs - o0 - 8 * h;
-  for (int64_t i = 0; i < 8 && i < valid; ++i) job.y[r * job.ldy + o0 + 8 * h + i] = tmp[i];
+  avx2::store_lanes(job.y + r * job.ldy + o0 + 8 * h, y, job.num_outputs - o0 - 8 * h);
 }
 
+// run_tiles' kernels: AVX-512 takes whole tiles, rows in pairs (eight accumulators per row);
+// AVX2 takes 8-lane halves, one row at a time.
 template <PackedFormat F>
-TROUPE_TARGET_AVX2 void run256(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  for (int64_t t = tile_begin; t < tile_end; ++t) {
-    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    const int64_t o0 = t * kTileOutputs;
-    for (int h = 0; h < 2 && o0 + 8 * h < job.num_outputs; ++h) {
-      for (int64_t r = 0; r < job.num_rows; ++r) khalf256<F>(job, tile, h, r, o0);
+struct KTileKernel512 {
+  template <int R>
+  TROUPE_TARGET_AVX512 static void rows(const TileJob& job, const uint8_t* tile, int /*part*/,
+                                        int64_t r0, int64_t o0) {
+    ktile512<F, R>(job, tile, r0, o0);
+  }
+};
+template <PackedFormat F>
+struct KHalfKernel256 {
+  template <int R>
+  TROUPE_TARGET_AVX2 static void rows(const TileJob& job, const uint8_t* tile, int part,
+                                      int64_t r0, int64_t o0) {
+    static_assert(R == 1);
+    khalf256<F>(job, tile, part, r0, o0);
+  }
+};
+
+// K formats only; matmul_tiles_avx512/avx2 send nothing else here.
+template <template <PackedFormat> class Kernel, int kParts, int kMaxRows>
+struct KRunner {
+  template <PackedFormat F>
+  static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+    if constexpr (is_kquant_format(F)) {
+      run_tiles<Kernel<F>, kParts, kMaxRows>(job, tile_begin, tile_end);
+    } else {
+      matmul_ktiles_scalar(job, tile_begin, tile_end);  // matmul_tiles_* send only K formats
     }
   }
-}
+};
 
 }  // namespace
 
 void matmul_ktiles_avx512(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  switch (job.format) {
-    case PackedFormat::kQ4_K: run512<PackedFormat::kQ4_K>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ5_K: run512<PackedFormat::kQ5_K>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ6_K: run512<PackedFormat::kQ6_K>(job, tile_begin, tile_end); return;
-    default: matmul_ktiles_scalar(job, tile_begin, tile_end); return;  // not a K format
-  }
+  dispatch_format<KRunner<KTileKernel512, 1, 2>>(job, tile_begin, tile_end);
 }
 
 void matmul_ktiles_avx2(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  switch (job.format) {
-    case PackedFormat::kQ4_K: run256<PackedFormat::kQ4_K>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ5_K: run256<PackedFormat::kQ5_K>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ6_K: run256<PackedFormat::kQ6_K>(job, tile_begin, tile_end); return;
-    default: matmul_ktiles_scalar(job, tile_begin, tile_end); return;  // not a K format
-  }
+  dispatch_format<KRunner<KHalfKernel256, 2, 1>>(job, tile_begin, tile_end);
 }
 
 #else

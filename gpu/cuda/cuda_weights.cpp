@@ -11,32 +11,13 @@
 namespace troupe::gpu::cuda {
 namespace {
 
-// WeightType (kernel_types.cuh, which nvcc compiles as C++17 without the model headers) must keep
-// model::TensorType's ids: weight_type_of() casts one into the other.
-constexpr bool same_id(WeightType w, model::TensorType t) {
-  return static_cast<uint32_t>(w) == static_cast<uint32_t>(t);
-}
-static_assert(same_id(WeightType::kF32, model::TensorType::kF32) &&
-              same_id(WeightType::kF16, model::TensorType::kF16) &&
-              same_id(WeightType::kQ4_0, model::TensorType::kQ4_0) &&
-              same_id(WeightType::kQ4_1, model::TensorType::kQ4_1) &&
-              same_id(WeightType::kQ5_0, model::TensorType::kQ5_0) &&
-              same_id(WeightType::kQ5_1, model::TensorType::kQ5_1) &&
-              same_id(WeightType::kQ8_0, model::TensorType::kQ8_0) &&
-              same_id(WeightType::kQ4_K, model::TensorType::kQ4_K) &&
-              same_id(WeightType::kQ5_K, model::TensorType::kQ5_K) &&
-              same_id(WeightType::kQ6_K, model::TensorType::kQ6_K) &&
-              same_id(WeightType::kBF16, model::TensorType::kBF16),
-              "gpu/cuda/kernel_types.cuh's WeightType drifted from model::TensorType");
-
 WeightType weight_type_of(const model::WeightView& v) {
-  const auto id = static_cast<uint32_t>(v.type);
-  if (!is_cuda_weight_type(id)) {
+  if (!is_cuda_weight_type(static_cast<uint32_t>(v.type))) {
     throw std::invalid_argument("tensor " + v.name + ": type " +
                                 std::string(model::tensor_type_name(v.type)) +
                                 " is not supported by the CUDA backend yet; use --backend cpu");
   }
-  return static_cast<WeightType>(id);
+  return v.type;
 }
 
 // Copies (or converts through `staging`) a projection's parts, row after row, into `dst`.

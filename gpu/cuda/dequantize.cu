@@ -19,23 +19,6 @@ __global__ void dequantize_matrix_kernel(const uint8_t* raw, WeightType type, in
   }
 }
 
-int64_t gguf_row_bytes(WeightType type, int64_t num_cols) {
-  switch (type) {
-    case WeightType::kF32: return 4 * num_cols;
-    case WeightType::kF16:
-    case WeightType::kBF16: return 2 * num_cols;
-    case WeightType::kQ4_0: return num_cols / 32 * 18;
-    case WeightType::kQ4_1: return num_cols / 32 * 20;
-    case WeightType::kQ8_0: return num_cols / 32 * 34;
-    case WeightType::kQ5_0: return num_cols / 32 * 22;
-    case WeightType::kQ5_1: return num_cols / 32 * 24;
-    case WeightType::kQ4_K: return num_cols / 256 * 144;
-    case WeightType::kQ5_K: return num_cols / 256 * 176;
-    case WeightType::kQ6_K: return num_cols / 256 * 210;
-  }
-  return 0;
-}
-
 void launch_dequantize_matrix(const void* raw, WeightType type, int64_t num_rows,
                               int64_t num_cols, void* out, ActType out_type, cudaStream_t stream) {
   const int64_t total = num_rows * num_cols;
@@ -43,9 +26,11 @@ void launch_dequantize_matrix(const void* raw, WeightType type, int64_t num_rows
   const int threads = 256;
   const int64_t wanted = (total + threads - 1) / threads;
   const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
+  // GGUF's row size, from the block structs of model/quants/ (through the type table).
+  const auto row_bytes = static_cast<int64_t>(model::row_bytes(type, static_cast<uint64_t>(num_cols)));
   dequantize_matrix_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(raw), type,
-                                                           gguf_row_bytes(type, num_cols), num_rows,
-                                                           num_cols, out, out_type);
+                                                           row_bytes, num_rows, num_cols, out,
+                                                           out_type);
   CUDA_CHECK_LAUNCH();
 }
 

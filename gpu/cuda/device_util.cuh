@@ -9,6 +9,7 @@
 
 #include "gpu/cuda/dequant_quants.cuh"
 #include "gpu/cuda/kernel_types.cuh"
+#include "model/quants/q4_q8.hpp"
 
 namespace troupe::gpu::cuda::detail {
 
@@ -23,26 +24,34 @@ __device__ __forceinline__ float load_weight_element(const uint8_t* row, WeightT
       return __uint_as_float(bits);
     }
     case WeightType::kQ4_0: {
-      const uint8_t* blk = row + (j / 32) * 18;
-      const int i = static_cast<int>(j % 32);
-      const int q = i < 16 ? (blk[2 + i] & 0x0F) : (blk[2 + i - 16] >> 4);
-      return load_half_bytes(blk) * static_cast<float>(q - 8);
+      using Block = model::quants::BlockQ4_0;
+      const uint8_t* blk = row + (j / Block::kElements) * sizeof(Block);
+      const int i = static_cast<int>(j % Block::kElements);
+      const uint8_t* qs = blk + offsetof(Block, qs);
+      const int q = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);
+      return load_half_bytes(blk + offsetof(Block, d)) * static_cast<float>(q - 8);
     }
     case WeightType::kQ4_1: {
-      const uint8_t* blk = row + (j / 32) * 20;
-      const int i = static_cast<int>(j % 32);
-      const int q = i < 16 ? (blk[4 + i] & 0x0F) : (blk[4 + i - 16] >> 4);
-      return load_half_bytes(blk) * static_cast<float>(q) + load_half_bytes(blk + 2);
+      using Block = model::quants::BlockQ4_1;
+      const uint8_t* blk = row + (j / Block::kElements) * sizeof(Block);
+      const int i = static_cast<int>(j % Block::kElements);
+      const uint8_t* qs = blk + offsetof(Block, qs);
+      const int q = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);
+      return load_half_bytes(blk + offsetof(Block, d)) * static_cast<float>(q) +
+             load_half_bytes(blk + offsetof(Block, m));
     }
     case WeightType::kQ8_0: {
-      const uint8_t* blk = row + (j / 32) * 34;
-      return load_half_bytes(blk) * static_cast<float>(static_cast<int8_t>(blk[2 + j % 32]));
+      using Block = model::quants::BlockQ8_0;
+      const uint8_t* blk = row + (j / Block::kElements) * sizeof(Block);
+      const int8_t q = static_cast<int8_t>(blk[offsetof(Block, qs) + j % Block::kElements]);
+      return load_half_bytes(blk + offsetof(Block, d)) * static_cast<float>(q);
     }
     case WeightType::kQ5_0:
     case WeightType::kQ5_1:
     case WeightType::kQ4_K:
     case WeightType::kQ5_K:
     case WeightType::kQ6_K: return load_block_quant_element(row, type, j);
+    default: return 0.0f;  // the types is_cuda_weight_type refuses at load never reach a kernel
   }
   return 0.0f;
 }

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "model/tensor_type.hpp"
+
 namespace troupe::gpu::cuda {
 
 // Element type of the dequantized weights and of the activations that feed the GEMMs. F16 for
@@ -12,27 +14,34 @@ namespace troupe::gpu::cuda {
 // models (no range loss). The residual stream and GEMM outputs stay F32.
 enum class ActType : int32_t { kF16 = 0, kBF16 = 1 };
 
-// GGUF element types the kernels read (values are the ggml type ids, model::TensorType).
-enum class WeightType : int32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kBF16 = 30,
-};
+// GGUF element types: model::TensorType itself (a plain C++17 header), so the ids cannot drift.
+// The kernels read the ones is_cuda_weight_type() accepts.
+using WeightType = model::TensorType;
 
 inline bool is_cuda_weight_type(uint32_t ggml_type_id) {
-  switch (ggml_type_id) {
-    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 12: case 13: case 14: case 30:
-      return true;
-    default: return false;
+  switch (static_cast<WeightType>(ggml_type_id)) {
+    case WeightType::kF32:
+    case WeightType::kF16:
+    case WeightType::kBF16:
+    case WeightType::kQ4_0:
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K:
+    case WeightType::kQ6_K: return true;
+    case WeightType::kQ8_1:
+    case WeightType::kQ2_K:
+    case WeightType::kQ3_K:
+    case WeightType::kQ8_K:
+    case WeightType::kI8:
+    case WeightType::kI16:
+    case WeightType::kI32:
+    case WeightType::kI64:
+    case WeightType::kF64: return false;
   }
+  return false;  // an id model::TensorType does not name
 }
 
 inline int64_t act_bytes(ActType) { return 2; }  // F16 and BF16 alike

@@ -16,6 +16,7 @@
 
 #include "gpu/cpu/matmul.hpp"
 #include "gpu/cpu/thread_pool.hpp"
+#include "model/quants/dequantize.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 
 namespace troupe::gpu::cpu::testing {
@@ -60,13 +61,41 @@ inline std::string matmul_case_name(const ::testing::TestParamInfo<MatmulCase>& 
 
 class MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
 
-// The scalar reference is within a bound of the float64 product of the dequantized weights and
-// the exact activations, and every runnable ISA, unthreaded and on 3 threads, gives the
-// reference's bits (writing nothing past num_outputs in a padded output row). The bound is
+// The float64 product of the weights dequantized by the reference dequantizers of
+// model/quants/ with the exact activations, and a bound on how far a matmul may be from it:
 //   1e-7 + sum_k (2e-6 |w_k x_k| + activation_steps |w_k| step_k)
 // float32 rounding of the K-term chains, plus `activation_steps` of the int8 activation's
-// quantization step per element. Only a quantized packing multiplies int8 activations, so the
-// packing must be quantized exactly when activation_steps > 0.
+// quantization step per element. [row][output].
+struct DequantizedProduct {
+  std::vector<double> exact, bound;
+};
+inline DequantizedProduct dequantized_product(model::TensorType type, const std::vector<uint8_t>& w,
+                                              const std::vector<float>& x, const QuantizedRows& q,
+                                              MatmulShape s, double activation_steps) {
+  DequantizedProduct p{std::vector<double>(s.rows * s.outputs), std::vector<double>(s.rows * s.outputs)};
+  std::vector<float> wrow(s.inputs);
+  for (int64_t o = 0; o < s.outputs; ++o) {
+    model::quants::dequantize_row(type, w.data() + o * model::row_bytes(type, s.inputs), s.inputs,
+                                  wrow.data());
+    for (int64_t r = 0; r < s.rows; ++r) {
+      double exact = 0, bound = 1e-7;
+      for (int64_t k = 0; k < s.inputs; ++k) {
+        const double wx = static_cast<double>(wrow[k]) * x[r * s.inputs + k];
+        exact += wx;
+        bound += 2e-6 * std::fabs(wx) +
+                 std::fabs(wrow[k]) * activation_steps * q.scale[(r * s.inputs + k) / kQuantBlock];
+      }
+      p.exact[r * s.outputs + o] = exact;
+      p.bound[r * s.outputs + o] = bound;
+    }
+  }
+  return p;
+}
+
+// The scalar reference is within the bound of the dequantized product, and every runnable ISA,
+// unthreaded and on 3 threads, gives the reference's bits (writing nothing past num_outputs in
+// a padded output row). Only a quantized packing multiplies int8 activations, so the packing must
+// be quantized exactly when activation_steps > 0.
 TEST_P(MatmulTest, AllPathsMatchReferenceBitExact) {
   const model::TensorType type = GetParam().type;
   const MatmulShape s = GetParam().shape;
@@ -79,19 +108,9 @@ TEST_P(MatmulTest, AllPathsMatchReferenceBitExact) {
   std::vector<float> ref(s.rows * s.outputs);
   matmul_reference(type, w.data(), s.outputs, s.inputs, in, ref.data(), s.outputs);
 
-  std::vector<float> wrow(s.inputs);
-  for (int64_t o = 0; o < s.outputs; ++o) {
-    dequantize_row(type, w.data() + o * model::row_bytes(type, s.inputs), s.inputs, wrow.data());
-    for (int64_t r = 0; r < s.rows; ++r) {
-      double exact = 0, bound = 1e-7;
-      for (int64_t k = 0; k < s.inputs; ++k) {
-        const double wx = static_cast<double>(wrow[k]) * x[r * s.inputs + k];
-        exact += wx;
-        bound += 2e-6 * std::fabs(wx) +
-                 std::fabs(wrow[k]) * activation_steps * q.scale[(r * s.inputs + k) / 32];
-      }
-      ASSERT_NEAR(ref[r * s.outputs + o], exact, bound) << "row " << r << " output " << o;
-    }
+  const DequantizedProduct want = dequantized_product(type, w, x, q, s, activation_steps);
+  for (int64_t i = 0; i < s.rows * s.outputs; ++i) {
+    ASSERT_NEAR(ref[i], want.exact[i], want.bound[i]) << "row " << i / s.outputs << " output " << i % s.outputs;
   }
 
   const PackedMatrix packed = PackedMatrix::pack(type, w.data(), s.outputs, s.inputs);
@@ -107,6 +126,28 @@ TEST_P(MatmulTest, AllPathsMatchReferenceBitExact) {
             << "isa " << to_string(isa) << " row " << r << (p ? " threaded" : "");
         for (int i = 0; i < 3; ++i) ASSERT_EQ(y[r * (s.outputs + 3) + s.outputs + i], -1.0f);
       }
+    }
+  }
+}
+
+// Every runnable ISA's packed matmul agrees with dequantize-then-dot through the reference
+// dequantizers (model/quants/) within the bound above, on its own: a packing that misread a
+// block would fail here even if the reference path misread it the same way.
+TEST_P(MatmulTest, EveryPathAgreesWithReferenceDequantizers) {
+  const model::TensorType type = GetParam().type;
+  const MatmulShape s = GetParam().shape;
+  const auto w = random_weights(type, s.outputs, s.inputs, 5 + s.inputs);
+  const auto x = random_floats(s.rows * s.inputs, 13 + s.rows);
+  QuantizedRows q;
+  quantize_rows(x.data(), s.inputs, s.rows, s.inputs, q);
+  const DequantizedProduct want = dequantized_product(type, w, x, q, s, GetParam().activation_steps);
+  const PackedMatrix packed = PackedMatrix::pack(type, w.data(), s.outputs, s.inputs);
+  for (IsaLevel isa : runnable_isas()) {
+    std::vector<float> y(s.rows * s.outputs);
+    matmul(packed, {x.data(), s.inputs, s.rows, &q}, y.data(), s.outputs, nullptr, isa);
+    for (int64_t i = 0; i < s.rows * s.outputs; ++i) {
+      ASSERT_NEAR(y[i], want.exact[i], want.bound[i])
+          << "isa " << to_string(isa) << " row " << i / s.outputs << " output " << i % s.outputs;
     }
   }
 }

@@ -2,6 +2,7 @@
 // against the CPU backend): random ggml-format weights and inputs, a tiny model config.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -9,6 +10,9 @@
 
 #include "model/fp16.hpp"
 #include "model/llama_config.hpp"
+#include "model/quants/kquant.hpp"
+#include "model/quants/q4_q8.hpp"
+#include "model/quants/q5.hpp"
 #include "model/tensor_type.hpp"
 
 namespace troupe::gpu::cpu::testing {
@@ -25,6 +29,7 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1
 inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_outputs,
                                            int64_t num_inputs, uint64_t seed) {
   using model::TensorType;
+  namespace quants = model::quants;
   std::mt19937_64 rng(seed);
   const size_t row = model::row_bytes(type, num_inputs);
   std::vector<uint8_t> w(row * num_outputs);
@@ -56,14 +61,14 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
       case TensorType::kQ4_0:
       case TensorType::kQ4_1:
       case TensorType::kQ8_0: {
-        const int bytes = type == TensorType::kQ4_0 ? 18 : type == TensorType::kQ4_1 ? 20 : 34;
-        for (int64_t b = 0; b < num_inputs / 32; ++b) {
+        const int bytes = static_cast<int>(model::traits_of(type).block_bytes);
+        for (int64_t b = 0; b < num_inputs / quants::kBlockElements; ++b) {
           uint8_t* blk = r + b * bytes;
           put_half(blk, scale(rng));
-          int first = 2;
+          int first = offsetof(quants::BlockQ4_0, qs);
           if (type == TensorType::kQ4_1) {
-            put_half(blk + 2, -8.0f * scale(rng));
-            first = 4;
+            put_half(blk + offsetof(quants::BlockQ4_1, m), -8.0f * scale(rng));
+            first = offsetof(quants::BlockQ4_1, qs);
           }
           for (int i = first; i < bytes; ++i) {
             int v = byte(rng);
@@ -79,14 +84,14 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
         // Every byte pattern of scales, mins and codes is valid: random bytes cover the 6-bit
         // scale packing's high bits; only the fp16 super-block scales are set to sane values.
         const int bytes = static_cast<int>(model::traits_of(type).block_bytes);
-        for (int64_t b = 0; b < num_inputs / 256; ++b) {
+        for (int64_t b = 0; b < num_inputs / quants::kSuperBlockElements; ++b) {
           uint8_t* blk = r + b * bytes;
           for (int i = 0; i < bytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
           if (type == TensorType::kQ6_K) {
-            put_half(blk + 208, scale(rng) / 16.0f);
+            put_half(blk + offsetof(quants::BlockQ6_K, d), scale(rng) / 16.0f);
           } else {
             put_half(blk, scale(rng) / 8.0f);
-            put_half(blk + 2, scale(rng) / 8.0f);
+            put_half(blk + offsetof(quants::BlockQ4_K, dmin), scale(rng) / 8.0f);
           }
         }
         break;
@@ -95,13 +100,13 @@ inline std::vector<uint8_t> random_weights(model::TensorType type, int64_t num_o
       case TensorType::kQ5_1: {
         // Random qh and qs bytes (every 5-bit code); Q5_1's min near -16 steps centres them.
         const bool has_min = type == TensorType::kQ5_1;
-        const int bytes = has_min ? 24 : 22;
-        for (int64_t b = 0; b < num_inputs / 32; ++b) {
+        const int bytes = static_cast<int>(model::traits_of(type).block_bytes);
+        for (int64_t b = 0; b < num_inputs / quants::kBlockElements; ++b) {
           uint8_t* blk = r + b * bytes;
           for (int i = 0; i < bytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
           const float d = scale(rng) / 2.0f;
           put_half(blk, d);
-          if (has_min) put_half(blk + 2, -16.0f * scale(rng) / 2.0f);
+          if (has_min) put_half(blk + offsetof(quants::BlockQ5_1, m), -16.0f * scale(rng) / 2.0f);
         }
         break;
       }

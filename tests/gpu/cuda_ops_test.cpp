@@ -55,7 +55,7 @@ float act_to_float(uint16_t bits, ActType t) {
 }
 
 // Every weight type the CUDA backend reads; each is compared with its CPU twin
-// (cpu::dequantize_row: model/quant_q5.cpp and model/kquant.cpp for the block formats).
+// (cpu::dequantize_row: the reference dequantizers of model/quants/).
 const TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
                              TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
                              TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K,

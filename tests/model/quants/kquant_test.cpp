@@ -1,7 +1,7 @@
-// K-quant codecs (model/kquant.hpp): hand-built super-blocks with known values (every 6-bit
+// K-quant codecs (model/quants/kquant.hpp): hand-built super-blocks with known values (every 6-bit
 // scale and min, the high-bit packing of sub-blocks 4..7, Q5_K's fifth bit, Q6_K's quarters and
 // signed scales), and quantize -> dequantize within a step of the original.
-#include "model/kquant.hpp"
+#include "model/quants/kquant.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,13 +10,10 @@
 #include <random>
 #include <vector>
 
-namespace troupe::model::kquant {
-namespace {
+#include "model/fp16.hpp"
 
-void put_half(uint8_t* p, float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::memcpy(p, &h, 2);
-}
+namespace troupe::model::quants {
+namespace {
 
 TEST(KQuantScales, PackUnpackEveryValueOfEverySubBlock) {
   for (int v = 0; v < 64; ++v) {
@@ -54,21 +51,21 @@ TEST(KQuantScales, HighBitsOfSubBlocksFourToSevenComeFromBytesZeroToSeven) {
 // Q4_K with d = 0.5, dmin = 0.25, sub-block j: scale j + 60 (all need the high bits for j >= 4),
 // min 63 - j; value i has code i % 16.
 TEST(KQuantDequant, Q4_KKnownValues) {
-  uint8_t blk[kQ4KBytes] = {};
-  put_half(blk, 0.5f);
-  put_half(blk + 2, 0.25f);
+  BlockQ4_K blk{};
+  blk.d = fp32_to_fp16(0.5f);
+  blk.dmin = fp32_to_fp16(0.25f);
   uint8_t sc[8], mn[8];
   for (int j = 0; j < 8; ++j) {
     sc[j] = static_cast<uint8_t>(j + 56);
     mn[j] = static_cast<uint8_t>(63 - j);
   }
-  pack_scale_min_k4(sc, mn, blk + kQ4KScales);
+  pack_scale_min_k4(sc, mn, blk.scales);
   for (int i = 0; i < 256; ++i) {
     const int c = i / 64, l = i % 64;
-    blk[kQ4KQs + 32 * c + l % 32] |= static_cast<uint8_t>((i % 16) << (l < 32 ? 0 : 4));
+    blk.qs[32 * c + l % 32] |= static_cast<uint8_t>((i % 16) << (l < 32 ? 0 : 4));
   }
   float out[256];
-  dequantize_row_q4_k(blk, 256, out);
+  dequantize_row_q4_k(&blk, 256, out);
   for (int i = 0; i < 256; ++i) {
     const int j = i / 32;
     ASSERT_EQ(q4_k_code(blk, i), i % 16);
@@ -78,34 +75,34 @@ TEST(KQuantDequant, Q4_KKnownValues) {
 
 // Q5_K: codes i % 32, so the fifth bit (qh bit 2c + half of byte i % 32) alternates per 16.
 TEST(KQuantDequant, Q5_KFifthBit) {
-  uint8_t blk[kQ5KBytes] = {};
-  put_half(blk, 1.0f);
-  put_half(blk + 2, 0.0f);
+  BlockQ5_K blk{};
+  blk.d = fp32_to_fp16(1.0f);
+  blk.dmin = fp32_to_fp16(0.0f);
   uint8_t sc[8] = {1, 1, 1, 1, 1, 1, 1, 1}, mn[8] = {};
-  pack_scale_min_k4(sc, mn, blk + kQ5KScales);
+  pack_scale_min_k4(sc, mn, blk.scales);
   for (int i = 0; i < 256; ++i) {
     const int c = i / 64, l = i % 64, q = (i * 7) % 32;
-    blk[kQ5KQs + 32 * c + l % 32] |= static_cast<uint8_t>((q & 15) << (l < 32 ? 0 : 4));
-    blk[kQ5KQh + l % 32] |= static_cast<uint8_t>((q >> 4) << (2 * c + l / 32));
+    blk.qs[32 * c + l % 32] |= static_cast<uint8_t>((q & 15) << (l < 32 ? 0 : 4));
+    blk.qh[l % 32] |= static_cast<uint8_t>((q >> 4) << (2 * c + l / 32));
   }
   float out[256];
-  dequantize_row_q5_k(blk, 256, out);
+  dequantize_row_q5_k(&blk, 256, out);
   for (int i = 0; i < 256; ++i) ASSERT_EQ(out[i], static_cast<float>((i * 7) % 32)) << i;
 }
 
 // Q6_K: element 128h + 32k + l from ql[64h + 32(k % 2) + l] (low nibble for k < 2), qh bits
 // 2k..2k+1 of qh[32h + l]; negative sub-scales too.
 TEST(KQuantDequant, Q6_KQuartersAndSignedScales) {
-  uint8_t blk[kQ6KBytes] = {};
-  put_half(blk + kQ6KD, 0.125f);
-  for (int s = 0; s < 16; ++s) blk[kQ6KScales + s] = static_cast<uint8_t>(static_cast<int8_t>(s % 2 ? -(s + 1) : s + 100));
+  BlockQ6_K blk{};
+  blk.d = fp32_to_fp16(0.125f);
+  for (int s = 0; s < 16; ++s) blk.scales[s] = static_cast<int8_t>(s % 2 ? -(s + 1) : s + 100);
   for (int i = 0; i < 256; ++i) {
     const int q = (i * 5 + 3) % 64, h = i / 128, k = (i % 128) / 32, l = i % 32;
-    blk[kQ6KQl + 64 * h + 32 * (k % 2) + l] |= static_cast<uint8_t>((q & 15) << (k < 2 ? 0 : 4));
-    blk[kQ6KQh + 32 * h + l] |= static_cast<uint8_t>((q >> 4) << (2 * k));
+    blk.ql[64 * h + 32 * (k % 2) + l] |= static_cast<uint8_t>((q & 15) << (k < 2 ? 0 : 4));
+    blk.qh[32 * h + l] |= static_cast<uint8_t>((q >> 4) << (2 * k));
   }
   float out[256];
-  dequantize_row_q6_k(blk, 256, out);
+  dequantize_row_q6_k(&blk, 256, out);
   for (int i = 0; i < 256; ++i) {
     const int s = i / 16, sc = s % 2 ? -(s + 1) : s + 100;
     ASSERT_EQ(q6_k_code(blk, i), (i * 5 + 3) % 64);
@@ -124,12 +121,12 @@ TEST(KQuantQuantize, RoundTripWithinAStep) {
   struct Case {
     void (*quantize)(const float*, int64_t, void*);
     void (*dequantize)(const void*, int64_t, float*);
-    int bytes;
+    size_t bytes;
     float rel;  // error bound as a fraction of the super-block's max |x|
   };
-  for (const Case& c : {Case{quantize_row_q4_k, dequantize_row_q4_k, kQ4KBytes, 0.12f},
-                        Case{quantize_row_q5_k, dequantize_row_q5_k, kQ5KBytes, 0.06f},
-                        Case{quantize_row_q6_k, dequantize_row_q6_k, kQ6KBytes, 0.04f}}) {
+  for (const Case& c : {Case{quantize_row_q4_k, dequantize_row_q4_k, sizeof(BlockQ4_K), 0.12f},
+                        Case{quantize_row_q5_k, dequantize_row_q5_k, sizeof(BlockQ5_K), 0.06f},
+                        Case{quantize_row_q6_k, dequantize_row_q6_k, sizeof(BlockQ6_K), 0.04f}}) {
     std::vector<uint8_t> q(4 * c.bytes);
     c.quantize(x.data(), 1024, q.data());
     c.dequantize(q.data(), 1024, y.data());
@@ -147,4 +144,4 @@ TEST(KQuantQuantize, RoundTripWithinAStep) {
 }
 
 }  // namespace
-}  // namespace troupe::model::kquant
+}  // namespace troupe::model::quants

@@ -1,7 +1,7 @@
-// Q5_0 / Q5_1 codecs (model/quant_q5.hpp): hand-built blocks with known values (qh bit i is the
+// Q5_0 / Q5_1 codecs (model/quants/q5.hpp): hand-built blocks with known values (qh bit i is the
 // fifth bit of value i, little-endian; nibble j holds values j and j + 16), and ggml's reference
 // quantizers round-tripping within half a step.
-#include "model/quant_q5.hpp"
+#include "model/quants/q5.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -10,13 +10,10 @@
 
 #include <gtest/gtest.h>
 
-namespace troupe::model::q5 {
-namespace {
+#include "model/fp16.hpp"
 
-void put_half(uint8_t* p, float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::memcpy(p, &h, 2);
-}
+namespace troupe::model::quants {
+namespace {
 
 // Codes chosen so every value differs: code(i) = (7 * i + 3) % 32 (a permutation of 0..31).
 int test_code(int i) {
@@ -36,37 +33,36 @@ void write_codes(uint8_t* qh, uint8_t* qs) {
 
 TEST(Q5Codes, QhBitOrderIsValueIndexLittleEndian) {
   // Only value 9's fifth bit set: byte 1, bit 1. Only value 30's: byte 3, bit 6.
-  uint8_t blk[kQ5_0Bytes] = {};
-  blk[kQ5_0Qh + 1] = 0x02;
-  for (int i = 0; i < 32; ++i) EXPECT_EQ(q5_0_code(blk, i), i == 9 ? 16 : 0) << i;
-  std::memset(blk, 0, sizeof blk);
-  blk[kQ5_0Qh + 3] = 0x40;
-  blk[kQ5_0Qs + 14] = 0xA5;  // value 14: 5, value 30: 10
-  for (int i = 0; i < 32; ++i) EXPECT_EQ(q5_0_code(blk, i), i == 30 ? 26 : i == 14 ? 5 : 0) << i;
+  BlockQ5_0 blk{};
+  blk.qh[1] = 0x02;
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(q5_code(blk, i), i == 9 ? 16 : 0) << i;
+  blk = BlockQ5_0{};
+  blk.qh[3] = 0x40;
+  blk.qs[14] = 0xA5;  // value 14: 5, value 30: 10
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(q5_code(blk, i), i == 30 ? 26 : i == 14 ? 5 : 0) << i;
 }
 
 TEST(Q5Codes, HandBuiltQ5_0Block) {
-  uint8_t blk[2 * kQ5_0Bytes];
+  BlockQ5_0 blk[2] = {};
   for (int b = 0; b < 2; ++b) {
-    uint8_t* p = blk + b * kQ5_0Bytes;
-    put_half(p, b == 0 ? 0.5f : -0.25f);
-    write_codes(p + kQ5_0Qh, p + kQ5_0Qs);
+    blk[b].d = fp32_to_fp16(b == 0 ? 0.5f : -0.25f);
+    write_codes(blk[b].qh, blk[b].qs);
   }
   float out[64];
   dequantize_row_q5_0(blk, 64, out);
   for (int i = 0; i < 64; ++i) {
-    ASSERT_EQ(q5_0_code(blk + (i / 32) * kQ5_0Bytes, i % 32), test_code(i % 32));
+    ASSERT_EQ(q5_code(blk[i / 32], i % 32), test_code(i % 32));
     ASSERT_EQ(out[i], (i < 32 ? 0.5f : -0.25f) * static_cast<float>(test_code(i % 32) - 16)) << i;
   }
 }
 
 TEST(Q5Codes, HandBuiltQ5_1Block) {
-  uint8_t blk[kQ5_1Bytes];
-  put_half(blk, 0.125f);
-  put_half(blk + kQ5_1M, -2.0f);
-  write_codes(blk + kQ5_1Qh, blk + kQ5_1Qs);
+  BlockQ5_1 blk{};
+  blk.d = fp32_to_fp16(0.125f);
+  blk.m = fp32_to_fp16(-2.0f);
+  write_codes(blk.qh, blk.qs);
   float out[32];
-  dequantize_row_q5_1(blk, 32, out);
+  dequantize_row_q5_1(&blk, 32, out);
   for (int i = 0; i < 32; ++i)
     ASSERT_EQ(out[i], 0.125f * static_cast<float>(test_code(i)) - 2.0f) << i;
 }
@@ -76,7 +72,8 @@ TEST(Q5Quantize, RoundTripWithinHalfAStep) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(32 * 9);
   for (float& v : x) v = dist(rng);
-  std::vector<uint8_t> b0(9 * kQ5_0Bytes), b1(9 * kQ5_1Bytes);
+  std::vector<BlockQ5_0> b0(9);
+  std::vector<BlockQ5_1> b1(9);
   quantize_row_q5_0(x.data(), static_cast<int64_t>(x.size()), b0.data());
   quantize_row_q5_1(x.data(), static_cast<int64_t>(x.size()), b1.data());
   std::vector<float> y0(x.size()), y1(x.size());
@@ -95,7 +92,7 @@ TEST(Q5Quantize, RoundTripWithinHalfAStep) {
     const float step0 = amax / 16.0f, step1 = (hi - lo) / 31.0f;
     for (int i = 0; i < 32; ++i) {
       const size_t k = 32 * b + i;
-      const bool clamped = q5_0_code(b0.data() + b * kQ5_0Bytes, i) == 31;
+      const bool clamped = q5_code(b0[b], i) == 31;
       EXPECT_NEAR(y0[k], x[k], (clamped ? 1.0f : 0.5f) * step0 + 32 * step0 * 1e-3f) << k;
       EXPECT_NEAR(y1[k], x[k], 0.5f * step1 + 32 * step1 * 1e-3f + std::fabs(lo) * 1e-3f) << k;
     }
@@ -103,4 +100,4 @@ TEST(Q5Quantize, RoundTripWithinHalfAStep) {
 }
 
 }  // namespace
-}  // namespace troupe::model::q5
+}  // namespace troupe::model::quants

@@ -1,0 +1,133 @@
+// Internal to the SIMD matmul translation units (matmul_avx2.cpp, matmul_avx512.cpp,
+// matmul_kquant_simd.cpp): the tile driver and the format dispatch that every ISA shares, and the
+// small vector helpers (broadcast, fold, partial store) of each ISA. The kernels themselves stay
+// in their ISA's file: their operation order is what makes every path bit-identical.
+//
+// ODR (isa_target.hpp): the vector helpers live in an ISA namespace (avx2::, avx512::) and carry
+// that ISA's target attribute, so every TU that includes this header compiles the same body for
+// the same target. The driver templates hold no vector code and no target attribute; each TU
+// instantiates them with its own kernel types from its anonymous namespace, so no instantiation
+// is shared between TUs compiled for different ISAs.
+//
+// Thread-safety: pure functions; callable from any thread (on a CPU with the ISA).
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/matmul_kernels.hpp"
+
+namespace troupe::gpu::cpu::detail {
+
+// The last `job.num_rows - r` rows (fewer than R + 1) of a tile part as one group whose size is
+// a compile-time constant (the kernels keep one accumulator set per row in registers).
+template <class Kernel, int R>
+void run_row_remainder(const TileJob& job, const uint8_t* tile, int part, int64_t r, int64_t o0) {
+  if constexpr (R > 0) {
+    if (job.num_rows - r == R) {
+      Kernel::template rows<R>(job, tile, part, r, o0);
+      return;
+    }
+    run_row_remainder<Kernel, R - 1>(job, tile, part, r, o0);
+  }
+}
+
+// Tiles [tile_begin, tile_end) through Kernel::rows<R>(job, tile, part, r0, o0): each tile as
+// kParts parts of kTileOutputs / kParts output lanes (AVX2 takes a 16-lane tile in two 8-lane
+// halves), rows in groups of kMaxRows sharing each weight load, then one group of the rest.
+// Every (row, output) is computed by the same operations whatever its group (matmul.hpp), so the
+// grouping is only a matter of speed.
+template <class Kernel, int kParts, int kMaxRows>
+void run_tiles(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+  constexpr int kPartLanes = kTileOutputs / kParts;
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
+    const int64_t o0 = t * kTileOutputs;
+    for (int part = 0; part < kParts && o0 + kPartLanes * part < job.num_outputs; ++part) {
+      int64_t r = 0;
+      for (; r + kMaxRows <= job.num_rows; r += kMaxRows) {
+        Kernel::template rows<kMaxRows>(job, tile, part, r, o0);
+      }
+      run_row_remainder<Kernel, kMaxRows - 1>(job, tile, part, r, o0);
+    }
+  }
+}
+
+// Runner::run<F>(job, tile_begin, tile_end) for the job's packed format: one instantiation per
+// format, so each kernel is compiled with its format's constants.
+template <class Runner>
+void dispatch_format(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+  switch (job.format) {
+    case PackedFormat::kQ4_0: Runner::template run<PackedFormat::kQ4_0>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ4_1: Runner::template run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ8_0: Runner::template run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ5_1: Runner::template run<PackedFormat::kQ5_1>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ4_K: Runner::template run<PackedFormat::kQ4_K>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ5_K: Runner::template run<PackedFormat::kQ5_K>(job, tile_begin, tile_end); return;
+    case PackedFormat::kQ6_K: Runner::template run<PackedFormat::kQ6_K>(job, tile_begin, tile_end); return;
+    case PackedFormat::kF32: Runner::template run<PackedFormat::kF32>(job, tile_begin, tile_end); return;
+    case PackedFormat::kF16: Runner::template run<PackedFormat::kF16>(job, tile_begin, tile_end); return;
+    case PackedFormat::kBF16: Runner::template run<PackedFormat::kBF16>(job, tile_begin, tile_end); return;
+  }
+}
+
+#if TROUPE_X86
+
+namespace avx2 {
+
+// Four int8 activations as one dword in every 32-bit lane.
+TROUPE_TARGET_AVX2 inline __m256i broadcast_dword(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// ggml's hsum_float_8 order over the eight group accumulators, lane by lane:
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+TROUPE_TARGET_AVX2 inline __m256 fold_groups(const __m256 (&a)[8]) {
+  const __m256 v0 = _mm256_add_ps(a[0], a[4]), v1 = _mm256_add_ps(a[1], a[5]);
+  const __m256 v2 = _mm256_add_ps(a[2], a[6]), v3 = _mm256_add_ps(a[3], a[7]);
+  return _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
+}
+
+// The first `valid` of 8 lanes (a tile's last outputs may be padding).
+TROUPE_TARGET_AVX2 inline void store_lanes(float* y, __m256 v, int64_t valid) {
+  if (valid >= 8) {
+    _mm256_storeu_ps(y, v);
+  } else if (valid > 0) {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    for (int64_t i = 0; i < valid; ++i) y[i] = tmp[i];
+  }
+}
+
+}  // namespace avx2
+
+namespace avx512 {
+
+TROUPE_TARGET_AVX512 inline __m512i broadcast_dword(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// As avx2::fold_groups, 16 lanes.
+TROUPE_TARGET_AVX512 inline __m512 fold_groups(const __m512 (&a)[8]) {
+  const __m512 v0 = _mm512_add_ps(a[0], a[4]), v1 = _mm512_add_ps(a[1], a[5]);
+  const __m512 v2 = _mm512_add_ps(a[2], a[6]), v3 = _mm512_add_ps(a[3], a[7]);
+  return _mm512_add_ps(_mm512_add_ps(v0, v2), _mm512_add_ps(v1, v3));
+}
+
+TROUPE_TARGET_AVX512 inline void store_lanes(float* y, __m512 v, int64_t valid) {
+  if (valid >= 16) {
+    _mm512_storeu_ps(y, v);
+  } else {
+    _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << valid) - 1u), v);
+  }
+}
+
+}  // namespace avx512
+
+#endif  // TROUPE_X86
+
+}  // namespace troupe::gpu::cpu::detail
