@@ -329,9 +329,20 @@ def error_row(run: dict, who: str, msg: str, ncols: int) -> str:
     return "| " + " | ".join(cells + [""] * (ncols - 4) + [_load(run)]) + " |"
 
 
+def runs_table(head: list[str], runs: list[dict], cells: Callable[[dict, dict], list[str]],
+               err_row: Callable[[dict, int], str]) -> list[str]:
+    """A Markdown table's lines: one row per run, cells(run, its result), or err_row(run, number
+    of columns) for a run without a result."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        r = run.get("result")
+        lines.append("| " + " | ".join(cells(run, r)) + " |" if r else err_row(run, len(head)))
+    return lines
+
+
 def scenario_sections(runs: list[dict], scenarios: Iterable[str],
                       tables: dict[str, Callable[[list[dict]], str]]) -> list[str]:
-    """One "### scenario" section with its table per scenario that has runs, in `scenarios` order."""
+    """A "### scenario" section with its table for each scenario that has runs, in order."""
     out = []
     for scen in scenarios:
         rs = [r for r in runs if r["scenario"] == scen]
@@ -365,10 +376,14 @@ def add_output_args(a, name: str):
     a("--from-json", default="", help="no runs: print the tables of every invocation in FILE")
 
 
+def add_options(group, **defaults):
+    """One --option-name per keyword (its underscores become dashes) of its default's type."""
+    for name, default in defaults.items():
+        group.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+
+
 def add_limit_args(ap: argparse.ArgumentParser):
-    g = ap.add_argument_group("limits")
-    g.add_argument("--request-timeout", type=float, default=300.0)
-    g.add_argument("--scenario-timeout", type=float, default=1200.0)
+    add_options(ap.add_argument_group("limits"), request_timeout=300.0, scenario_timeout=1200.0)
 
 
 def check_model(args):

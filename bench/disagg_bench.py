@@ -497,43 +497,38 @@ def table_mixed(runs: list[dict]) -> str:
             "… outside prefills p50/p99/max ms", "long TTFT p50/p99/max ms", "output tok/s",
             "remote prefills / pulls ok / failed / fallbacks / GB/s", "preempt",
             "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         d = r["itl_during_prefill_ms"]
         tok = sorted(r["long_prompt_tokens"][:r["long_requests"]])
         tok_s = f"{tok[0]}–{tok[-1]}" if tok else "-"
-        lines.append("| " + " | ".join([
+        return [
             run["setup"], str(run["rep"]), f"{r['long_ok']}/{r['long_requests']}, {tok_s}",
             _trip(r["itl_baseline_ms"]), _trip(r["itl_window_ms"]), f"{_trip(d)} ({d['n']})",
             _trip(r["itl_outside_prefill_ms"]), _trip(r["long_ttft_ms"]),
             _f(r["output_tok_s"]), _kv_cell(r),
-            _f(r["server"].get("preemptions")), _load(run)]) + " |")
-    return "\n".join(lines)
+            _f(r["server"].get("preemptions")), _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 def table_transfer(runs: list[dict]) -> str:
     head = ["setup", "rep", "prompt tok", "KV bytes (blocks)", "pull ms median",
             "GB/s median (min–max)", "cold pull GB/s", "pulls not ok / fallbacks",
             "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ucx = []
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         tok = sorted(r["prompt_tokens"])
         fb = sum(p["fallbacks"] for p in r["pulls"])
-        lines.append("| " + " | ".join([
+        return [
             run["setup"], str(run["rep"]), f"{tok[0]}–{tok[-1]}" if tok else "-",
             f"{_f(r['kv_bytes_median'])} ({_f(r['blocks_median'])})", _f(r["pull_ms_median"]),
             f"{_f(r['gbps_median'])} ({_f(r['gbps_min'])}–{_f(r['gbps_max'])})",
-            _f(r["cold_pull"]["gbps"]), f"{r['pulls_not_ok']} / {fb:.0f}", _load(run)]) + " |")
-        ucx += [(run["rep"], u) for u in r.get("ucx_perftest", [])]
+            _f(r["cold_pull"]["gbps"]), f"{r['pulls_not_ok']} / {fb:.0f}", _load(run)]
+
+    lines = br.runs_table(head, runs, row, _err_row)
+    ucx = [(run["rep"], u) for run in runs
+           for u in (run.get("result") or {}).get("ucx_perftest", [])]
     if ucx:
         lines += ["", "| rep | ucx_perftest ucp_get (UCX_TLS=tcp, loopback) | message bytes | "
                       "outstanding | iters | MiB/s | GB/s |", "|---|---|---|---|---|---|---|"]
@@ -631,19 +626,14 @@ def parse_args():
     g.add_argument("--streams", type=int, default=8)
     g.add_argument("--stream-max-tokens", type=int, default=8000,
                    help="prompt + this must fit the model's context (8192 for SmolLM2)")
-    g.add_argument("--warm-tokens", type=int, default=20)
-    g.add_argument("--baseline-s", type=float, default=5.0)
-    g.add_argument("--long-tokens", type=int, default=2000)
-    g.add_argument("--long-max-tokens", type=int, default=16)
+    br.add_options(g, warm_tokens=20, baseline_s=5.0, long_tokens=2000, long_max_tokens=16)
     g = ap.add_argument_group("transfer")
-    g.add_argument("--transfer-n", type=int, default=5)
-    g.add_argument("--transfer-tokens", type=int, default=1000)
-    g.add_argument("--ucx-perftest", default="ucx_perftest")
+    br.add_options(g, transfer_n=5, transfer_tokens=1000, ucx_perftest="ucx_perftest")
     g.add_argument("--ucx-sizes", default="block,run",
                    help="comma list: block, run (see the docstring) or a byte count")
     g.add_argument("--ucx-outstanding", type=int, default=0, help="-O (0: 2 x layers)")
     g.add_argument("--ucx-bytes", type=float, default=2e9, help="bytes moved per ucx_perftest run")
-    g.add_argument("--ucx-min-iters", type=int, default=100)
+    br.add_options(g, ucx_min_iters=100)
     g.add_argument("--ucx-block-bytes", type=int, default=6144,
                    help="block_bytes when the metadata has none")
     g.add_argument("--ucx-timeout", type=float, default=180.0)

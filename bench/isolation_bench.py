@@ -64,7 +64,7 @@ from bench_runs import (  # noqa: E402
     start_streams, stop, timed_request, varied_text, wait_for, warm_up)
 import side_by_side as sbs  # noqa: E402  (Server, free_port)
 
-import aiohttp  # noqa: E402  (bench_runs, through serve_bench, exits with a hint when it is missing)
+import aiohttp  # noqa: E402  (serve_bench exits with a hint when it is missing)
 
 DEFAULT_PEER = os.environ.get("TROUPE_BENCH_PEER_BIN",
                               os.path.join(ROOT, "build-peer-native", "bin", "llama-server"))
@@ -394,62 +394,53 @@ def table_long(runs: list[dict]) -> str:
     head = ["server", "rep", "prompt tok", "ITL before p50/p99/max ms",
             "ITL during prefill p50/p99/max ms (n)", "long TTFT ms", "alone TTFT ms",
             "TTFT ratio", "ITL p99 ≤ 150", "ratio ≤ 1.3", "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         d = r["itl_during_prefill_ms"]
-        lines.append("| " + " | ".join([
+        return [
             run["server"], str(run["rep"]), str(r["long_prompt_tokens"]),
             _trip(r["itl_before_ms"]), f"{_trip(d)} ({d['n']})", _f(r["long_ttft_ms"]),
             _f(r["alone_ttft_ms"]), _f(r["ttft_ratio"]),
             "yes" if r["target_itl_p99_ok"] else "**no**",
-            "yes" if r["target_ttft_ratio_ok"] else "**no**", _load(run)]) + " |")
-    return "\n".join(lines)
+            "yes" if r["target_ttft_ratio_ok"] else "**no**", _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 def table_flood(runs: list[dict]) -> str:
     head = ["server", "rep", "idle TTFT med/max ms", "flooded TTFT med/max ms", "ratio",
             "≤ 2x", "queue at lone send (run/wait)", "flood done / errors", "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         i, b = r["idle"], r["loaded"]
         busy = f"{_f(b['median_ms'])} / {_f(b['max_ms'])}"
         if b["timeouts"]:
             busy += f" ({b['timeouts']} timeout > {r['lone_timeout_s']:.0f} s)"
         q = (r["loaded_series"] or [{}])[0].get("queue_at_send", {})
-        lines.append("| " + " | ".join([
+        return [
             run["server"], str(run["rep"]), f"{_f(i['median_ms'])} / {_f(i['max_ms'])}", busy,
             _f(r["ttft_median_ratio"]), "yes" if r["target_ok"] else "**no**",
             f"{_f(q.get('running'))} / {_f(q.get('waiting'))}",
-            f"{r['flood_completed']} / {sum(r['flood_errors'].values())}", _load(run)]) + " |")
-    return "\n".join(lines)
+            f"{r['flood_completed']} / {sum(r['flood_errors'].values())}", _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 def table_stall(runs: list[dict]) -> str:
     head = ["server", "rep", "/tokenize (bytes → tokens, s)", "/health during: n, p50/p99/max ms",
             "/health before max ms", "stream ITL before p50/p99/max ms",
             "stream worst ITL during ms", "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         hd = r["health_during_ms"]
         tk = f"{r['tokenize_bytes']} → {_f(r['tokenize_tokens'])} (HTTP {r['tokenize_status']}" \
              f", {r['tokenize_s']} s)"
-        lines.append("| " + " | ".join([
+        return [
             run["server"], str(run["rep"]), tk, f"{hd['n']}, {_trip(hd)}",
             _f(r["health_before_ms"]["max"]), _trip(r["stream_itl_before_ms"]),
-            _f(r["stream_itl_during_ms"]["max"]), _load(run)]) + " |")
-    return "\n".join(lines)
+            _f(r["stream_itl_during_ms"]["max"]), _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 TABLES = {"long-prefill": table_long, "flood": table_flood, "tokenize-stall": table_stall}
@@ -491,21 +482,11 @@ def parse_args():
     a("--threads", type=int, default=2)
     a("--reps", type=int, default=1)
     br.add_output_args(a, "isolation")
-    g = ap.add_argument_group("long-prefill")
-    g.add_argument("--streams", type=int, default=4)
-    g.add_argument("--warm-tokens", type=int, default=20)
-    g.add_argument("--stream-max-tokens", type=int, default=1024)
-    g.add_argument("--long-tokens", type=int, default=3750)
-    g.add_argument("--long-max-tokens", type=int, default=16)
-    g.add_argument("--itl-target-ms", type=float, default=150.0)
-    g.add_argument("--ttft-ratio-target", type=float, default=1.3)
-    g = ap.add_argument_group("flood")
-    g.add_argument("--flood-inflight", type=int, default=200)
-    g.add_argument("--flood-max-tokens", type=int, default=128)
-    g.add_argument("--lone-n", type=int, default=5)
-    g.add_argument("--lone-timeout", type=float, default=300.0)
-    g.add_argument("--settle-s", type=float, default=3.0)
-    g.add_argument("--flood-ratio-target", type=float, default=2.0)
+    br.add_options(ap.add_argument_group("long-prefill"), streams=4, warm_tokens=20,
+                   stream_max_tokens=1024, long_tokens=3750, long_max_tokens=16,
+                   itl_target_ms=150.0, ttft_ratio_target=1.3)
+    br.add_options(ap.add_argument_group("flood"), flood_inflight=200, flood_max_tokens=128,
+                   lone_n=5, lone_timeout=300.0, settle_s=3.0, flood_ratio_target=2.0)
     g = ap.add_argument_group("tokenize-stall")
     g.add_argument("--tokenize-bytes", type=int, default=8_000_000,
                    help="prompt size (the JSON body must stay under http.max_body_bytes)")
