@@ -1,6 +1,4 @@
 # `n` > 1 choices per request (net/openai_multi_sink.cpp) through the Router, against the
 # FakeEngine.
-troupe_add_test(NAME net_openai_multi_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/openai_multi_sink_test.cpp
-  LIBS troupe_net
-  LABELS "unit;net")
+troupe_add_test(NAME net_openai_multi_test SOURCES openai_multi_sink_test.cpp
+  LIBS troupe_net LABELS "unit;net")
