@@ -39,8 +39,7 @@ CliRun run(std::vector<std::string> args) {
 class AdminCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(temp_dir_.path().empty());
-    dir_ = temp_dir_.path();
+    ASSERT_FALSE(dir_.empty());
     socket_ = (dir_ / "a.sock").string();
     engine_.set_stats(net::testing::sample_stats());
     engine::RequestInfo info;
@@ -60,7 +59,7 @@ class AdminCliTest : public ::testing::Test {
   void TearDown() override { server_.reset(); }
 
   net::testing::TempDir temp_dir_{"troupe-admin-cli"};
-  std::filesystem::path dir_;
+  const std::filesystem::path dir_ = temp_dir_.path();
   std::string socket_;
   net::testing::AdminFakeEngine engine_;
   std::atomic<int> num_drains_{0};

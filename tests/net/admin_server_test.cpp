@@ -134,8 +134,7 @@ std::unique_ptr<Reply> ask(LineClient& client, std::string_view line) {
 class AdminServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(temp_dir_.path().empty());
-    dir_ = temp_dir_.path();
+    ASSERT_FALSE(dir_.empty());
     config_.socket_path = dir_ / "a.sock";
     engine_.set_stats(testing::sample_stats());
   }
@@ -149,7 +148,7 @@ class AdminServerTest : public ::testing::Test {
   AdminServer& start() { return start(config_); }
 
   testing::TempDir temp_dir_{"troupe-admin-test"};
-  std::filesystem::path dir_;
+  const std::filesystem::path dir_ = temp_dir_.path();
   AdminServerConfig config_;
   AdminFakeEngine engine_;
   std::atomic<int> num_drains_{0};
