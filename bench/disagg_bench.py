@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import json
 import os
 import random
@@ -80,11 +79,9 @@ from dataclasses import dataclass
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import isolation_bench as iso  # noqa: E402  (Srv, Stream, SSE client, stats, host snapshot, save)
-import serve_bench as sb  # noqa: E402  (aiohttp check, /metrics parser, load average, steal)
+import bench_runs as br  # noqa: E402  (Srv, Stream, SSE client, stats, host snapshot, run loop)
+import serve_bench as sb  # noqa: E402  (/metrics parser)
 import side_by_side as sbs  # noqa: E402  (Server, free_port)
-
-import aiohttp  # noqa: E402  (serve_bench exits with a hint when it is missing)
 
 SCENARIOS = ("mixed", "transfer")
 SETUPS = ("combined", "disagg")
@@ -108,13 +105,13 @@ def write_config(args, tmp: str, tag: str, threads: int) -> str:
 
 
 def troupe_srv(args, tmp: str, tag: str, cpus: str, threads: int,
-               extra: list[str], port: int = 0) -> iso.Srv:
+               extra: list[str], port: int = 0) -> br.Srv:
     """troupe serve pinned to `cpus` with `threads` compute threads and its own admin socket."""
     port = port or sbs.free_port()
     cmd = ["taskset", "-c", cpus, args.troupe_bin, "serve",
            "--config", write_config(args, tmp, tag, threads), "--model", args.model,
            "--port", str(port), "--admin-socket", os.path.join(tmp, f"{tag}.admin.sock"), *extra]
-    return iso.Srv("troupe", sbs.Server(tag, cmd, port, os.path.join(tmp, f"{tag}.log")))
+    return br.Srv("troupe", sbs.Server(tag, cmd, port, os.path.join(tmp, f"{tag}.log")))
 
 
 def make_setup(setup: str, args, tmp: str, tag: str) -> dict:
@@ -131,11 +128,11 @@ def make_setup(setup: str, args, tmp: str, tag: str) -> dict:
     return {"front": decode, "prefill": prefill}
 
 
-def servers_of(s: dict) -> list[iso.Srv]:
+def servers_of(s: dict) -> list[br.Srv]:
     return [x for x in (s["prefill"], s["front"]) if x is not None]   # start order
 
 
-def log_findings(srv: iso.Srv, keep: int = 20) -> dict:
+def log_findings(srv: br.Srv, keep: int = 20) -> dict:
     """The server's warn/error/critical lines (the first `keep`) and how many there were."""
     try:
         with open(srv.server.log_path, errors="replace") as f:
@@ -159,13 +156,13 @@ def arrivals(rate: float, duration: float, seed: int) -> list[float]:
     return out
 
 
-async def long_prompts(session, srv: iso.Srv, n: int, target: int, seed: int,
+async def long_prompts(session, srv: br.Srv, n: int, target: int, seed: int,
                        tag: str) -> list[tuple[str, int]]:
     """n prompts of ~target tokens, each its own seeded text and first word (no shared prefix)."""
     out = []
     for i in range(n):
-        words = iso.varied_text(random.Random(seed * 7919 + i), int(target * 1.2)).split()
-        out.append(await iso.fit_prompt(session, srv, words, f"{tag} {i}.", target))
+        words = br.varied_text(random.Random(seed * 7919 + i), int(target * 1.2)).split()
+        out.append(await br.fit_prompt(session, srv, words, f"{tag} {i}.", target))
     return out
 
 
@@ -205,7 +202,7 @@ def gbps(n_bytes: float, seconds: float):
     return round(n_bytes / seconds / 1e9, 3) if seconds > 0 else None
 
 
-async def kv_metadata(session, srv: iso.Srv) -> dict:
+async def kv_metadata(session, srv: br.Srv) -> dict:
     async with session.get(srv.url + "/v1/kv/metadata") as resp:
         js = await resp.json(content_type=None)
     return {k: js.get(k) for k in ("engine_id", "transport", "region_bytes", "layout",
@@ -220,7 +217,7 @@ def overlaps(a: float, b: float, spans: list[tuple[float, float]]) -> bool:
 
 def mixed_result(recs, longs, long_tok, sched, t_base, t0, t_end, ended, m0, m1, p0, p1) -> dict:
     spans = [(r.sent, r.times[0] if r.times else (r.done_at or t_end)) for r in longs]
-    window = [(a, b) for r in recs for a, b in iso.gaps(r.times) if a >= t0 and b <= t_end]
+    window = [(a, b) for r in recs for a, b in br.gaps(r.times) if a >= t0 and b <= t_end]
     during = [b - a for a, b in window if overlaps(a, b, spans)]
     outside = [b - a for a, b in window if not overlaps(a, b, spans)]
     stream_chunks = sum(1 for r in recs for t in r.times if t0 <= t <= t_end)
@@ -231,13 +228,13 @@ def mixed_result(recs, longs, long_tok, sched, t_base, t0, t_end, ended, m0, m1,
         "long_requests": len(longs), "long_ok": len(ok), "arrivals_s": sched,
         "long_prompt_tokens": long_tok,
         "window_s": round(span, 2), "baseline_s": round(t0 - t_base, 2),
-        "itl_baseline_ms": iso.ms_stats(
-            [b - a for r in recs for a, b in iso.gaps(r.times) if a >= t_base and b <= t0]),
-        "itl_window_ms": iso.ms_stats([b - a for a, b in window]),
-        "itl_during_prefill_ms": iso.ms_stats(during),
-        "itl_outside_prefill_ms": iso.ms_stats(outside),
-        "long_ttft_ms": iso.ms_stats([r.ttft for r in ok]),
-        "long_e2e_ms": iso.ms_stats([r.done_at - r.sent for r in ok if r.done_at]),
+        "itl_baseline_ms": br.ms_stats(
+            [b - a for r in recs for a, b in br.gaps(r.times) if a >= t_base and b <= t0]),
+        "itl_window_ms": br.ms_stats([b - a for a, b in window]),
+        "itl_during_prefill_ms": br.ms_stats(during),
+        "itl_outside_prefill_ms": br.ms_stats(outside),
+        "long_ttft_ms": br.ms_stats([r.ttft for r in ok]),
+        "long_e2e_ms": br.ms_stats([r.done_at - r.sent for r in ok if r.done_at]),
         "long_runs": [{"sent_s": round(r.sent - t0, 2),
                        "ttft_ms": round(1000 * r.ttft, 1) if r.ttft is not None else None,
                        "chunks": len(r.times), "error": r.error} for r in longs],
@@ -252,16 +249,16 @@ def mixed_result(recs, longs, long_tok, sched, t_base, t0, t_end, ended, m0, m1,
 
 
 @dataclass
-class LongRec(iso.Stream):
+class LongRec(br.Stream):
     """A long request's stream, and when it ended (finished, failed or timed out)."""
     done_at: float = 0.0
 
 
-async def long_request(session, srv: iso.Srv, prompt: str, args) -> LongRec:
+async def long_request(session, srv: br.Srv, prompt: str, args) -> LongRec:
     rec = LongRec()
-    body = iso.completion_body(srv, prompt, args.long_max_tokens, True)
+    body = br.completion_body(srv, prompt, args.long_max_tokens, True)
     try:
-        await asyncio.wait_for(iso.stream_completion(session, srv, body, rec),
+        await asyncio.wait_for(br.stream_completion(session, srv, body, rec),
                                args.request_timeout)
     except asyncio.TimeoutError:
         rec.error = f"timeout after {args.request_timeout:.0f}s"
@@ -278,11 +275,11 @@ async def scen_mixed(session, s: dict, args, seed: int) -> dict:
     if warm.error or warm.ttft is None:
         raise RuntimeError(f"long warm-up request failed: {warm.error or 'no tokens'}")
     prompts = prompts[1:]
-    recs, tasks = await iso.start_streams(session, front, args.streams, args.stream_max_tokens,
+    recs, tasks = await br.start_streams(session, front, args.streams, args.stream_max_tokens,
                                           seed)
     longs: list[LongRec] = []
     try:
-        await iso.wait_for(lambda: all(len(r.times) >= args.warm_tokens or r.done for r in recs),
+        await br.wait_for(lambda: all(len(r.times) >= args.warm_tokens or r.done for r in recs),
                            args.request_timeout, f"{args.warm_tokens} tokens on every stream")
         if any(r.done for r in recs):
             raise RuntimeError("a stream ended early: " + "; ".join(r.error for r in recs))
@@ -302,7 +299,7 @@ async def scen_mixed(session, s: dict, args, seed: int) -> dict:
         m1 = await sb.scrape_metrics(session, front.url)
         p1 = await sb.scrape_metrics(session, prefill.url) if prefill else {}
     finally:
-        await iso.cancel_tasks(tasks)
+        await br.cancel_tasks(tasks)
     res = mixed_result(recs, longs, [t for _, t in prompts], sched, t_base, t0, t_end,
                        ended, m0, m1, p0, p1)
     res["warm_long_ttft_ms"] = round(1000 * warm.ttft, 1)
@@ -311,7 +308,7 @@ async def scen_mixed(session, s: dict, args, seed: int) -> dict:
 
 # ----------------------------------------------------------------------------- transfer
 
-async def wait_pull_counted(session, srv: iso.Srv, before: dict, timeout: float = 5.0) -> dict:
+async def wait_pull_counted(session, srv: br.Srv, before: dict, timeout: float = 5.0) -> dict:
     """/metrics once the decode server has counted one more pull (ok or failed), or a fallback."""
     n0 = before.get(M_OK, 0) + before.get(M_FAILED, 0)
     f0 = before.get(COUNTERS["kv_transfer_fallbacks"], 0)
@@ -325,11 +322,11 @@ async def wait_pull_counted(session, srv: iso.Srv, before: dict, timeout: float 
         await asyncio.sleep(0.02)
 
 
-async def one_pull(session, front: iso.Srv, prompt: str, tokens: int, args) -> dict:
+async def one_pull(session, front: br.Srv, prompt: str, tokens: int, args) -> dict:
     m0 = await sb.scrape_metrics(session, front.url)
     t = time.perf_counter()
-    status, js = await iso.post_json(session, front.url + "/v1/completions",
-                                     iso.completion_body(front, prompt, 2, False),
+    status, js = await br.post_json(session, front.url + "/v1/completions",
+                                     br.completion_body(front, prompt, 2, False),
                                      timeout=args.request_timeout)
     e2e = time.perf_counter() - t
     m1 = await wait_pull_counted(session, front, m0)
@@ -435,12 +432,10 @@ RUNNERS = {"mixed": scen_mixed, "transfer": scen_transfer}
 
 
 async def run_scenario(s: dict, scen: str, args, seed: int) -> dict:
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=args.request_timeout)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=timeout) as session:
+    async with br.client_session(args) as session:
         for srv in servers_of(s):
-            srv.model_id = await iso.model_id(session, srv)
-        await iso.warm_up(session, s["front"])
+            srv.model_id = await br.model_id(session, srv)
+        await br.warm_up(session, s["front"])
         return await asyncio.wait_for(RUNNERS[scen](session, s, args, seed),
                                       args.scenario_timeout)
 
@@ -452,43 +447,39 @@ def one_run(setup: str, scen: str, rep: int, args, tmp: str) -> dict:
     run = {"setup": setup, "scenario": scen, "rep": rep,
            "servers": {x.server.name: {"cmd": x.server.cmd, "log": x.server.log_path}
                        for x in srvs}}
-    h0 = iso.host_snapshot()
+    h0 = br.host_snapshot()
     try:
         for x in srvs:
-            iso.start(x)
+            br.start(x)
         run["result"] = asyncio.run(run_scenario(s, scen, args, args.seed))
     except (Exception, SystemExit) as e:  # noqa: BLE001  (one failed run must not end the rest)
         run["error"] = f"{type(e).__name__}: {e}"[:500]
     finally:
-        died = {x.server.name: iso.stop(x) for x in reversed(srvs) if x.server.proc}
+        died = {x.server.name: br.stop(x) for x in reversed(srvs) if x.server.proc}
     for name, code in died.items():
         if code is not None:
             x = next(v for v in srvs if v.server.name == name)
             run.setdefault("server_died", {})[name] = {"exit_code": code,
-                                                       "log_tail": iso.log_tail(x)}
+                                                       "log_tail": br.log_tail(x)}
     run["log_findings"] = {x.server.name: log_findings(x) for x in srvs}
-    h1 = iso.host_snapshot()
+    h1 = br.host_snapshot()
     if scen == "transfer" and run.get("result"):
         run["result"]["ucx_perftest"] = ucx_comparison(run["result"], args)
-        h1 = iso.host_snapshot()
-    run["host"] = {"uptime_before": h0["uptime"], "uptime_after": h1["uptime"],
-                   "loadavg_before": h0["loadavg"], "loadavg_after": h1["loadavg"],
-                   "start": h0["time"], "end": h1["time"],
-                   **sb.steal_between(h0["cpu_stat"], h1["cpu_stat"])}
+        h1 = br.host_snapshot()
+    run["host"] = br.host_record(h0, h1)
     return run
 
 
 # ----------------------------------------------------------------------------- reporting
 
-_f, _trip, _load = iso._f, iso._trip, iso._load
+_f, _trip, _load = br._f, br._trip, br._load
 
 
 def _err_row(run: dict, ncols: int) -> str:
     msg = run.get("error", "")
     for name, d in (run.get("server_died") or {}).items():
         msg += f" ({name} exit {d['exit_code']})"
-    cells = [run["setup"], str(run["rep"]), "**" + msg.replace("|", "/")[:200] + "**"]
-    return "| " + " | ".join(cells + [""] * (ncols - 4) + [_load(run)]) + " |"
+    return br.error_row(run, run["setup"], msg, ncols)
 
 
 def _kv_cell(r: dict) -> str:
@@ -506,43 +497,38 @@ def table_mixed(runs: list[dict]) -> str:
             "… outside prefills p50/p99/max ms", "long TTFT p50/p99/max ms", "output tok/s",
             "remote prefills / pulls ok / failed / fallbacks / GB/s", "preempt",
             "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         d = r["itl_during_prefill_ms"]
         tok = sorted(r["long_prompt_tokens"][:r["long_requests"]])
         tok_s = f"{tok[0]}–{tok[-1]}" if tok else "-"
-        lines.append("| " + " | ".join([
+        return [
             run["setup"], str(run["rep"]), f"{r['long_ok']}/{r['long_requests']}, {tok_s}",
             _trip(r["itl_baseline_ms"]), _trip(r["itl_window_ms"]), f"{_trip(d)} ({d['n']})",
             _trip(r["itl_outside_prefill_ms"]), _trip(r["long_ttft_ms"]),
             _f(r["output_tok_s"]), _kv_cell(r),
-            _f(r["server"].get("preemptions")), _load(run)]) + " |")
-    return "\n".join(lines)
+            _f(r["server"].get("preemptions")), _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 def table_transfer(runs: list[dict]) -> str:
     head = ["setup", "rep", "prompt tok", "KV bytes (blocks)", "pull ms median",
             "GB/s median (min–max)", "cold pull GB/s", "pulls not ok / fallbacks",
             "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    ucx = []
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         tok = sorted(r["prompt_tokens"])
         fb = sum(p["fallbacks"] for p in r["pulls"])
-        lines.append("| " + " | ".join([
+        return [
             run["setup"], str(run["rep"]), f"{tok[0]}–{tok[-1]}" if tok else "-",
             f"{_f(r['kv_bytes_median'])} ({_f(r['blocks_median'])})", _f(r["pull_ms_median"]),
             f"{_f(r['gbps_median'])} ({_f(r['gbps_min'])}–{_f(r['gbps_max'])})",
-            _f(r["cold_pull"]["gbps"]), f"{r['pulls_not_ok']} / {fb:.0f}", _load(run)]) + " |")
-        ucx += [(run["rep"], u) for u in r.get("ucx_perftest", [])]
+            _f(r["cold_pull"]["gbps"]), f"{r['pulls_not_ok']} / {fb:.0f}", _load(run)]
+
+    lines = br.runs_table(head, runs, row, _err_row)
+    ucx = [(run["rep"], u) for run in runs
+           for u in (run.get("result") or {}).get("ucx_perftest", [])]
     if ucx:
         lines += ["", "| rep | ucx_perftest ucp_get (UCX_TLS=tcp, loopback) | message bytes | "
                       "outstanding | iters | MiB/s | GB/s |", "|---|---|---|---|---|---|---|"]
@@ -595,11 +581,7 @@ def notes(runs: list[dict]) -> list[str]:
 
 
 def markdown(runs: list[dict]) -> str:
-    out = []
-    for scen in SCENARIOS:
-        rs = [r for r in runs if r["scenario"] == scen]
-        if rs:
-            out.append(f"### {scen}\n\n{TABLES[scen](rs)}\n")
+    out = br.scenario_sections(runs, SCENARIOS, TABLES)
     n = notes(runs)
     if n:
         out.append("Notes:\n\n" + "\n".join(f"- {x}" for x in n) + "\n")
@@ -624,12 +606,8 @@ def parse_args():
     a = ap.add_argument
     a("--scenario", default="all", choices=["mixed", "transfer", "all"])
     a("--setups", default=",".join(SETUPS), help="mixed: comma list of combined, disagg")
-    a("--troupe-bin", default=os.path.join(ROOT, "build", "bin", "troupe"))
-    a("--troupe-commit", default="",
-      help="commit the troupe binary was built from: recorded and names the output file "
-           "(default: HEAD now; the binary may be older or newer, its mtime is recorded too)")
-    a("--troupe-config", default=os.path.join(ROOT, "configs", "default.json"),
-      help="base config; cpu.threads, cpu.kv_memory_mb, log level and drain time are overridden")
+    br.add_troupe_args(
+        a, "base config; cpu.threads, cpu.kv_memory_mb, log level and drain time are overridden")
     a("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     a("--kv-memory-mb", type=int, default=2048,
       help="cpu.kv_memory_mb of every server (the streams must not run the KV pool dry)")
@@ -641,34 +619,25 @@ def parse_args():
     a("--client-cpus", default="", help="pin this script to these CPUs (default: not pinned)")
     a("--kv-transport", default="tcp", help="--kv-transport of the pair; UCX_TLS of ucx_perftest")
     a("--reps", type=int, default=1, help="repetitions; setups alternate A B, then B A")
-    a("--seed", type=int, default=0)
-    a("--out", default="", help="JSON (default bench/results/disagg_<sha>.json; appended)")
-    a("--from-json", default="", help="no runs: print the tables of every invocation in FILE")
+    br.add_output_args(a, "disagg")
     g = ap.add_argument_group("mixed")
     g.add_argument("--duration", type=float, default=60.0, help="arrival window, seconds")
     g.add_argument("--rate", type=float, default=0.125, help="long prompts per second (Poisson)")
     g.add_argument("--streams", type=int, default=8)
     g.add_argument("--stream-max-tokens", type=int, default=8000,
                    help="prompt + this must fit the model's context (8192 for SmolLM2)")
-    g.add_argument("--warm-tokens", type=int, default=20)
-    g.add_argument("--baseline-s", type=float, default=5.0)
-    g.add_argument("--long-tokens", type=int, default=2000)
-    g.add_argument("--long-max-tokens", type=int, default=16)
+    br.add_options(g, warm_tokens=20, baseline_s=5.0, long_tokens=2000, long_max_tokens=16)
     g = ap.add_argument_group("transfer")
-    g.add_argument("--transfer-n", type=int, default=5)
-    g.add_argument("--transfer-tokens", type=int, default=1000)
-    g.add_argument("--ucx-perftest", default="ucx_perftest")
+    br.add_options(g, transfer_n=5, transfer_tokens=1000, ucx_perftest="ucx_perftest")
     g.add_argument("--ucx-sizes", default="block,run",
                    help="comma list: block, run (see the docstring) or a byte count")
     g.add_argument("--ucx-outstanding", type=int, default=0, help="-O (0: 2 x layers)")
     g.add_argument("--ucx-bytes", type=float, default=2e9, help="bytes moved per ucx_perftest run")
-    g.add_argument("--ucx-min-iters", type=int, default=100)
+    br.add_options(g, ucx_min_iters=100)
     g.add_argument("--ucx-block-bytes", type=int, default=6144,
                    help="block_bytes when the metadata has none")
     g.add_argument("--ucx-timeout", type=float, default=180.0)
-    g = ap.add_argument_group("limits")
-    g.add_argument("--request-timeout", type=float, default=300.0)
-    g.add_argument("--scenario-timeout", type=float, default=1200.0)
+    br.add_limit_args(ap)
     return ap.parse_args()
 
 
@@ -680,8 +649,7 @@ def check_args(args) -> tuple[list[str], list[str]]:
     scens = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     if not os.access(args.troupe_bin, os.X_OK):
         raise SystemExit(f"no executable troupe at {args.troupe_bin} (--troupe-bin)")
-    if not os.path.exists(args.model):
-        raise SystemExit(f"no model at {args.model}")
+    br.check_model(args)
     for tool in ["taskset"] + ([args.ucx_perftest] if "transfer" in scens else []):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
             raise SystemExit(f"{tool} not found")
@@ -720,10 +688,8 @@ def tool_version(cmd: list[str]) -> str:
 
 
 def print_json_tables(path: str):
-    with open(path) as f:
-        for inv in json.load(f)["invocations"]:
-            print(header(inv["meta"], inv["runs"]))
-            print(markdown(inv["runs"]))
+    br.print_invocations(path, lambda inv: header(inv["meta"], inv["runs"]) + "\n"
+                         + markdown(inv["runs"]))
 
 
 def main():
@@ -733,40 +699,25 @@ def main():
     setups, scens = check_args(args)
     if args.client_cpus:
         os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
-    sha = args.troupe_commit or iso.git("rev-parse", "--short", "HEAD")
+    sha = args.troupe_commit or br.git("rev-parse", "--short", "HEAD")
     out = args.out or os.path.join(HERE, "results", f"disagg_{sha}.json")
     tmp = tempfile.mkdtemp(prefix="troupe-disagg-")
-    meta = {"argv": sys.argv, "troupe_commit": sha, "head": iso.git("rev-parse", "--short", "HEAD"),
-            "dirty_files": len(iso.git("status", "--porcelain").splitlines()),
-            "troupe_bin": iso.binary_info(args.troupe_bin),
-            "script_sha1": iso.file_sha1(__file__), "model": args.model,
+    meta = {"argv": sys.argv, "troupe_commit": sha, "head": br.git("rev-parse", "--short", "HEAD"),
+            "dirty_files": len(br.git("status", "--porcelain").splitlines()),
+            "troupe_bin": br.binary_info(args.troupe_bin),
+            "script_sha1": br.file_sha1(__file__), "model": args.model,
             "args": {k: v for k, v in vars(args).items() if k != "from_json"},
             "nproc": os.cpu_count(), "cpu_model": cpu_model(),
             "client_affinity": sorted(os.sched_getaffinity(0)),
             "ucx": tool_version(["ucx_info", "-v"]), "logs": tmp,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    atexit.register(iso.stop_all)
-    for sig in (signal.SIGTERM, signal.SIGINT):   # not SystemExit: one_run catches that
-        signal.signal(sig, iso.interrupted)
-    print(f"logs and configs in {tmp}", file=sys.stderr)
-    runs: list[dict] = []
-    try:
-        for setup, scen, rep in plan(setups, scens, args.reps):
-            print(f"--- {scen} on {setup} (rep {rep}); {iso.host_snapshot()['uptime']}",
-                  file=sys.stderr, flush=True)
-            runs.append(one_run(setup, scen, rep, args, tmp))
-            print(TABLES[scen]([runs[-1]]).strip().splitlines()[2], file=sys.stderr, flush=True)
-    finally:
-        iso.stop_all()
-        if runs:
-            iso.save(out, {"meta": meta, "runs": runs})
-            print(f"results: {out}", file=sys.stderr)
+    runs = br.run_jobs(plan(setups, scens, args.reps),
+                       lambda setup, scen, rep: one_run(setup, scen, rep, args, tmp),
+                       lambda run: TABLES[run["scenario"]]([run]).strip().splitlines()[2],
+                       meta, out)
     print(header(meta, runs))
     print(markdown(runs))
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except iso.Interrupted as e:
-        sys.exit(f"interrupted ({e}); servers stopped, finished runs saved")
+    br.run_main(main)

@@ -44,57 +44,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
-import hashlib
 import json
 import os
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import serve_bench as sb  # noqa: E402  (aiohttp check, host counters, /metrics parser)
+import bench_runs as br  # noqa: E402
+from bench_runs import (  # noqa: E402
+    Srv, Stream, _f, _load, _trip, cancel_tasks, completion_body, fit_prompt, gaps_overlapping,
+    gaps_within, host_snapshot, log_tail, model_id, ms_stats, post_json, queue_state, start,
+    start_streams, stop, timed_request, varied_text, wait_for, warm_up)
 import side_by_side as sbs  # noqa: E402  (Server, free_port)
-import workloads  # noqa: E402
 
 import aiohttp  # noqa: E402  (serve_bench exits with a hint when it is missing)
 
 DEFAULT_PEER = os.environ.get("TROUPE_BENCH_PEER_BIN",
                               os.path.join(ROOT, "build-peer-native", "bin", "llama-server"))
 SCENARIOS = ("long-prefill", "flood", "tokenize-stall")
-EXTRA_WORDS = ("river mountain quickly silver ancient market engine yellow winter garden signal "
-               "paper bridge doctor orange planet kitchen window forest letter ocean machine "
-               "village coffee battery yesterday seven twelve hundred purple careful gentle "
-               "strange simple modern quiet bright heavy narrow").split()
-VOCAB = workloads.WORDS + EXTRA_WORDS
-STARTED: list = []   # servers to stop whatever happens
 
 
 # ----------------------------------------------------------------------------- text
-
-def varied_text(rng: random.Random, n_words: int) -> str:
-    """Sentences of 4-14 words from VOCAB, capitalised, with punctuation and some numbers."""
-    out, left = [], n_words
-    while left > 0:
-        k = min(left, rng.randint(4, 14))
-        ws = [rng.choice(VOCAB) if rng.random() > 0.05 else str(rng.randint(2, 999))
-              for _ in range(k)]
-        ws[0] = ws[0].capitalize()
-        if k > 6 and rng.random() < 0.3:
-            ws[k // 2] += ","
-        out.append(" ".join(ws) + rng.choice([".", ".", ".", "?", "!", ";"]))
-        left -= k
-    return " ".join(out)
-
 
 def big_text(n_bytes: int, seed: int) -> str:
     """~n_bytes of varied text, quickly: 64 KiB of varied_text repeated with a counter."""
@@ -110,17 +87,6 @@ def big_text(n_bytes: int, seed: int) -> str:
 
 
 # ----------------------------------------------------------------------------- servers
-
-@dataclass
-class Srv:
-    kind: str                  # troupe | llama-server
-    server: sbs.Server
-    model_id: str = ""
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
 
 def troupe_srv(args, tmp: str, tag: str) -> Srv:
     with open(args.troupe_config) as f:
@@ -146,230 +112,7 @@ def peer_srv(args, tmp: str, tag: str) -> Srv:
     return Srv("llama-server", sbs.Server(tag, cmd, port, os.path.join(tmp, f"{tag}.log")))
 
 
-def start(srv: Srv):
-    STARTED.append(srv)
-    srv.server.start(wait_s=180)
-
-
-def stop(srv: Srv) -> Optional[int]:
-    """Stop it; return the exit code if it had died on its own before (None if it was alive)."""
-    p = srv.server.proc
-    died = p.poll() if p else None
-    srv.server.stop()
-    if srv in STARTED:
-        STARTED.remove(srv)
-    return died
-
-
-def stop_all():
-    for s in list(STARTED):
-        try:
-            stop(s)
-        except Exception as e:  # noqa: BLE001
-            print(f"stopping {s.server.name}: {e}", file=sys.stderr)
-
-
-def log_tail(srv: Srv, n: int = 15) -> list[str]:
-    try:
-        with open(srv.server.log_path, errors="replace") as f:
-            return f.read().splitlines()[-n:]
-    except OSError:
-        return []
-
-
-# ----------------------------------------------------------------------------- HTTP helpers
-
-@dataclass
-class Stream:
-    """One streamed request: when it was sent and when each chunk with text arrived."""
-    sent: float = 0.0
-    times: list = field(default_factory=list)
-    done: bool = False
-    error: str = ""
-    finish: Optional[str] = None
-    text: str = ""
-
-    @property
-    def ttft(self) -> Optional[float]:
-        return self.times[0] - self.sent if self.times else None
-
-
-def headers_for(key: Optional[str]) -> dict:
-    return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def completion_body(srv: Srv, prompt: str, max_tokens: int, stream: bool,
-                    user: Optional[str] = None) -> dict:
-    b = {"model": srv.model_id, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-         "stream": stream, "ignore_eos": True}
-    if user:
-        b["user"] = user
-    return b
-
-
-def _sse_chunk(line: bytes, rec: Stream) -> bool:
-    """Handle one SSE line; True at the end of the stream."""
-    if line.startswith(b"error:"):
-        rec.error = line.decode(errors="replace")[:300]
-        return True
-    if not line.startswith(b"data:"):
-        return False
-    data = line[5:].strip()
-    if data == b"[DONE]":
-        return True
-    msg = json.loads(data)
-    if "error" in msg:
-        rec.error = str(msg["error"])[:300]
-        return True
-    for ch in msg.get("choices") or []:
-        if ch.get("text"):
-            rec.times.append(time.perf_counter())
-            if len(rec.text) < 200:
-                rec.text += ch["text"]
-        rec.finish = ch.get("finish_reason") or rec.finish
-    return False
-
-
-async def stream_completion(session: aiohttp.ClientSession, srv: Srv, body: dict, rec: Stream,
-                            key: Optional[str] = None):
-    """POST a streamed /v1/completions, filling `rec` as chunks arrive (cancel-safe)."""
-    rec.sent = time.perf_counter()
-    try:
-        async with session.post(srv.url + "/v1/completions", json=body,
-                                headers=headers_for(key)) as resp:
-            if resp.status != 200:
-                rec.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
-                return
-            async for raw in resp.content:
-                line = raw.strip()
-                if line and _sse_chunk(line, rec):
-                    break
-    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as e:
-        rec.error = f"{type(e).__name__}: {e}"[:300]
-    finally:
-        rec.done = True
-
-
-async def post_json(session, url: str, body: dict, key: Optional[str] = None,
-                    timeout: float = 300.0) -> tuple[int, object]:
-    async with session.post(url, json=body, headers=headers_for(key),
-                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-        text = await resp.text()
-        try:
-            return resp.status, json.loads(text)
-        except json.JSONDecodeError:
-            return resp.status, text[:300]
-
-
-async def count_tokens(session, srv: Srv, text: str) -> int:
-    key = "prompt" if srv.kind == "troupe" else "content"
-    status, js = await post_json(session, srv.url + "/tokenize", {key: text})
-    if status != 200 or not isinstance(js, dict):
-        raise RuntimeError(f"{srv.kind} /tokenize: HTTP {status}: {js}")
-    return js.get("count") or len(js["tokens"])
-
-
-async def queue_state(session, srv: Srv) -> dict:
-    """Running / waiting requests from /metrics ({} when unavailable)."""
-    m = await sb.scrape_metrics(session, srv.url)
-    if not m:
-        return {}
-    if srv.kind == "troupe":
-        return {"running": m.get("troupe:num_requests_running"),
-                "waiting": m.get("troupe:num_requests_waiting"),
-                "preemptions_total": m.get("troupe:num_preemptions_total")}
-    return {"running": m.get("llamacpp:requests_processing"),
-            "waiting": m.get("llamacpp:requests_deferred")}
-
-
-async def model_id(session, srv: Srv) -> str:
-    async with session.get(srv.url + "/v1/models") as resp:
-        return (await resp.json())["data"][0]["id"]
-
-
-async def warm_up(session, srv: Srv):
-    rec = Stream()
-    await stream_completion(session, srv, completion_body(srv, "Hello there, how", 8, True), rec)
-    if rec.error or not rec.times:
-        raise RuntimeError(f"warm-up request failed: {rec.error or 'no tokens'}")
-
-
-async def wait_for(cond, timeout: float, what: str, poll: float = 0.01):
-    deadline = time.perf_counter() + timeout
-    while not cond():
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(poll)
-
-
-# ----------------------------------------------------------------------------- statistics
-
-def ms_stats(xs: list[float]) -> dict:
-    if not xs:
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    s = sorted(xs)
-    p99 = s[min(len(s) - 1, int(round(0.99 * (len(s) - 1))))]
-    return {"n": len(s), "p50": round(1000 * statistics.median(s), 1),
-            "p99": round(1000 * p99, 1), "max": round(1000 * s[-1], 1)}
-
-
-def gaps(times: list[float]) -> list[tuple[float, float]]:
-    return list(zip(times, times[1:]))
-
-
-def gaps_within(streams: list[Stream], lo: float, hi: float) -> list[float]:
-    return [b - a for r in streams for a, b in gaps(r.times) if a >= lo and b <= hi]
-
-
-def gaps_overlapping(streams: list[Stream], lo: float, hi: float) -> list[float]:
-    return [b - a for r in streams for a, b in gaps(r.times) if b > lo and a < hi]
-
-
-def host_snapshot() -> dict:
-    up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    return {"uptime": up, "loadavg": sb.loadavg(), "cpu_stat": sb.read_cpu_stat(),
-            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-
-
 # ----------------------------------------------------------------------------- long-prefill
-
-async def fit_prompt(session, srv: Srv, body_words: list[str], tag: str, target: int) -> tuple:
-    """(prompt, tokens): tag + the first n words, n chosen so tokens ~ target (within 1 %)."""
-    n = min(len(body_words), int(target / 1.3))
-    for _ in range(8):
-        prompt = tag + " " + " ".join(body_words[:n])
-        tok = await count_tokens(session, srv, prompt)
-        if abs(tok - target) <= max(8, target // 100) or (n >= len(body_words) and tok < target):
-            return prompt, tok
-        n = min(len(body_words), max(1, int(n * target / tok)))
-    return prompt, tok
-
-
-async def timed_request(session, srv: Srv, prompt: str, max_tokens: int, timeout: float,
-                        key: Optional[str] = None, user: Optional[str] = None) -> Stream:
-    rec = Stream()
-    body = completion_body(srv, prompt, max_tokens, True, user)
-    try:
-        await asyncio.wait_for(stream_completion(session, srv, body, rec, key), timeout)
-    except asyncio.TimeoutError:
-        rec.error = f"timeout after {timeout:.0f}s"
-    return rec
-
-
-async def start_streams(session, srv: Srv, n: int, max_tokens: int, seed: int) -> tuple:
-    rng = random.Random(seed)
-    recs = [Stream() for _ in range(n)]
-    tasks = [asyncio.create_task(stream_completion(
-        session, srv, completion_body(srv, f"Story {seed}-{i}: " + varied_text(rng, 20),
-                                      max_tokens, True), r)) for i, r in enumerate(recs)]
-    return recs, tasks
-
-
-async def cancel_tasks(tasks: list):
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
 
 async def scen_long_prefill(session, srv: Srv, args, seed: int) -> dict:
     words = varied_text(random.Random(seed), int(args.long_tokens * 1.2)).split()
@@ -612,9 +355,7 @@ RUNNERS = {"long-prefill": scen_long_prefill, "flood": scen_flood,
 
 
 async def run_scenario(srv: Srv, scen: str, args, seed: int) -> dict:
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=args.request_timeout)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=timeout) as session:
+    async with br.client_session(args) as session:
         srv.model_id = await model_id(session, srv)
         await warm_up(session, srv)
         return await asyncio.wait_for(RUNNERS[scen](session, srv, args, seed),
@@ -636,130 +377,84 @@ def one_run(kind: str, scen: str, rep: int, args, tmp: str) -> dict:
         died = stop(srv) if srv.server.proc else None
     if died is not None:
         run["server_died"] = {"exit_code": died, "log_tail": log_tail(srv)}
-    h1 = host_snapshot()
-    run["host"] = {"uptime_before": h0["uptime"], "uptime_after": h1["uptime"],
-                   "loadavg_before": h0["loadavg"], "loadavg_after": h1["loadavg"],
-                   "start": h0["time"], "end": h1["time"],
-                   **sb.steal_between(h0["cpu_stat"], h1["cpu_stat"])}
+    run["host"] = br.host_record(h0, host_snapshot())
     return run
 
 
 # ----------------------------------------------------------------------------- reporting
 
-def _f(x, unit=""):
-    return "-" if x is None else f"{x}{unit}"
-
-
-def _trip(d: dict) -> str:
-    return f"{_f(d['p50'])} / {_f(d['p99'])} / {_f(d['max'])}"
-
-
-def _load(run: dict) -> str:
-    h = run["host"]
-    return f"{h['loadavg_before'][0]:.2f}→{h['loadavg_after'][0]:.2f}"
-
-
 def _err_row(run: dict, ncols: int) -> str:
     msg = run.get("error", "")
     if "server_died" in run:
         msg += f" (server exit {run['server_died']['exit_code']})"
-    cells = [run["server"], str(run["rep"]), "**" + msg.replace("|", "/")[:200] + "**"]
-    return "| " + " | ".join(cells + [""] * (ncols - 4) + [_load(run)]) + " |"
+    return br.error_row(run, run["server"], msg, ncols)
 
 
 def table_long(runs: list[dict]) -> str:
     head = ["server", "rep", "prompt tok", "ITL before p50/p99/max ms",
             "ITL during prefill p50/p99/max ms (n)", "long TTFT ms", "alone TTFT ms",
             "TTFT ratio", "ITL p99 ≤ 150", "ratio ≤ 1.3", "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         d = r["itl_during_prefill_ms"]
-        lines.append("| " + " | ".join([
+        return [
             run["server"], str(run["rep"]), str(r["long_prompt_tokens"]),
             _trip(r["itl_before_ms"]), f"{_trip(d)} ({d['n']})", _f(r["long_ttft_ms"]),
             _f(r["alone_ttft_ms"]), _f(r["ttft_ratio"]),
             "yes" if r["target_itl_p99_ok"] else "**no**",
-            "yes" if r["target_ttft_ratio_ok"] else "**no**", _load(run)]) + " |")
-    return "\n".join(lines)
+            "yes" if r["target_ttft_ratio_ok"] else "**no**", _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 def table_flood(runs: list[dict]) -> str:
     head = ["server", "rep", "idle TTFT med/max ms", "flooded TTFT med/max ms", "ratio",
             "≤ 2x", "queue at lone send (run/wait)", "flood done / errors", "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         i, b = r["idle"], r["loaded"]
         busy = f"{_f(b['median_ms'])} / {_f(b['max_ms'])}"
         if b["timeouts"]:
             busy += f" ({b['timeouts']} timeout > {r['lone_timeout_s']:.0f} s)"
         q = (r["loaded_series"] or [{}])[0].get("queue_at_send", {})
-        lines.append("| " + " | ".join([
+        return [
             run["server"], str(run["rep"]), f"{_f(i['median_ms'])} / {_f(i['max_ms'])}", busy,
             _f(r["ttft_median_ratio"]), "yes" if r["target_ok"] else "**no**",
             f"{_f(q.get('running'))} / {_f(q.get('waiting'))}",
-            f"{r['flood_completed']} / {sum(r['flood_errors'].values())}", _load(run)]) + " |")
-    return "\n".join(lines)
+            f"{r['flood_completed']} / {sum(r['flood_errors'].values())}", _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 def table_stall(runs: list[dict]) -> str:
     head = ["server", "rep", "/tokenize (bytes → tokens, s)", "/health during: n, p50/p99/max ms",
             "/health before max ms", "stream ITL before p50/p99/max ms",
             "stream worst ITL during ms", "load1 before→after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        r = run.get("result")
-        if not r:
-            lines.append(_err_row(run, len(head)))
-            continue
+
+    def row(run: dict, r: dict) -> list[str]:
         hd = r["health_during_ms"]
         tk = f"{r['tokenize_bytes']} → {_f(r['tokenize_tokens'])} (HTTP {r['tokenize_status']}" \
              f", {r['tokenize_s']} s)"
-        lines.append("| " + " | ".join([
+        return [
             run["server"], str(run["rep"]), tk, f"{hd['n']}, {_trip(hd)}",
             _f(r["health_before_ms"]["max"]), _trip(r["stream_itl_before_ms"]),
-            _f(r["stream_itl_during_ms"]["max"]), _load(run)]) + " |")
-    return "\n".join(lines)
+            _f(r["stream_itl_during_ms"]["max"]), _load(run)]
+
+    return "\n".join(br.runs_table(head, runs, row, _err_row))
 
 
 TABLES = {"long-prefill": table_long, "flood": table_flood, "tokenize-stall": table_stall}
 
 
 def markdown(runs: list[dict]) -> str:
-    out = []
-    for scen in SCENARIOS:
-        rs = [r for r in runs if r["scenario"] == scen]
-        if rs:
-            out.append(f"### {scen}\n\n{TABLES[scen](rs)}\n")
-    return "\n".join(out)
+    return "\n".join(br.scenario_sections(runs, SCENARIOS, TABLES))
 
 
 # ----------------------------------------------------------------------------- CLI
 
-def git(*a) -> str:
-    return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-
-def file_sha1(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha1(f.read()).hexdigest()[:12]
-
-
-def binary_info(path: str) -> dict:
-    return {"path": path, "mtime": time.strftime(
-        "%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(path)))}
-
-
 def peer_build_info(peer_bin: str) -> dict:
     cache = os.path.join(os.path.dirname(os.path.dirname(peer_bin)), "CMakeCache.txt")
-    info = binary_info(peer_bin)
+    info = br.binary_info(peer_bin)
     try:
         with open(cache) as f:
             for line in f:
@@ -778,43 +473,25 @@ def parse_args():
     a = ap.add_argument
     a("--servers", default="troupe,llama-server", help="comma list: troupe, llama-server")
     a("--scenario", default=",".join(SCENARIOS), help="comma list of " + ", ".join(SCENARIOS))
-    a("--troupe-bin", default=os.path.join(ROOT, "build", "bin", "troupe"))
-    a("--troupe-commit", default="",
-      help="commit the troupe binary was built from: recorded and names the output file "
-           "(default: HEAD now; the binary may be older or newer, its mtime is recorded too)")
-    a("--troupe-config", default=os.path.join(ROOT, "configs", "default.json"),
-      help="base config; cpu.threads, log level, admin socket and drain time are overridden")
+    br.add_troupe_args(
+        a, "base config; cpu.threads, log level, admin socket and drain time are overridden")
     a("--peer-bin", default=DEFAULT_PEER)
     a("--peer-parallel", type=int, default=16, help="llama-server -np (slots)")
     a("--peer-slot-ctx", type=int, default=4096, help="context per slot; -c = np x this")
     a("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     a("--threads", type=int, default=2)
     a("--reps", type=int, default=1)
-    a("--seed", type=int, default=0)
-    a("--out", default="", help="JSON (default bench/results/isolation_<sha>.json; appended)")
-    a("--from-json", default="", help="no runs: print the tables of every invocation in FILE")
-    g = ap.add_argument_group("long-prefill")
-    g.add_argument("--streams", type=int, default=4)
-    g.add_argument("--warm-tokens", type=int, default=20)
-    g.add_argument("--stream-max-tokens", type=int, default=1024)
-    g.add_argument("--long-tokens", type=int, default=3750)
-    g.add_argument("--long-max-tokens", type=int, default=16)
-    g.add_argument("--itl-target-ms", type=float, default=150.0)
-    g.add_argument("--ttft-ratio-target", type=float, default=1.3)
-    g = ap.add_argument_group("flood")
-    g.add_argument("--flood-inflight", type=int, default=200)
-    g.add_argument("--flood-max-tokens", type=int, default=128)
-    g.add_argument("--lone-n", type=int, default=5)
-    g.add_argument("--lone-timeout", type=float, default=300.0)
-    g.add_argument("--settle-s", type=float, default=3.0)
-    g.add_argument("--flood-ratio-target", type=float, default=2.0)
+    br.add_output_args(a, "isolation")
+    br.add_options(ap.add_argument_group("long-prefill"), streams=4, warm_tokens=20,
+                   stream_max_tokens=1024, long_tokens=3750, long_max_tokens=16,
+                   itl_target_ms=150.0, ttft_ratio_target=1.3)
+    br.add_options(ap.add_argument_group("flood"), flood_inflight=200, flood_max_tokens=128,
+                   lone_n=5, lone_timeout=300.0, settle_s=3.0, flood_ratio_target=2.0)
     g = ap.add_argument_group("tokenize-stall")
     g.add_argument("--tokenize-bytes", type=int, default=8_000_000,
                    help="prompt size (the JSON body must stay under http.max_body_bytes)")
     g.add_argument("--stall-stream-max-tokens", type=int, default=6000)
-    g = ap.add_argument_group("limits")
-    g.add_argument("--request-timeout", type=float, default=300.0)
-    g.add_argument("--scenario-timeout", type=float, default=1200.0)
+    br.add_limit_args(ap)
     return ap.parse_args()
 
 
@@ -831,8 +508,7 @@ def check_args(args) -> tuple[list[str], list[str]]:
     for s in servers:
         if not os.access(binary[s], os.X_OK):
             raise SystemExit(f"{s}: no executable at {binary[s]} (see the docstring / --help)")
-    if not os.path.exists(args.model):
-        raise SystemExit(f"no model at {args.model}")
+    br.check_model(args)
     return servers, scens
 
 
@@ -849,37 +525,12 @@ def plan(servers: list[str], scens: list[str], reps: int) -> list[tuple]:
     return out
 
 
-def save(path: str, invocation: dict):
-    old = []
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                old = json.load(f).get("invocations", [])
-        except (OSError, json.JSONDecodeError, AttributeError):
-            old = []
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"invocations": old + [invocation]}, f, indent=1)
-    os.replace(path + ".tmp", path)
-
-
-class Interrupted(BaseException):
-    pass
-
-
-def interrupted(signum, _frame):
-    for sig in (signal.SIGTERM, signal.SIGINT):   # a second signal must not cut the cleanup
-        signal.signal(sig, signal.SIG_IGN)
-    raise Interrupted(f"signal {signum}")
-
-
 def print_json_tables(path: str):
-    with open(path) as f:
-        for inv in json.load(f)["invocations"]:
-            m = inv["meta"]
-            print(f"## {m['date']}: troupe {m.get('troupe_commit')} "
-                  f"({(m.get('troupe_bin') or {}).get('path')})\n")
-            print(markdown(inv["runs"]))
+    def render(inv: dict) -> str:
+        m = inv["meta"]
+        return (f"## {m['date']}: troupe {m.get('troupe_commit')} "
+                f"({(m.get('troupe_bin') or {}).get('path')})\n\n{markdown(inv['runs'])}")
+    br.print_invocations(path, render)
 
 
 def main():
@@ -887,37 +538,21 @@ def main():
     if args.from_json:
         return print_json_tables(args.from_json)
     servers, scens = check_args(args)
-    sha = args.troupe_commit or git("rev-parse", "--short", "HEAD")
+    sha = args.troupe_commit or br.git("rev-parse", "--short", "HEAD")
     out = args.out or os.path.join(HERE, "results", f"isolation_{sha}.json")
     tmp = tempfile.mkdtemp(prefix="troupe-iso-")
-    meta = {"argv": sys.argv, "troupe_commit": sha, "head": git("rev-parse", "--short", "HEAD"),
-            "dirty_files": len(git("status", "--porcelain").splitlines()),
-            "troupe_bin": binary_info(args.troupe_bin) if "troupe" in servers else None,
+    meta = {"argv": sys.argv, "troupe_commit": sha, "head": br.git("rev-parse", "--short", "HEAD"),
+            "dirty_files": len(br.git("status", "--porcelain").splitlines()),
+            "troupe_bin": br.binary_info(args.troupe_bin) if "troupe" in servers else None,
             "peer": peer_build_info(args.peer_bin) if "llama-server" in servers else None,
-            "script_sha1": file_sha1(__file__),
+            "script_sha1": br.file_sha1(__file__),
             "model": args.model, "threads": args.threads, "nproc": os.cpu_count(),
             "logs": tmp, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    atexit.register(stop_all)
-    for sig in (signal.SIGTERM, signal.SIGINT):   # not SystemExit: one_run catches that
-        signal.signal(sig, interrupted)
-    print(f"logs and configs in {tmp}", file=sys.stderr)
-    runs: list[dict] = []
-    try:
-        for kind, scen, rep in plan(servers, scens, args.reps):
-            print(f"--- {scen} on {kind} (rep {rep}); {host_snapshot()['uptime']}",
-                  file=sys.stderr, flush=True)
-            runs.append(one_run(kind, scen, rep, args, tmp))
-            print(markdown([runs[-1]]).strip().splitlines()[-1], file=sys.stderr, flush=True)
-    finally:
-        stop_all()
-        if runs:
-            save(out, {"meta": meta, "runs": runs})
-            print(f"results: {out}", file=sys.stderr)
+    runs = br.run_jobs(plan(servers, scens, args.reps),
+                       lambda kind, scen, rep: one_run(kind, scen, rep, args, tmp),
+                       lambda run: markdown([run]).strip().splitlines()[-1], meta, out)
     print(markdown(runs))
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Interrupted as e:
-        sys.exit(f"interrupted ({e}); servers stopped, finished runs saved")
+    br.run_main(main)

@@ -80,6 +80,18 @@ class Result:
     expected_prompt_tokens: int = 0
     max_tokens: int = 0
     cached_tokens: Optional[int] = None
+    last_chunk: Optional[float] = None    # when the latest chunk with text arrived
+
+    def chunk_arrived(self, now: float, live: "Live"):
+        """A chunk with text came at `now`: the first one sets the TTFT, each later one adds a
+        gap to the inter-token latencies."""
+        if self.last_chunk is None:
+            self.ttft = now - self.start
+        else:
+            self.itl.append(now - self.last_chunk)
+        self.last_chunk = now
+        self.chunks += 1
+        live.tokens += 1
 
 
 @dataclass
@@ -120,7 +132,6 @@ async def run_openai(session: aiohttp.ClientSession, t: Target, req: workloads.R
     r = Result(expected_prompt_tokens=req.prompt_len, max_tokens=req.max_tokens)
     path = "/v1/chat/completions" if t.backend == "chat" else "/v1/completions"
     r.start = time.perf_counter()
-    last = None
     usage = None
     try:
         async with session.post(t.base_url + path, json=_body(t, req)) as resp:
@@ -150,13 +161,7 @@ async def run_openai(session: aiohttp.ClientSession, t: Target, req: workloads.R
                     if text is None:
                         text = (ch.get("delta") or {}).get("content")
                     if text:
-                        if last is None:
-                            r.ttft = now - r.start
-                        else:
-                            r.itl.append(now - last)
-                        last = now
-                        r.chunks += 1
-                        live.tokens += 1
+                        r.chunk_arrived(now, live)
                 if req.cancel_after is not None and r.chunks >= req.cancel_after:
                     r.cancelled = True
                     resp.close()   # drop the connection mid-stream
@@ -220,7 +225,6 @@ class WsClient:
                  "max_tokens": req.max_tokens, "temperature": self.t.temperature,
                  "ignore_eos": self.t.ignore_eos_mode != "none"}
         r.start = time.perf_counter()
-        last = None
         try:
             await self.ws.send_str(json.dumps(frame))
             while True:
@@ -228,13 +232,7 @@ class WsClient:
                 kind = msg.get("type")
                 if kind == "delta":
                     if msg.get("text"):
-                        if last is None:
-                            r.ttft = now - r.start
-                        else:
-                            r.itl.append(now - last)
-                        last = now
-                        r.chunks += 1
-                        live.tokens += 1
+                        r.chunk_arrived(now, live)
                     if req.cancel_after is not None and r.chunks >= req.cancel_after \
                             and not r.cancelled:
                         r.cancelled = True

@@ -86,6 +86,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import serve_bench as sb  # noqa: E402  (aiohttp check, /proc/stat, /metrics parser)
+from bench_runs import append_json, git  # noqa: E402
 import side_by_side as sbs  # noqa: E402  (Server, free_port)
 import soak_clients as sc  # noqa: E402
 
@@ -108,10 +109,6 @@ STARTED: list = []
 
 
 # ----------------------------------------------------------------------------- the server
-
-def git(*a) -> str:
-    return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
 
 def write_config(args, tmp: str) -> tuple[str, dict]:
     with open(args.config) as f:
@@ -639,20 +636,6 @@ def summary(r: dict) -> str:
     return "\n".join(out)
 
 
-def save(path: str, result: dict):
-    old = []
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                old = json.load(f).get("runs", [])
-        except (OSError, ValueError, AttributeError):
-            old = []
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"runs": old + [result]}, f, indent=1)
-    os.replace(path + ".tmp", path)
-
-
 # ----------------------------------------------------------------------------- phases
 
 def phase_result(ctx: sc.Ctx) -> dict:
@@ -827,7 +810,7 @@ def main() -> int:
     result["checks"] = run_checks(result, args)
     result["passed"] = all(c["ok"] for c in result["checks"])
     out = args.out or os.path.join(HERE, "results", f"soak_{result['meta']['commit']}.json")
-    save(out, result)
+    append_json(out, "runs", result)
     print(summary(result))
     print(f"\nresult: {'PASS' if result['passed'] else 'FAIL'}; JSON: {out}; logs: {tmp}")
     return 0 if result["passed"] else 1

@@ -20,8 +20,11 @@ endif()
 
 # Test and bench programs: one call per executable keeps the folders' CMake files short.
 # troupe_add_test(NAME n SOURCES a.cpp... LIBS l... LABELS l...)
+#   relative SOURCES are beside the .cmake file that calls it (tests/<area>/*.cmake fragments).
 function(troupe_add_test)
   cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS;LABELS" ${ARGN})
+  # Inside a function CMAKE_CURRENT_LIST_DIR is the caller's folder.
+  list(TRANSFORM T_SOURCES PREPEND "${CMAKE_CURRENT_LIST_DIR}/" REGEX "^[^/]")
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE troupe_options ${T_LIBS} GTest::gtest_main GTest::gmock)
   target_compile_definitions(${T_NAME} PRIVATE
@@ -33,6 +36,16 @@ function(troupe_add_test)
   gtest_discover_tests(${T_NAME}
     PROPERTIES LABELS "${_labels}"
     DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# troupe_add_tests(LIBS l... LABELS l... TESTS n...): troupe_add_test for each name n, built
+# from n.cpp beside the calling .cmake file, all with the same libraries and labels.
+function(troupe_add_tests)
+  cmake_parse_arguments(T "" "" "LIBS;LABELS;TESTS" ${ARGN})
+  foreach(_name IN LISTS T_TESTS)
+    troupe_add_test(NAME ${_name} SOURCES "${CMAKE_CURRENT_LIST_DIR}/${_name}.cpp"
+      LIBS ${T_LIBS} LABELS ${T_LABELS})
+  endforeach()
 endfunction()
 
 function(troupe_add_bench)

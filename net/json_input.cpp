@@ -104,56 +104,47 @@ class SyntaxChecker {
     }
   }
 
-  bool object(int depth) {
+  // An object or an array: `item` reads one member or element (after white space); items are
+  // separated by ',' and the container ends at `close`.
+  template <typename Item>
+  bool container(char close, const char* expected_after_item, Item item) {
     ++pos_;
     skip_space();
-    if (peek() == '}') {
+    if (peek() == close) {
       ++pos_;
       return true;
     }
     while (true) {
       skip_space();
+      if (!item()) return false;
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == close) {
+        ++pos_;
+        return true;
+      }
+      return fail(at_end() ? "unexpected end of input" : expected_after_item);
+    }
+  }
+
+  bool object(int depth) {
+    return container('}', "expected ',' or '}' in an object", [this, depth] {
       if (peek() != '"') return fail("expected a string key");
       if (!string()) return false;
       skip_space();
       if (peek() != ':') return fail("expected ':' after an object key");
       ++pos_;
       skip_space();
-      if (!value(depth + 1)) return false;
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == '}') {
-        ++pos_;
-        return true;
-      }
-      return fail(at_end() ? "unexpected end of input" : "expected ',' or '}' in an object");
-    }
+      return value(depth + 1);
+    });
   }
 
   bool array(int depth) {
-    ++pos_;
-    skip_space();
-    if (peek() == ']') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      skip_space();
-      if (!value(depth + 1)) return false;
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == ']') {
-        ++pos_;
-        return true;
-      }
-      return fail(at_end() ? "unexpected end of input" : "expected ',' or ']' in an array");
-    }
+    return container(']', "expected ',' or ']' in an array",
+                     [this, depth] { return value(depth + 1); });
   }
 
   bool string() {

@@ -18,32 +18,13 @@
 
 #include "actors/runtime/completion_slot.hpp"
 #include "actors/runtime/executor_threads.hpp"
+#include "runtime_test_support.hpp"
 
-namespace troupe::actors::runtime {
+// In the helpers' namespace (runtime_test_support.hpp: kScaleDown, in(), eventually()).
+namespace troupe::actors::runtime::testing {
 namespace {
 
 namespace asio = boost::asio;
-using namespace std::chrono_literals;
-
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int64_t kScaleDown = 20;
-#else
-constexpr int64_t kScaleDown = 1;
-#endif
-
-std::chrono::steady_clock::time_point in(std::chrono::milliseconds delay) {
-  return std::chrono::steady_clock::now() + delay;
-}
-
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds timeout = 20000ms) {
-  const auto deadline = in(timeout);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 struct Work {
   int64_t value = 0;
@@ -248,4 +229,4 @@ TEST(ActorTest, ACustomStepLoopAwaitsForeignCompletionsOnItsOwnExecutor) {
 }
 
 }  // namespace
-}  // namespace troupe::actors::runtime
+}  // namespace troupe::actors::runtime::testing

@@ -6,13 +6,9 @@
 #include "actors/engine/engine.hpp"
 #include "tests/actors/engine_test_support.hpp"
 
-namespace troupe::engine {
+// In the helpers' namespace (engine_test_support.hpp), which they use throughout.
+namespace troupe::engine::testing {
 namespace {
-
-using testing::greedy_chat;
-using testing::RecordingSink;
-using testing::test_config;
-using testing::wait_idle;
 
 std::vector<std::string> questions(int count) {
   const std::vector<std::string> topics = {"the sea", "a mountain", "bread", "music", "a city",
@@ -30,7 +26,7 @@ std::vector<std::string> questions(int count) {
 TEST(EngineUnderLoad, ThirtyTwoConcurrentGreedyRequestsEqualTheirSoloRuns) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
-  testing::expect_batched_equals_solo(*engine, questions(32), 12);
+  expect_batched_equals_solo(*engine, questions(32), 12);
   EXPECT_TRUE(wait_idle(*engine));
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
@@ -135,4 +131,4 @@ TEST(EngineUnderLoad, SharedPrefixArrivingTogetherMatchesRunsWithoutTheCache) {
 }
 
 }  // namespace
-}  // namespace troupe::engine
+}  // namespace troupe::engine::testing

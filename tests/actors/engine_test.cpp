@@ -6,13 +6,9 @@
 
 #include "tests/actors/engine_test_support.hpp"
 
-namespace troupe::engine {
+// In the helpers' namespace (engine_test_support.hpp), which they use throughout.
+namespace troupe::engine::testing {
 namespace {
-
-using testing::greedy_chat;
-using testing::RecordingSink;
-using testing::test_config;
-using testing::wait_idle;
 
 TEST(Engine, AnswersAChatQuestionGreedily) {
   TROUPE_REQUIRE_MODEL();
@@ -40,7 +36,7 @@ TEST(Engine, SameGreedyTokensAloneAndInABatch) {
   auto engine = Engine::start(test_config());
   const std::vector<std::string> questions = {"Name a color.", "What is 2+2?",
                                               "Say hello in French.", "Name a planet."};
-  testing::expect_batched_equals_solo(*engine, questions, 8);
+  expect_batched_equals_solo(*engine, questions, 8);
   EXPECT_TRUE(wait_idle(*engine));
 }
 
@@ -306,4 +302,4 @@ TEST(Engine, ShutdownWithRequestsInFlightAnswersEveryone) {
 }
 
 }  // namespace
-}  // namespace troupe::engine
+}  // namespace troupe::engine::testing

@@ -48,17 +48,13 @@ class RecordingSink final : public RequestSink {
   }
   void on_finish(RequestId, Completion completion) override {
     std::lock_guard lock(mutex_);
-    if (ended_) ++calls_after_end_;
     completion_ = std::move(completion);
-    ended_ = true;
-    cv_.notify_all();
+    end_locked();
   }
   void on_error(RequestId, RequestError error) override {
     std::lock_guard lock(mutex_);
-    if (ended_) ++calls_after_end_;
     error_ = std::move(error);
-    ended_ = true;
-    cv_.notify_all();
+    end_locked();
   }
 
   bool wait(std::chrono::seconds timeout = std::chrono::seconds(120)) {
@@ -95,6 +91,13 @@ class RecordingSink final : public RequestSink {
   }
 
  private:
+  // The request's end (finish or error), under mutex_; a second one is counted, never hidden.
+  void end_locked() {
+    if (ended_) ++calls_after_end_;
+    ended_ = true;
+    cv_.notify_all();
+  }
+
   std::mutex mutex_;
   std::condition_variable cv_;
   int close_after_;

@@ -320,6 +320,14 @@ class ChildEngine {
   std::optional<LocalDescriptor> descriptor_;
 };
 
+// Block 0 pulled from a live child as "prefill-0": `decode` holds an endpoint to it afterwards.
+void pull_first_block(LocalEngine& decode, const ChildEngine& prefill) {
+  ASSERT_TRUE(decode.transport);
+  ASSERT_TRUE(pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(),
+                            one_block_all_layers(0, 0))
+                  .ok());
+}
+
 // ---------------------------------------------------------------------------------------------
 
 struct TransportSetting {
@@ -525,10 +533,7 @@ TEST_P(KvTransferTest, APeerKilledMidPullFailsThePullWithoutWaitingForItsTimeout
   ChildEngine prefill(/*seed=*/13, kRegionBytes);
   ASSERT_TRUE(prefill.descriptor()) << "the child could not start its transport";
   LocalEngine decode;
-  ASSERT_TRUE(decode.transport);
-  ASSERT_TRUE(pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(),
-                            one_block_all_layers(0, 0))
-                  .ok());
+  ASSERT_NO_FATAL_FAILURE(pull_first_block(decode, prefill));
 
   prefill.stop();  // the gets below wait for an answer (over tcp) ...
   auto answer = std::make_shared<std::promise<Status>>();
@@ -599,10 +604,7 @@ TEST_P(KvTransferTest, TimesOutWhenAStoppedPeerCannotAnswer) {
   ChildEngine prefill(/*seed=*/10, kRegionBytes);
   ASSERT_TRUE(prefill.descriptor()) << "the child could not start its transport";
   LocalEngine decode;
-  ASSERT_TRUE(decode.transport);
-  ASSERT_TRUE(pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(),
-                            one_block_all_layers(0, 0))
-                  .ok());
+  ASSERT_NO_FATAL_FAILURE(pull_first_block(decode, prefill));
 
   prefill.stop();
   const std::vector<Segment> segments = one_block_all_layers(1, 1);
@@ -631,10 +633,7 @@ TEST_P(KvTransferTest, DestroyingTheTransportAnswersEveryPull) {
   ChildEngine prefill(/*seed=*/11, kRegionBytes);
   ASSERT_TRUE(prefill.descriptor()) << "the child could not start its transport";
   LocalEngine decode;
-  ASSERT_TRUE(decode.transport);
-  ASSERT_TRUE(pull_and_wait(*decode.transport, "prefill-0", *prefill.descriptor(),
-                            one_block_all_layers(0, 0))
-                  .ok());
+  ASSERT_NO_FATAL_FAILURE(pull_first_block(decode, prefill));
 
   prefill.stop();  // over tcp the pulls below stay in flight until the transport goes
   std::vector<std::future<Status>> answers;

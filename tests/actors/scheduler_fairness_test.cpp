@@ -16,22 +16,16 @@ using testing::SchedulerHarness;
 using testing::token_range;
 
 SchedulerConfig fair_config(Fairness fairness) {
-  SchedulerConfig config;
+  SchedulerConfig config = testing::small_config();
   config.max_num_seqs = 4;
-  config.max_num_batched_tokens = 64;
-  config.chunked_prefill_size = 32;
-  config.max_model_len = 512;
   config.max_queue = 256;
-  config.block_size = 16;
   config.num_blocks = 256;
-  config.eos_token_ids = {2};
   config.fairness = fairness;
   return config;
 }
 
 bool in_plan(const StepPlan& plan, RequestId id) {
-  return std::any_of(plan.batch.seqs.begin(), plan.batch.seqs.end(),
-                     [id](const gpu::SequenceSlice& s) { return s.seq_id == id; });
+  return testing::slice_of(plan, id) != nullptr;
 }
 
 // Client "flood" fills every slot and keeps 96 more waiting; then "lone" sends one request.

@@ -25,6 +25,18 @@ inline FakeModelConfig fake_config_for(const SchedulerConfig& config, uint64_t e
   return fake;
 }
 
+// The small scheduler most tests run; a test changes what its case needs.
+inline SchedulerConfig small_config() {
+  return {.max_num_seqs = 8,
+          .max_num_batched_tokens = 64,
+          .chunked_prefill_size = 32,
+          .max_model_len = 512,
+          .max_queue = 16,
+          .block_size = 16,
+          .num_blocks = 64,
+          .eos_token_ids = {2}};
+}
+
 class SchedulerHarness {
  public:
   // eos_one_in: how often the fake model stops by itself; huge = practically never.
@@ -94,6 +106,29 @@ class SchedulerHarness {
   std::map<RequestId, std::vector<int32_t>> outputs;
   std::map<RequestId, FinishReason> reasons;
 };
+
+// The plan's slice of sequence `id`, or nullptr when the step does not run it.
+inline const gpu::SequenceSlice* slice_of(const StepPlan& plan, RequestId id) {
+  for (const auto& slice : plan.batch.seqs) {
+    if (slice.seq_id == id) return &slice;
+  }
+  return nullptr;
+}
+
+// The sequences a plan runs, in batch order.
+inline std::vector<RequestId> ids_in(const StepPlan& plan) {
+  std::vector<RequestId> ids;
+  for (const auto& slice : plan.batch.seqs) ids.push_back(slice.seq_id);
+  return ids;
+}
+
+// Request `id`'s token in a step's (or KV work's) update, or nullptr.
+inline const GeneratedToken* token_of(const StepUpdate& update, RequestId id) {
+  for (const auto& token : update.tokens) {
+    if (token.request_id == id) return &token;
+  }
+  return nullptr;
+}
 
 // Tokens [first, first + n).
 inline std::vector<int32_t> token_range(int32_t n, int32_t first) {

@@ -24,7 +24,10 @@ namespace {
 
 using kv_cache::KvCacheManager;
 using testing::FakeStepModel;
+using testing::ids_in;
 using testing::SchedulerHarness;
+using testing::slice_of;
+using testing::token_of;
 using testing::token_range;
 
 // Every structural invariant of the policy, and the fake model saw no bad block table.
@@ -42,36 +45,13 @@ constexpr int32_t kPromptLen = 50;  // 4 blocks: three full, one holding 2 token
 
 // Large enough that a 51-token prefill runs in one span.
 SchedulerConfig pd_config() {
-  SchedulerConfig config;
-  config.max_num_seqs = 8;
+  SchedulerConfig config = testing::small_config();
   config.max_num_batched_tokens = 128;
   config.chunked_prefill_size = 0;
-  config.max_model_len = 512;
-  config.max_queue = 16;
   config.block_size = kBlockSize;
   config.num_blocks = kNumBlocks;
   config.eos_token_ids = {kEosTokenId};
   return config;
-}
-
-const gpu::SequenceSlice* slice_of(const StepPlan& plan, RequestId id) {
-  for (const auto& slice : plan.batch.seqs) {
-    if (slice.seq_id == id) return &slice;
-  }
-  return nullptr;
-}
-
-std::vector<RequestId> ids_in(const StepPlan& plan) {
-  std::vector<RequestId> ids;
-  for (const auto& slice : plan.batch.seqs) ids.push_back(slice.seq_id);
-  return ids;
-}
-
-const GeneratedToken* token_of(const StepUpdate& update, RequestId id) {
-  for (const auto& token : update.tokens) {
-    if (token.request_id == id) return &token;
-  }
-  return nullptr;
 }
 
 // Runs a planned step through the fake model and hands its result to the policy.
@@ -94,6 +74,25 @@ void pull(SchedulerHarness& decode, const SchedulerHarness& prefill, const KvPul
   for (const BlockCopy& copy : order.copies) {
     decode.model.copy_block_from(prefill.model, copy.source, copy.destination);
   }
+}
+
+// Request 1's pull done and reported resident on the decode side, then the prefill side's hold
+// released, as the two kv-cache actors would.
+void pull_and_release(SchedulerHarness& decode, SchedulerHarness& prefill,
+                      const KvPullOrder& order) {
+  pull(decode, prefill, order);
+  decode.scheduler.kv_resident(1, /*ok=*/true);
+  ASSERT_INVARIANTS(decode);
+  EXPECT_TRUE(prefill.scheduler.release_transferred(1));
+}
+
+// `update` carries request `id`'s n-th generated token (1-based), the one of its reference output.
+void expect_nth_token(const StepUpdate& update, const SchedulerHarness& h, RequestId id,
+                      int32_t n) {
+  const GeneratedToken* token = token_of(update, id);
+  ASSERT_NE(token, nullptr);
+  EXPECT_EQ(token->num_generated_tokens, n);
+  EXPECT_EQ(token->token_id, h.expected_output(id)[static_cast<size_t>(n - 1)]);
 }
 
 void run_until_idle(SchedulerHarness& h) {
@@ -162,6 +161,24 @@ AddResult add_remote(SchedulerHarness& h, const NewRequest& request) {
   const AddResult result = h.scheduler.add_request(request);
   if (result == AddResult::kAccepted) h.requests[request.request_id] = request;
   return result;
+}
+
+// The hand-over of request 1 (`prompt`, `max_tokens`): prefilled and held on `prefill`, then added
+// to `decode` with the held KV as its remote source and, unless `with_first_token` is false, the
+// prefill server's token. The held KV, or nullopt (after a test failure) if either side refused.
+std::optional<HeldKv> hand_over(SchedulerHarness& prefill, SchedulerHarness& decode,
+                                const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                bool with_first_token = true) {
+  const std::optional<FinishedSequence> held = prefill_and_hold(prefill, 1, prompt);
+  EXPECT_TRUE(held.has_value() && held->held_kv.has_value()) << "the prefill side held nothing";
+  if (!held || !held->held_kv) return std::nullopt;
+  const HeldKv& kv = *held->held_kv;
+  const AddResult added = add_remote(
+      decode, remote_request(1, prompt, max_tokens, source_of(kv, "lease-1"),
+                             with_first_token ? std::optional(kv.first_token_id) : std::nullopt));
+  EXPECT_EQ(added, AddResult::kAccepted);
+  if (added != AddResult::kAccepted) return std::nullopt;
+  return kv;
 }
 
 // What the prefill server would have sampled for `prompt`.
@@ -320,10 +337,7 @@ TEST(SchedulerRemoteKvTest, PulledPromptKvDecodesLikeALocalPrefill) {
   ASSERT_INVARIANTS(decode);
   EXPECT_TRUE(decode.scheduler.take_kv_work().pulls.empty());  // one pull, not one per step
 
-  pull(decode, prefill, order);
-  decode.scheduler.kv_resident(1, /*ok=*/true);
-  ASSERT_INVARIANTS(decode);
-  EXPECT_TRUE(prefill.scheduler.release_transferred(1));
+  ASSERT_NO_FATAL_FAILURE(pull_and_release(decode, prefill, order));
   ASSERT_INVARIANTS(prefill);
   EXPECT_TRUE(take_work(decode).empty());
   EXPECT_EQ(seq->state, SequenceState::kRunning);
@@ -346,11 +360,8 @@ TEST(SchedulerRemoteKvTest, PulledPromptKvDecodesLikeALocalPrefill) {
   EXPECT_EQ(plan.batch.kv_blocks_from_host, pulled);
   const StepUpdate update = complete(decode, plan);
   ASSERT_INVARIANTS(decode);
+  ASSERT_NO_FATAL_FAILURE(expect_nth_token(update, decode, 1, 2));
   const std::vector<int32_t> expected = decode.expected_output(1);
-  const GeneratedToken* second = token_of(update, 1);
-  ASSERT_NE(second, nullptr);
-  EXPECT_EQ(second->num_generated_tokens, 2);
-  EXPECT_EQ(second->token_id, expected[1]);
 
   ASSERT_NO_FATAL_FAILURE(run_until_idle(decode));
   EXPECT_EQ(decode.outputs[1], expected);
@@ -388,10 +399,7 @@ TEST(SchedulerRemoteKvTest, PullSkipsBlocksAlreadyCachedHere) {
   EXPECT_EQ(order.copies[0].source, source.block_ids[3]);
   EXPECT_EQ(order.copies[0].destination, seq->kv.blocks[3]);
 
-  pull(decode, prefill, order);
-  decode.scheduler.kv_resident(1, /*ok=*/true);
-  ASSERT_INVARIANTS(decode);
-  EXPECT_TRUE(prefill.scheduler.release_transferred(1));
+  ASSERT_NO_FATAL_FAILURE(pull_and_release(decode, prefill, order));
   ASSERT_NO_FATAL_FAILURE(run_until_idle(decode));
   EXPECT_EQ(decode.outputs[1], decode.expected_output(1));
   EXPECT_EQ(decode.scheduler.kv_cache().stats().num_referenced, 0);
@@ -555,11 +563,9 @@ TEST(SchedulerRemoteKvTest, WithoutAFirstTokenTheLastPromptPositionIsRecomputed)
   SchedulerHarness prefill(pd_config());
   SchedulerHarness decode(pd_config());
   const std::vector<int32_t> prompt = token_range(kPromptLen, 100);
-  const std::optional<FinishedSequence> held = prefill_and_hold(prefill, 1, prompt);
-  ASSERT_TRUE(held.has_value() && held->held_kv.has_value());
-  ASSERT_EQ(add_remote(decode, remote_request(1, prompt, 4, source_of(*held->held_kv, "lease-1"),
-                                              std::nullopt)),
-            AddResult::kAccepted);
+  const std::optional<HeldKv> held =
+      hand_over(prefill, decode, prompt, /*max_tokens=*/4, /*with_first_token=*/false);
+  ASSERT_TRUE(held.has_value());
   ASSERT_INVARIANTS(decode);
   EXPECT_TRUE(take_work(decode).empty());  // no token to report yet
 
@@ -568,10 +574,7 @@ TEST(SchedulerRemoteKvTest, WithoutAFirstTokenTheLastPromptPositionIsRecomputed)
   const KvWork work = take_work(decode);
   ASSERT_EQ(work.pulls.size(), 1u);
   EXPECT_EQ(work.pulls[0].copies.size(), 4u);
-  pull(decode, prefill, work.pulls[0]);
-  decode.scheduler.kv_resident(1, /*ok=*/true);
-  ASSERT_INVARIANTS(decode);
-  EXPECT_TRUE(prefill.scheduler.release_transferred(1));
+  ASSERT_NO_FATAL_FAILURE(pull_and_release(decode, prefill, work.pulls[0]));
 
   const StepPlan plan = decode.scheduler.schedule();
   const gpu::SequenceSlice* slice = slice_of(plan, 1);
@@ -583,12 +586,9 @@ TEST(SchedulerRemoteKvTest, WithoutAFirstTokenTheLastPromptPositionIsRecomputed)
   EXPECT_EQ(plan.batch.token_ids[static_cast<size_t>(slice->token_offset)], prompt.back());
   const StepUpdate update = complete(decode, plan);
   ASSERT_INVARIANTS(decode);
+  ASSERT_NO_FATAL_FAILURE(expect_nth_token(update, decode, 1, 1));
   const std::vector<int32_t> expected = decode.expected_output(1);
-  const GeneratedToken* first = token_of(update, 1);
-  ASSERT_NE(first, nullptr);
-  EXPECT_EQ(first->num_generated_tokens, 1);
-  EXPECT_EQ(first->token_id, expected[0]);
-  EXPECT_EQ(first->token_id, held->held_kv->first_token_id);
+  EXPECT_EQ(expected[0], held->first_token_id);  // the prefill server's own sample
 
   ASSERT_NO_FATAL_FAILURE(run_until_idle(decode));
   EXPECT_EQ(decode.outputs[1], expected);
@@ -644,11 +644,7 @@ TEST(SchedulerRemoteKvTest, AwaitingSequencesCountAgainstMaxNumSeqs) {
   SchedulerHarness prefill(config);
   SchedulerHarness decode(config);
   const std::vector<int32_t> prompt = token_range(kPromptLen, 100);
-  const std::optional<FinishedSequence> held = prefill_and_hold(prefill, 1, prompt);
-  ASSERT_TRUE(held.has_value() && held->held_kv.has_value());
-  ASSERT_EQ(add_remote(decode, remote_request(1, prompt, 3, source_of(*held->held_kv, "lease-1"),
-                                              held->held_kv->first_token_id)),
-            AddResult::kAccepted);
+  ASSERT_TRUE(hand_over(prefill, decode, prompt, /*max_tokens=*/3).has_value());
   ASSERT_EQ(decode.add(2, token_range(10, 900), 3), AddResult::kAccepted);
   take_work(decode);
 
@@ -664,10 +660,7 @@ TEST(SchedulerRemoteKvTest, AwaitingSequencesCountAgainstMaxNumSeqs) {
   const KvWork work = take_work(decode);
   ASSERT_EQ(work.pulls.size(), 1u);
 
-  pull(decode, prefill, work.pulls[0]);
-  decode.scheduler.kv_resident(1, /*ok=*/true);
-  ASSERT_INVARIANTS(decode);
-  EXPECT_TRUE(prefill.scheduler.release_transferred(1));
+  ASSERT_NO_FATAL_FAILURE(pull_and_release(decode, prefill, work.pulls[0]));
   const StepPlan plan = decode.scheduler.schedule();
   EXPECT_EQ(ids_in(plan), std::vector<RequestId>{1});
   complete(decode, plan);
@@ -712,19 +705,12 @@ TEST(SchedulerRemoteKvTest, PulledBlocksServeLaterLocalRequests) {
   SchedulerHarness prefill(pd_config());
   SchedulerHarness decode(pd_config());
   const std::vector<int32_t> prompt = token_range(kPromptLen, 100);
-  const std::optional<FinishedSequence> held = prefill_and_hold(prefill, 1, prompt);
-  ASSERT_TRUE(held.has_value() && held->held_kv.has_value());
-  ASSERT_EQ(add_remote(decode, remote_request(1, prompt, 3, source_of(*held->held_kv, "lease-1"),
-                                              held->held_kv->first_token_id)),
-            AddResult::kAccepted);
+  ASSERT_TRUE(hand_over(prefill, decode, prompt, /*max_tokens=*/3).has_value());
   take_work(decode);
   EXPECT_TRUE(decode.scheduler.schedule().empty());
   const KvWork work = take_work(decode);
   ASSERT_EQ(work.pulls.size(), 1u);
-  pull(decode, prefill, work.pulls[0]);
-  decode.scheduler.kv_resident(1, /*ok=*/true);
-  ASSERT_INVARIANTS(decode);
-  EXPECT_TRUE(prefill.scheduler.release_transferred(1));
+  ASSERT_NO_FATAL_FAILURE(pull_and_release(decode, prefill, work.pulls[0]));
   ASSERT_NO_FATAL_FAILURE(run_until_idle(decode));
   ASSERT_EQ(decode.outputs[1], decode.expected_output(1));
 

@@ -15,33 +15,19 @@ namespace troupe::scheduler {
 namespace {
 
 using testing::FakeStepModel;
+using testing::ids_in;
 using testing::SchedulerHarness;
+using testing::slice_of;
+using testing::small_config;
 using testing::token_range;
 
-SchedulerConfig small_config() {
-  SchedulerConfig config;
-  config.max_num_seqs = 8;
-  config.max_num_batched_tokens = 64;
-  config.chunked_prefill_size = 32;
-  config.max_model_len = 512;
-  config.max_queue = 16;
-  config.block_size = 16;
-  config.num_blocks = 64;
-  config.eos_token_ids = {2};
+
+// One sequence at a time and no priority preemption: admission order alone decides who runs.
+SchedulerConfig one_slot_without_preemption() {
+  SchedulerConfig config = small_config();
+  config.max_num_seqs = 1;
+  config.enable_priority_preemption = false;
   return config;
-}
-
-std::vector<RequestId> ids_in(const StepPlan& plan) {
-  std::vector<RequestId> ids;
-  for (const auto& slice : plan.batch.seqs) ids.push_back(slice.seq_id);
-  return ids;
-}
-
-const gpu::SequenceSlice* slice_of(const StepPlan& plan, RequestId id) {
-  for (const auto& slice : plan.batch.seqs) {
-    if (slice.seq_id == id) return &slice;
-  }
-  return nullptr;
 }
 
 TEST(SchedulerConfigTest, RejectsUnusableConfigs) {
@@ -385,10 +371,7 @@ TEST(SchedulerTest, EvictsLeastRecentlyUsedCacheUnderPressureButNeverBlocksInUse
 }
 
 TEST(SchedulerTest, AdmitsByPriorityThenArrival) {
-  auto config = small_config();
-  config.max_num_seqs = 1;
-  config.enable_priority_preemption = false;
-  SchedulerHarness h(config);
+  SchedulerHarness h(one_slot_without_preemption());
   h.add(1, {1, 1}, 1, Priority::kLow);
   h.add(2, {2, 2}, 1, Priority::kNormal);
   h.add(3, {3, 3}, 1, Priority::kCritical);
@@ -479,10 +462,7 @@ TEST(SchedulerTest, EqualPriorityNeverPreemptsAndPreemptedRequestsCanBeCancelled
 }
 
 TEST(SchedulerTest, PriorityPreemptionCanBeTurnedOff) {
-  auto config = small_config();
-  config.max_num_seqs = 1;
-  config.enable_priority_preemption = false;
-  SchedulerHarness h(config);
+  SchedulerHarness h(one_slot_without_preemption());
   h.add(1, token_range(20, 100), 4, Priority::kLow);
   h.step();
   h.add(2, token_range(20, 200), 4, Priority::kCritical);

@@ -12,6 +12,7 @@ namespace troupe::scheduler {
 namespace {
 
 using testing::SchedulerHarness;
+using testing::slice_of;
 using testing::token_range;
 
 constexpr double kBudgetMs = 100;
@@ -35,13 +36,6 @@ SchedulerConfig budget_config() {
 StepCostModel test_machine() {
   return {.fixed_ms = 4, .per_token_ms = 0.5, .per_context_ms = 1e-4, .per_sampled_ms = 0.2,
           .usable = true};
-}
-
-const gpu::SequenceSlice* slice_of(const StepPlan& plan, RequestId id) {
-  for (const auto& slice : plan.batch.seqs) {
-    if (slice.seq_id == id) return &slice;
-  }
-  return nullptr;
 }
 
 // Four streams decoding (EOS ignored, long max_tokens).

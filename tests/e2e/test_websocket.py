@@ -16,23 +16,7 @@ import pytest
 import requests
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
-
-FRAME_TIMEOUT = 120  # seconds to wait for any one server frame
-
-
-def ws_url(server):
-    return f"ws://127.0.0.1:{server.port}/v1/chat/ws"
-
-
-def chat(chat_id, content="Tell me a short story about a cat.", **params):
-    body = {"type": "chat", "id": chat_id, "messages": [{"role": "user", "content": content}],
-            "temperature": 0}
-    body.update(params)
-    return json.dumps(body)
-
-
-async def recv_json(ws, timeout=FRAME_TIMEOUT):
-    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+from ws_chat_client import FRAME_TIMEOUT, chat, recv_json, ws_url  # noqa: F401
 
 
 async def collect_until_done(ws, ids, timeout=600):

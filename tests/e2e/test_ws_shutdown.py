@@ -16,32 +16,22 @@ import time
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+import ws_chat_client
+from ws_chat_client import recv_json, ws_url
 
 GOING_AWAY = 1001
-FRAME_TIMEOUT = 120  # seconds to wait for any one server frame
 LONG_GRACE_MS = 60_000
 EXIT_TIMEOUT = 40  # well within the grace
 
 
-def ws_url(server):
-    return f"ws://127.0.0.1:{server.port}/v1/chat/ws"
-
-
 def chat(chat_id, content="Tell me a long story about a cat.", **params):
-    body = {"type": "chat", "id": chat_id, "messages": [{"role": "user", "content": content}],
-            "temperature": 0}
-    body.update(params)
-    return json.dumps(body)
+    return ws_chat_client.chat(chat_id, content, **params)
 
 
 def start_with(start_server, tmp_path, **top_level):
     config = tmp_path / "shutdown.json"
     config.write_text(json.dumps({"http": {"shutdown_grace_ms": LONG_GRACE_MS}, **top_level}))
     return start_server("--config", str(config)).wait_ready()
-
-
-async def recv_json(ws, timeout=FRAME_TIMEOUT):
-    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
 
 
 async def frames_until_closed(ws):

@@ -1,11 +1,8 @@
-# CPU backend end to end (dummy weights; the real default model when present).
-troupe_add_test(NAME cpu_backend_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_backend_test.cpp
-  LIBS troupe_gpu LABELS "unit;gpu")
-troupe_add_test(NAME cpu_model_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_model_test.cpp
-  LIBS troupe_gpu simdjson::simdjson LABELS "unit;gpu")
-# The full-size llama-3.2-1b dummy (RoPE factors on): ~1 GB of weights, ~3 s in Release.
-troupe_add_test(NAME cpu_llama32_dummy_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_llama32_dummy_test.cpp
-  LIBS troupe_gpu LABELS "unit;gpu")
+# CPU backend end to end (dummy weights; the real default model when present). The full-size
+# llama-3.2-1b dummy (RoPE factors on) is ~1 GB of weights, ~3 s in Release.
+troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS cpu_backend_test)
+troupe_add_tests(LIBS troupe_gpu simdjson::simdjson LABELS "unit;gpu" TESTS cpu_model_test)
+troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS cpu_llama32_dummy_test)
 # A debugging tool, not a test: dumps a reference prompt's forward-pass intermediates.
 add_executable(parity_probe ${PROJECT_SOURCE_DIR}/tests/reference/parity_probe.cpp)
 target_link_libraries(parity_probe PRIVATE troupe_options troupe_gpu simdjson::simdjson)

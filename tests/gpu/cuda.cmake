@@ -2,7 +2,6 @@
 # end against the CPU backend. They GTEST_SKIP without a device, so CI without a GPU passes and
 # says why; bench/device_check.sh runs them on the device machine.
 if(TROUPE_HAVE_CUDA)
-  troupe_add_test(NAME cuda_backend_test
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_test.cpp ${CMAKE_CURRENT_LIST_DIR}/cuda_backend_test.cpp
+  troupe_add_test(NAME cuda_backend_test SOURCES cuda_ops_test.cpp cuda_backend_test.cpp
     LIBS troupe_gpu LABELS "gpu;cuda")
 endif()

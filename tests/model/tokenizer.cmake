@@ -2,10 +2,5 @@
 # reads tests/reference/smollm2_tokenize.json and needs models/SmolLM2-135M-Instruct.Q4_1.gguf
 # (or TROUPE_TEST_MODEL); without the model those tests skip with a message.
 troupe_add_test(NAME tokenizer_test
-  SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/tokenizer_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/detokenizer_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/chat_template_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/unicode_test.cpp
-  LIBS troupe_model simdjson::simdjson
-  LABELS "unit;model")
+  SOURCES tokenizer_test.cpp detokenizer_test.cpp chat_template_test.cpp unicode_test.cpp
+  LIBS troupe_model simdjson::simdjson LABELS "unit;model")

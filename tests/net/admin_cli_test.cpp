@@ -11,6 +11,7 @@
 
 #include "net/admin_server.hpp"
 #include "tests/net/admin_fake_engine.hpp"
+#include "tests/net/temp_dir.hpp"
 
 namespace troupe::app {
 namespace {
@@ -38,19 +39,9 @@ CliRun run(std::vector<std::string> args) {
 class AdminCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/troupe-admin-cli-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(dir_.empty());
     socket_ = (dir_ / "a.sock").string();
-    engine::EngineStats stats;
-    stats.num_running = 1;
-    stats.kv_blocks_total = 100;
-    stats.kv_blocks_used = 25;
-    stats.kv_blocks_free = 75;
-    stats.kv_usage_ratio = 0.25;
-    stats.tokens_per_s_10s = 42.5;
-    stats.uptime_s = 3725;
-    engine_.set_stats(stats);
+    engine_.set_stats(net::testing::sample_stats());
     engine::RequestInfo info;
     info.request_id = 31;
     info.client_label = "my-label";
@@ -65,13 +56,10 @@ class AdminCliTest : public ::testing::Test {
     server_ = std::make_unique<net::AdminServer>(config, engine_, [this] { ++num_drains_; });
     server_->start();
   }
-  void TearDown() override {
-    server_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  void TearDown() override { server_.reset(); }
 
-  std::filesystem::path dir_;
+  net::testing::TempDir temp_dir_{"troupe-admin-cli"};
+  const std::filesystem::path dir_ = temp_dir_.path();
   std::string socket_;
   net::testing::AdminFakeEngine engine_;
   std::atomic<int> num_drains_{0};
@@ -82,9 +70,9 @@ TEST_F(AdminCliTest, Stats) {
   CliRun r = run({"--socket", socket_, "stats"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("fake-model (backend cpu), up 1h 02m 05s"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("1 running, 0 waiting, 0 preempted"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("25 used, 0 cached, 75 free of 100 (25.0% used)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("42.5 tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 running, 1 waiting, 3 preempted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("10 used, 20 cached, 70 free of 100 (10.0% used)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("12.5 tokens/s"), std::string::npos) << r.out;
 }
 
 TEST_F(AdminCliTest, JsonPrintsTheRawReply) {

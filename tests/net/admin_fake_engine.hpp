@@ -11,6 +11,25 @@
 
 namespace troupe::net::testing {
 
+// A stats snapshot whose reported fields all hold distinct values, so a reply or a printout
+// that shows one field in another's place is caught: 2 running, 1 waiting, 3 preempted; KV
+// blocks 10 used, 20 cached, 70 free of 100; up 1h 02m 05s.
+inline engine::EngineStats sample_stats() {
+  return {.num_waiting = 1,
+          .num_running = 2,
+          .num_preempted = 3,
+          .kv_blocks_total = 100,
+          .kv_blocks_used = 10,
+          .kv_blocks_cached = 20,
+          .kv_blocks_free = 70,
+          .kv_usage_ratio = 0.1,
+          .prefix_cache_hit_rate = 0.25,
+          .tokens_per_s_10s = 12.5,
+          .step_time = {4.0, 9.0},
+          .time_to_first_token = {30.0, 80.0},
+          .uptime_s = 3725};
+}
+
 class AdminFakeEngine final : public engine::Engine {
  public:
   AdminFakeEngine() : tokenizer_(make_test_tokenizer()) {

@@ -86,19 +86,7 @@ TEST(AdminProtocolTest, ConstantTimeEquals) {
 }
 
 TEST(AdminProtocolTest, StatsReplyHasTheSnapshotModelAndBackend) {
-  engine::EngineStats stats;
-  stats.num_waiting = 1;
-  stats.num_running = 2;
-  stats.num_preempted = 3;
-  stats.kv_blocks_total = 100;
-  stats.kv_blocks_used = 10;
-  stats.kv_blocks_cached = 20;
-  stats.kv_blocks_free = 70;
-  stats.prefix_cache_hit_rate = 0.25;
-  stats.tokens_per_s_10s = 12.5;
-  stats.step_time = {4.0, 9.0};
-  stats.time_to_first_token = {30.0, 80.0};
-  stats.uptime_s = 61.5;
+  const engine::EngineStats stats = testing::sample_stats();
   engine::ModelCard card;
   card.info.id = "m";
   card.backend = "cuda";
@@ -108,7 +96,7 @@ TEST(AdminProtocolTest, StatsReplyHasTheSnapshotModelAndBackend) {
   EXPECT_TRUE(root["ok"].get_bool().value());
   EXPECT_EQ(root["model"].get_string().value(), "m");
   EXPECT_EQ(root["backend"].get_string().value(), "cuda");
-  EXPECT_DOUBLE_EQ(root["uptime_s"].get_double().value(), 61.5);
+  EXPECT_DOUBLE_EQ(root["uptime_s"].get_double().value(), 3725);
   EXPECT_EQ(root["requests"]["waiting"].get_int64().value(), 1);
   EXPECT_EQ(root["requests"]["running"].get_int64().value(), 2);
   EXPECT_EQ(root["requests"]["preempted"].get_int64().value(), 3);

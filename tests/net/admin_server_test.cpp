@@ -25,6 +25,8 @@
 
 #include "net/admin_socket_file.hpp"
 #include "tests/net/admin_fake_engine.hpp"
+#include "tests/net/loopback.hpp"
+#include "tests/net/temp_dir.hpp"
 
 namespace troupe::net {
 namespace {
@@ -46,11 +48,7 @@ class LineClient {
   }
   static LineClient tcp(uint16_t port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    EXPECT_TRUE(testing::connect_loopback(fd, port));
     return LineClient(fd);
   }
 
@@ -136,23 +134,11 @@ std::unique_ptr<Reply> ask(LineClient& client, std::string_view line) {
 class AdminServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/troupe-admin-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(dir_.empty());
     config_.socket_path = dir_ / "a.sock";
-    engine::EngineStats stats;
-    stats.num_running = 2;
-    stats.kv_blocks_total = 100;
-    stats.kv_blocks_used = 10;
-    stats.kv_blocks_free = 90;
-    stats.uptime_s = 3.5;
-    engine_.set_stats(stats);
+    engine_.set_stats(testing::sample_stats());
   }
-  void TearDown() override {
-    server_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  void TearDown() override { server_.reset(); }
 
   AdminServer& start(AdminServerConfig config) {
     server_ = std::make_unique<AdminServer>(config, engine_, [this] { ++num_drains_; });
@@ -161,7 +147,8 @@ class AdminServerTest : public ::testing::Test {
   }
   AdminServer& start() { return start(config_); }
 
-  std::filesystem::path dir_;
+  testing::TempDir temp_dir_{"troupe-admin-test"};
+  const std::filesystem::path dir_ = temp_dir_.path();
   AdminServerConfig config_;
   AdminFakeEngine engine_;
   std::atomic<int> num_drains_{0};
@@ -194,10 +181,10 @@ TEST_F(AdminServerTest, StatsReply) {
   ASSERT_TRUE(reply->ok()) << reply->text;
   EXPECT_EQ(reply->root["model"].get_string().value(), "fake-model");
   EXPECT_EQ(reply->root["backend"].get_string().value(), "cpu");
-  EXPECT_DOUBLE_EQ(reply->root["uptime_s"].get_double().value(), 3.5);
+  EXPECT_DOUBLE_EQ(reply->root["uptime_s"].get_double().value(), 3725);
   EXPECT_EQ(reply->root["requests"]["running"].get_int64().value(), 2);
   EXPECT_EQ(reply->root["kv_blocks"]["used"].get_int64().value(), 10);
-  EXPECT_EQ(reply->root["kv_blocks"]["free"].get_int64().value(), 90);
+  EXPECT_EQ(reply->root["kv_blocks"]["free"].get_int64().value(), 70);
   for (const char* key : {"prefix_cache", "step_time_ms", "ttft_ms", "tokens_per_s", "totals"}) {
     EXPECT_EQ(reply->root[key].error(), simdjson::SUCCESS) << key;
   }

@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/net/loopback.hpp"
+
 namespace troupe::net {
 namespace {
 
@@ -20,13 +22,8 @@ class Client {
  public:
   explicit Client(uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    timeval tv{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    connected_ = testing::connect_loopback(fd_, port);
+    testing::set_receive_timeout(fd_, 5);
   }
   ~Client() { ::close(fd_); }
   bool connected() const { return connected_; }

@@ -11,6 +11,7 @@
 #include "net/http_server.hpp"
 #include "net/openai_routes.hpp"
 #include "tests/net/fake_engine.hpp"
+#include "tests/net/loopback.hpp"
 
 namespace troupe::net {
 namespace {
@@ -21,13 +22,8 @@ class Socket {
  public:
   explicit Socket(uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    timeval tv{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    EXPECT_TRUE(testing::connect_loopback(fd_, port));
+    testing::set_receive_timeout(fd_, 5);
   }
   ~Socket() { close(); }
   void close() {

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 
 #include "net/disagg_codec.hpp"
+#include "tests/net/loopback.hpp"
 
 namespace troupe::net {
 namespace {
@@ -49,9 +50,7 @@ class CannedServer {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     const int on = 1;
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = testing::loopback_address(0);
     EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     EXPECT_EQ(::listen(listen_fd_, 64), 0);
     socklen_t length = sizeof(addr);
@@ -178,9 +177,7 @@ CannedServer::Responder never_answer() {
 // A loopback port nothing listens on: bound once, then closed.
 uint16_t closed_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in addr = testing::loopback_address(0);
   ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   socklen_t length = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);

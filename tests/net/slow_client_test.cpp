@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "net/http_server.hpp"
+#include "tests/net/loopback.hpp"
 
 namespace troupe::net {
 namespace {
@@ -64,11 +65,7 @@ int connect_lazy_reader(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   const int small = 4096;
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  if (!testing::connect_loopback(fd, port)) return -1;
   const std::string request = "GET /flood HTTP/1.1\r\nHost: x\r\n\r\n";
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   return fd;

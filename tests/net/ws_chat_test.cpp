@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tests/net/chat_frame.hpp"
 #include "tests/net/fake_engine.hpp"
 
 namespace troupe::net {
@@ -23,36 +24,8 @@ namespace {
 
 using testing::FakeEngine;
 
-// One server->client frame, parsed.
-struct Frame {
-  std::string type;
-  std::string id;  // empty when the frame's id is null
-  std::string text;
-  std::string finish_reason;
-  std::string code;
-  std::string message;
-  int64_t completion_tokens = -1;
-  std::string raw;
-};
-
-Frame parse_frame(const std::string& raw) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element root = parser.parse(raw);
-  Frame frame;
-  frame.raw = raw;
-  frame.type = std::string(root["type"].get_string().value());
-  std::string_view text;
-  if (root["id"].get_string().get(text) == simdjson::SUCCESS) frame.id = text;
-  if (root["text"].get_string().get(text) == simdjson::SUCCESS) frame.text = text;
-  if (root["finish_reason"].get_string().get(text) == simdjson::SUCCESS) frame.finish_reason = text;
-  if (root["code"].get_string().get(text) == simdjson::SUCCESS) frame.code = text;
-  if (root["message"].get_string().get(text) == simdjson::SUCCESS) frame.message = text;
-  int64_t tokens = 0;
-  if (root["usage"]["completion_tokens"].get_int64().get(tokens) == simdjson::SUCCESS) {
-    frame.completion_tokens = tokens;
-  }
-  return frame;
-}
+using Frame = testing::ChatFrame;
+using testing::parse_chat_frame;
 
 // The connection's strand: work posted from the engine's thread waits here until the test
 // thread runs it.
@@ -95,7 +68,7 @@ class WsChatTest : public ::testing::Test {
     return FakeEngine::eventually(
         [&] {
           strand_.run_queued();
-          for (std::string& raw : connection.take_output()) frames_.push_back(parse_frame(raw));
+          for (std::string& raw : connection.take_output()) frames_.push_back(parse_chat_frame(raw));
           return done(frames_);
         },
         timeout);
@@ -103,7 +76,7 @@ class WsChatTest : public ::testing::Test {
   // Collects what is already there (runs queued work once).
   void drain(WsChatConnection& connection) {
     strand_.run_queued();
-    for (std::string& raw : connection.take_output()) frames_.push_back(parse_frame(raw));
+    for (std::string& raw : connection.take_output()) frames_.push_back(parse_chat_frame(raw));
   }
 
   static size_t count(const std::vector<Frame>& frames, std::string_view type,
@@ -458,13 +431,13 @@ TEST_F(WsChatTest, ASlowReaderHasItsOwnGenerationsCancelled) {
   std::vector<Frame> fast_frames;
   ASSERT_TRUE(FakeEngine::eventually([&] {
     strand_.run_queued();
-    for (std::string& raw : fast->take_output()) fast_frames.push_back(parse_frame(raw));
+    for (std::string& raw : fast->take_output()) fast_frames.push_back(parse_chat_frame(raw));
     return slow->num_live_generations() == 0;
   }));
   EXPECT_EQ(engine_.num_cancelled(), 1u);
   EXPECT_EQ(fast->num_live_generations(), 1u);
   std::vector<Frame> slow_frames;
-  for (std::string& raw : slow->take_output()) slow_frames.push_back(parse_frame(raw));
+  for (std::string& raw : slow->take_output()) slow_frames.push_back(parse_chat_frame(raw));
   ASSERT_FALSE(slow_frames.empty());
   EXPECT_EQ(slow_frames.back().type, "done");
   EXPECT_EQ(slow_frames.back().finish_reason, "cancelled");

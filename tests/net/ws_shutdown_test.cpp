@@ -17,6 +17,7 @@
 
 #include "net/http_server.hpp"
 #include "net/ws_chat.hpp"
+#include "tests/net/chat_frame.hpp"
 #include "tests/net/fake_engine.hpp"
 #include "tests/net/ws_test_client.hpp"
 
@@ -29,27 +30,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint16_t kGoingAway = 1001;
 
-// One chat frame from the server, parsed.
-struct ChatFrame {
-  std::string type;
-  std::string id;
-  std::string text;
-  std::string finish_reason;
-  std::string code;
-};
-
-ChatFrame parse_chat_frame(const std::string& raw) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element root = parser.parse(raw);
-  ChatFrame frame;
-  std::string_view text;
-  if (root["type"].get_string().get(text) == simdjson::SUCCESS) frame.type = text;
-  if (root["id"].get_string().get(text) == simdjson::SUCCESS) frame.id = text;
-  if (root["text"].get_string().get(text) == simdjson::SUCCESS) frame.text = text;
-  if (root["finish_reason"].get_string().get(text) == simdjson::SUCCESS) frame.finish_reason = text;
-  if (root["code"].get_string().get(text) == simdjson::SUCCESS) frame.code = text;
-  return frame;
-}
+using testing::ChatFrame;
+using testing::parse_chat_frame;
 
 std::string chat(std::string_view id) {
   return fmt::format(R"({{"type":"chat","id":"{}","messages":[{{"role":"user","content":"hi"}}]}})",

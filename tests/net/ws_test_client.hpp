@@ -15,6 +15,8 @@
 #include <string_view>
 #include <utility>
 
+#include "tests/net/loopback.hpp"
+
 namespace troupe::net::testing {
 
 class WsTestClient {
@@ -34,13 +36,8 @@ class WsTestClient {
 
   explicit WsTestClient(uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    timeval tv{10, 0};  // no test waits this long for one frame
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    connected_ = connect_loopback(fd_, port);
+    set_receive_timeout(fd_, 10);  // no test waits this long for one frame
   }
   ~WsTestClient() { ::close(fd_); }
   WsTestClient(const WsTestClient&) = delete;
