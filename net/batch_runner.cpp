@@ -114,7 +114,8 @@ class BatchItemSink final : public engine::RequestSink {
         run_(std::move(run)),
         index_(index),
         item_(std::move(item)),
-        token_text_(context_->token_text()) {
+        token_text_(context_->token_text()),
+        collected_(item_.request->n, item_.request->generate.sampling.logprobs) {
     identity_.kind = item_.request->kind;
     identity_.id = make_response_id(identity_.kind);
     identity_.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -125,19 +126,15 @@ class BatchItemSink final : public engine::RequestSink {
   }
 
   bool on_delta(engine::RequestId, engine::TokenDelta delta) override {
-    text_ += delta.text;
-    if (item_.request->generate.sampling.logprobs) {
-      for (auto& token : delta.tokens) tokens_.push_back(std::move(token));
-    }
+    collected_.add(delta);
     return !run_->out().client_gone();
   }
+  void on_choice_end(engine::RequestId, const engine::ChoiceEnd& end) override { collected_.end(end); }
   void on_finish(engine::RequestId request_id, engine::Completion completion) override {
     record_->note_request_id(request_id);
     record_->finish(completion, run_->out().client_gone());
-    const ChunkContent content{text_, tokens_, item_.request->generate.sampling.logprobs, 0};
     run_->complete(index_, batch_result_json(item_, 200, identity_.id,
-                                             completion_json(identity_, content, completion,
-                                                             token_text_)));
+                                             collected_.body_json(identity_, completion, token_text_)));
   }
   void on_error(engine::RequestId request_id, engine::RequestError error) override {
     const ApiError api = api_error_for(identity_.kind, error);
@@ -155,8 +152,7 @@ class BatchItemSink final : public engine::RequestSink {
   TokenTextFn token_text_;
   ResponseIdentity identity_;
   std::shared_ptr<RequestRecord> record_;
-  std::string text_;
-  std::vector<engine::TokenInfo> tokens_;
+  CollectedChoices collected_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <random>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -384,27 +385,26 @@ Error read_logprobs(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
   return std::nullopt;
 }
 
-Error read_n(dom::object o, const OpenAiApiConfig& config, ChoiceLimit choice_limit,
-             CompletionRequest& request) {
+// `n` choices: the engine runs them as one request (choice i samples with seed + i). Without a
+// seed they start from a random one, so that asking again gives other choices.
+Error read_n(dom::object o, const OpenAiApiConfig& config, CompletionRequest& request) {
   std::optional<int64_t> n;
   if (auto err = read_int(o, "n", std::numeric_limits<int64_t>::min(),
                           std::numeric_limits<int64_t>::max(), n)) {
     return err;
   }
   if (!n || *n == 1) return std::nullopt;
-  switch (choice_limit) {
-    case ChoiceLimit::kOne:
-      return invalid("n", "Only n = 1 is supported here; /v1/completions and "
-                          "/v1/chat/completions serve n > 1.");
-    case ChoiceLimit::kUpToMaxN:
-      if (*n < 1 || *n > config.max_n) {
-        return invalid("n", fmt::format("Invalid value for 'n': {} is outside [1, {}].", *n,
-                                        config.max_n));
-      }
-      request.n = static_cast<int32_t>(*n);
-      return std::nullopt;
+  if (*n < 1 || *n > config.max_n) {
+    return invalid("n", fmt::format("Invalid value for 'n': {} is outside [1, {}].", *n, config.max_n));
   }
+  request.n = static_cast<int32_t>(*n);
+  request.generate.n = request.n;
   return std::nullopt;
+}
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return random();
 }
 
 Error read_limits(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
@@ -478,8 +478,7 @@ Error read_kv_transfer(dom::object o, CompletionRequest& request) {
 }
 
 Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id,
-                   const OpenAiApiConfig& config, ChoiceLimit choice_limit,
-                   CompletionRequest& request) {
+                   const OpenAiApiConfig& config, CompletionRequest& request) {
   if (auto err = read_string(o, "model", request.model)) return err;
   if (!request.model.empty() && request.model != served_model_id) {
     ApiError e = invalid("model", fmt::format("The model '{}' does not exist.", request.model),
@@ -495,10 +494,11 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   if (kind == ApiKind::kCompletion) {
     if (auto err = read_echo(o)) return err;
   }
-  if (auto err = read_n(o, config, choice_limit, request)) return err;
+  if (auto err = read_n(o, config, request)) return err;
   if (auto err = read_limits(o, kind, config, g)) return err;
   if (auto err = read_sampling(o, g.sampling)) return err;
   request.has_seed = field(o, "seed").has_value();
+  if (request.n > 1 && !request.has_seed) g.sampling.seed = random_seed();
   if (auto err = read_logprobs(o, kind, config, g.sampling)) return err;
   if (auto err = read_logit_bias(o, config, g.sampling)) return err;
   if (auto err = read_min_tokens(o, g)) return err;  // after read_limits: needs max_tokens
@@ -514,8 +514,7 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
 
 ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
                                           std::string_view served_model_id,
-                                          const OpenAiApiConfig& config,
-                                          ChoiceLimit choice_limit) {
+                                          const OpenAiApiConfig& config) {
   thread_local dom::parser parser;
   const simdjson::padded_string padded(body);
   dom::element root;
@@ -527,7 +526,7 @@ ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
   CompletionRequest request;
   request.kind = kind;
   if (auto err =
-          read_request(dom::object(root), kind, served_model_id, config, choice_limit, request)) {
+          read_request(dom::object(root), kind, served_model_id, config, request)) {
     return *err;
   }
   return request;

@@ -47,13 +47,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
-  int32_t n = 1;          // choices: 1 unless the caller allowed more (ChoiceLimit::kUpToMaxN)
-  bool has_seed = false;  // `seed` was given (choice i then samples with seed + i)
+  int32_t n = 1;          // choices (also in generate.n)
+  bool has_seed = false;  // `seed` was given (else n > 1 starts from a random seed)
 };
-
-// Whether the caller serves several choices per request (`n` > 1). The WebSocket chat and
-// /v1/batch answer one choice per request and keep the default.
-enum class ChoiceLimit : uint8_t { kOne, kUpToMaxN };
 
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 
@@ -61,8 +57,7 @@ using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 // any other name is a 404.
 ParsedCompletion parse_completion_request(ApiKind kind, std::string_view body,
                                           std::string_view served_model_id,
-                                          const OpenAiApiConfig& config,
-                                          ChoiceLimit choice_limit = ChoiceLimit::kOne);
+                                          const OpenAiApiConfig& config);
 
 // The status, OpenAI error type and code for an engine error.
 ApiError api_error_from(const engine::RequestError& error);

@@ -182,6 +182,38 @@ std::string completion_json(const ResponseIdentity& identity, const ChunkContent
                                completion.kv_transfer ? &*completion.kv_transfer : nullptr);
 }
 
+CollectedChoices::Choice& CollectedChoices::at(int32_t index) {
+  const auto i = static_cast<size_t>(index < 0 ? 0 : index);
+  if (i >= choices_.size()) choices_.resize(i + 1);
+  return choices_[i];
+}
+
+void CollectedChoices::add(engine::TokenDelta& delta) {
+  Choice& choice = at(delta.index);
+  choice.text += delta.text;
+  if (!with_logprobs_) return;
+  for (auto& token : delta.tokens) choice.tokens.push_back(std::move(token));
+}
+
+void CollectedChoices::end(const engine::ChoiceEnd& end) { at(end.index).finish_reason = end.finish_reason; }
+
+std::string CollectedChoices::body_json(const ResponseIdentity& identity,
+                                        const engine::Completion& completion,
+                                        const TokenTextFn& token_text) const {
+  std::vector<ChoiceOutput> outputs;
+  outputs.reserve(choices_.size());
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& choice = choices_[i];
+    ChunkContent content{choice.text, choice.tokens, with_logprobs_, 0};
+    content.index = static_cast<int32_t>(i);
+    outputs.push_back(ChoiceOutput{content, choice.finish_reason.empty()
+                                                ? std::string_view(completion.finish_reason)
+                                                : std::string_view(choice.finish_reason)});
+  }
+  return multi_completion_json(identity, outputs, completion.usage, token_text,
+                               completion.kv_transfer ? &*completion.kv_transfer : nullptr);
+}
+
 std::string multi_completion_json(const ResponseIdentity& identity,
                                   std::span<const ChoiceOutput> choices, const engine::Usage& usage,
                                   const TokenTextFn& token_text,

@@ -71,6 +71,29 @@ std::string multi_completion_json(const ResponseIdentity& identity,
                                   std::span<const ChoiceOutput> choices, const engine::Usage& usage,
                                   const TokenTextFn& token_text,
                                   const disagg::KvTransferParams* kv_transfer = nullptr);
+// A non-streamed answer of one or more choices, gathered from the engine's deltas and choice
+// ends (a choice without an end takes the Completion's reason), then written as one body.
+// Thread-safety: one request's sink, one thread at a time.
+class CollectedChoices {
+ public:
+  CollectedChoices(int32_t num_choices, bool with_logprobs)
+      : choices_(static_cast<size_t>(num_choices < 1 ? 1 : num_choices)), with_logprobs_(with_logprobs) {}
+  void add(engine::TokenDelta& delta);
+  void end(const engine::ChoiceEnd& end);
+  std::string body_json(const ResponseIdentity& identity, const engine::Completion& completion,
+                        const TokenTextFn& token_text) const;
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<engine::TokenInfo> tokens;
+    std::string finish_reason;
+  };
+  Choice& at(int32_t index);
+  std::vector<Choice> choices_;
+  bool with_logprobs_;
+};
+
 // An error inside a stream that already sent its headers: {"error":{...}}.
 std::string error_json(const ApiError& error);
 

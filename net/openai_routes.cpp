@@ -1,7 +1,6 @@
 #include "net/openai_routes.hpp"
 
 #include <chrono>
-#include <random>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -20,11 +19,6 @@ namespace {
 
 namespace dom = simdjson::dom;
 
-uint64_t random_seed() {
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  return random();
-}
-
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -35,7 +29,7 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
                        const HttpRequest& request, const std::shared_ptr<ResponseStream>& out) {
   const std::string route(request.path());
   ParsedCompletion parsed = parse_completion_request(kind, request.body, context->state.model.id,
-                                                     context->config, ChoiceLimit::kUpToMaxN);
+                                                     context->config);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     context->record(route, "-", {}, request.api_key_name)->fail(*error);
     out->respond(error_response(*error));
@@ -47,10 +41,6 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
   ResponseIdentity identity{kind, make_response_id(kind), unix_now(), context->state.model.id};
   SinkOptions options{route, completion.stream, completion.include_usage,
                       completion.generate.sampling.logprobs};
-  completion.generate.n = completion.n;
-  // Choice i samples with seed + i; without a seed the n choices start from a random one, so
-  // that asking again gives other choices (as before n moved into the engine).
-  if (completion.n > 1 && !completion.has_seed) completion.generate.sampling.seed = random_seed();
   auto record = context->record(route, identity.id,
                                 completion.n > 1 ? fmt::format("n={}", completion.n) : std::string(),
                                 request.api_key_name);

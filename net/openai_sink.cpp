@@ -43,7 +43,8 @@ CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,
       options_(std::move(options)),
       record_(std::move(record)),
       token_text_(context_->token_text()),
-      choices_(static_cast<size_t>(std::max(num_choices, 1))) {}
+      choices_(static_cast<size_t>(std::max(num_choices, 1))),
+      collected_(num_choices, options_.with_logprobs) {}
 
 bool CompletionSink::start_stream() {
   if (stream_started_) return true;
@@ -79,10 +80,7 @@ bool CompletionSink::on_delta(engine::RequestId request_id, engine::TokenDelta d
   Choice& c = choice(delta.index);
   record_token_times(c, delta.num_generated_tokens);
   if (!options_.stream) {
-    c.text += delta.text;
-    if (options_.with_logprobs) {
-      for (auto& token : delta.tokens) c.tokens.push_back(std::move(token));
-    }
+    collected_.add(delta);
     return !out_->client_gone();
   }
   if (!start_stream()) return false;
@@ -99,7 +97,10 @@ void CompletionSink::on_choice_end(engine::RequestId request_id, const engine::C
   record_->note_request_id(request_id);
   Choice& c = choice(end.index);
   c.finish_reason = end.finish_reason;
-  if (!options_.stream) return;
+  if (!options_.stream) {
+    collected_.end(end);
+    return;
+  }
   start_stream();
   ChunkContent empty{{}, {}, false, c.text_offset};
   empty.index = end.index;
@@ -112,18 +113,7 @@ void CompletionSink::on_finish(engine::RequestId request_id, engine::Completion 
   record_->note_request_id(request_id);
   record_->finish(completion, out_->client_gone());
   if (!options_.stream) {
-    std::vector<ChoiceOutput> outputs;
-    outputs.reserve(choices_.size());
-    for (size_t i = 0; i < choices_.size(); ++i) {
-      ChunkContent content{choices_[i].text, choices_[i].tokens, options_.with_logprobs, 0};
-      content.index = static_cast<int32_t>(i);
-      const std::string_view reason =
-          choices_[i].finish_reason.empty() ? std::string_view(completion.finish_reason) : choices_[i].finish_reason;
-      outputs.push_back(ChoiceOutput{content, reason});
-    }
-    out_->respond(json_response(
-        200, multi_completion_json(identity_, outputs, completion.usage, token_text_,
-                                   completion.kv_transfer ? &*completion.kv_transfer : nullptr)));
+    out_->respond(json_response(200, collected_.body_json(identity_, completion, token_text_)));
     return;
   }
   start_stream();

@@ -63,9 +63,8 @@ class CompletionSink final : public engine::RequestSink {
   void on_error(engine::RequestId request_id, engine::RequestError error) override;
 
  private:
+  // A choice's stream state (and its inter-token timing, both ways).
   struct Choice {
-    std::string text;                       // no stream: the whole answer
-    std::vector<engine::TokenInfo> tokens;  // no stream: every token's logprobs
     size_t text_offset = 0;                 // stream: completions' logprobs.text_offset
     bool started = false;                   // stream: its first chunk was sent
     std::string finish_reason;
@@ -85,6 +84,7 @@ class CompletionSink final : public engine::RequestSink {
   TokenTextFn token_text_;
   bool stream_started_ = false;
   std::vector<Choice> choices_;  // grows to the highest index seen (n is known upstream)
+  CollectedChoices collected_;   // no stream: the whole answer
 };
 
 // The response for an engine error (429 carries Retry-After).

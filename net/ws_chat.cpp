@@ -18,20 +18,27 @@ namespace {
 class WsSink final : public engine::RequestSink {
  public:
   WsSink(std::weak_ptr<WsChatConnection> connection, WsChatConnection::Post post,
-         std::string client_id, std::shared_ptr<RequestRecord> record)
+         std::string client_id, std::shared_ptr<RequestRecord> record, int32_t num_choices)
       : connection_(std::move(connection)),
         post_(std::move(post)),
         client_id_(std::move(client_id)),
-        record_(std::move(record)) {}
+        record_(std::move(record)),
+        indexed_(num_choices > 1) {}
 
   bool on_delta(engine::RequestId request_id, engine::TokenDelta delta) override {
     record_->note_request_id(request_id);
     auto connection = connection_.lock();
     if (!connection || connection->closed()) return false;
-    post_([connection, id = client_id_, delta = std::move(delta)]() mutable {
-      connection->emit_delta(id, std::move(delta));
+    post_([connection, id = client_id_, delta = std::move(delta), indexed = indexed_]() mutable {
+      connection->emit_delta(id, std::move(delta), indexed);
     });
     return true;
+  }
+  void on_choice_end(engine::RequestId, const engine::ChoiceEnd& end) override {
+    if (!indexed_) return;  // one choice: the done frame says it all
+    auto connection = connection_.lock();
+    if (!connection) return;
+    post_([connection, id = client_id_, end] { connection->emit_choice_done(id, end); });
   }
   void on_finish(engine::RequestId request_id, engine::Completion completion) override {
     auto connection = connection_.lock();
@@ -55,6 +62,7 @@ class WsSink final : public engine::RequestSink {
   WsChatConnection::Post post_;
   std::string client_id_;
   std::shared_ptr<RequestRecord> record_;
+  bool indexed_;
 };
 
 ApiError ws_refusal(int status, std::string_view code, std::string message,
@@ -65,9 +73,20 @@ ApiError ws_refusal(int status, std::string_view code, std::string message,
 
 }  // namespace
 
-std::string ws_delta_frame(std::string_view id, std::string_view text) {
+std::string ws_delta_frame(std::string_view id, std::string_view text,
+                           std::optional<int32_t> index) {
   JsonWriter w;
-  w.begin_object().field("type", "delta").field("id", id).field("text", text).end_object();
+  w.begin_object().field("type", "delta").field("id", id);
+  if (index) w.field("index", *index);
+  w.field("text", text).end_object();
+  return w.take();
+}
+
+std::string ws_choice_done_frame(std::string_view id, const engine::ChoiceEnd& end) {
+  JsonWriter w;
+  w.begin_object().field("type", "choice_done").field("id", id).field("index", end.index);
+  w.field("finish_reason", end.finish_reason).field("completion_tokens", end.completion_tokens);
+  w.end_object();
   return w.take();
 }
 
@@ -205,7 +224,8 @@ void WsChatConnection::start_chat(std::string_view frame, const std::string& cli
   request.generate.origin = engine::RequestOrigin::kWebSocket;
   request.generate.client_label = client_id;
   request.generate.client = client_key(key_name_, "", request.user, connection_label_);
-  auto sink = std::make_shared<WsSink>(weak_from_this(), post_, client_id, record(client_id));
+  auto sink = std::make_shared<WsSink>(weak_from_this(), post_, client_id, record(client_id),
+                                       request.n);
   // Insert before submit: the sink may answer (and be posted back) before submit returns.
   live_[client_id] = 0;
   live_[client_id] = engine_.submit(std::move(request.generate), std::move(sink));
@@ -227,9 +247,14 @@ void WsChatConnection::on_closed() {
   for (const auto& [client_id, request_id] : live_) engine_.cancel(request_id);
 }
 
-void WsChatConnection::emit_delta(const std::string& client_id, engine::TokenDelta delta) {
+void WsChatConnection::emit_delta(const std::string& client_id, engine::TokenDelta delta,
+                                  bool indexed) {
   if (closed() || delta.text.empty()) return;
-  push(ws_delta_frame(client_id, delta.text));
+  push(ws_delta_frame(client_id, delta.text, indexed ? std::optional<int32_t>(delta.index) : std::nullopt));
+}
+
+void WsChatConnection::emit_choice_done(const std::string& client_id, const engine::ChoiceEnd& end) {
+  if (!closed()) push(ws_choice_done_frame(client_id, end));
 }
 
 void WsChatConnection::emit_done(const std::string& client_id, const engine::Completion& completion) {

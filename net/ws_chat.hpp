@@ -29,6 +29,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -76,7 +77,9 @@ class WsChatConnection final : public WebSocketEndpoint,
   size_t num_live_generations() const { return live_.size(); }
 
   // Called on the strand by the sinks (posted from the ingress thread).
-  void emit_delta(const std::string& client_id, engine::TokenDelta delta);
+  // `indexed`: the chat asked for n > 1 choices, so its frames name the choice.
+  void emit_delta(const std::string& client_id, engine::TokenDelta delta, bool indexed);
+  void emit_choice_done(const std::string& client_id, const engine::ChoiceEnd& end);
   void emit_done(const std::string& client_id, const engine::Completion& completion);
   void emit_error(const std::string& client_id, const engine::RequestError& error);
 
@@ -109,7 +112,11 @@ WebSocketFactory ws_chat_factory(engine::Engine& engine, WsChatConfig config,
                                  std::shared_ptr<ServingMetrics> metrics = nullptr);
 
 // The frame texts (also used by tests).
-std::string ws_delta_frame(std::string_view id, std::string_view text);
+// `index`: the choice, written only for chats with n > 1 (their frames carry it).
+std::string ws_delta_frame(std::string_view id, std::string_view text,
+                           std::optional<int32_t> index = std::nullopt);
+// n > 1: one choice of the chat ended (the chat's "done" follows its last choice).
+std::string ws_choice_done_frame(std::string_view id, const engine::ChoiceEnd& end);
 std::string ws_done_frame(std::string_view id, const engine::Completion& completion);
 std::string ws_error_frame(std::string_view id, std::string_view code, std::string_view message);
 

@@ -2,6 +2,8 @@
 // receive text through a sink. Short generations, so it also runs under the sanitizers.
 #include "actors/engine/engine.hpp"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "tests/actors/engine_test_support.hpp"
@@ -196,6 +198,73 @@ TEST(Engine, FullQueueRefusesWithAnErrorValue) {
     EXPECT_EQ(sink->calls_after_end(), 0);
   }
   EXPECT_GE(refused, 1);
+  EXPECT_TRUE(wait_idle(*engine));
+}
+
+// n > 1 inside the engine: one request of n sequences, choice i sampling with seed + i (so it
+// equals a lone request with that seed), each choice ended once, usage summed, prompt once.
+TEST(Engine, NChoicesSampleWithSeedPlusIndex) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  GenerateRequest request = greedy_chat("Write one word about the sea.", 10);
+  request.sampling.temperature = 1.0f;
+  request.sampling.seed = 7;
+  request.n = 3;
+  auto sink = std::make_shared<RecordingSink>();
+  engine->submit(request, sink);
+  ASSERT_TRUE(sink->wait());
+  ASSERT_FALSE(sink->error()) << sink->error()->message;
+  const std::vector<ChoiceEnd> ends = sink->choice_ends();
+  ASSERT_EQ(ends.size(), 3u);
+  int32_t total = 0;
+  std::set<int32_t> indices;
+  for (const ChoiceEnd& end : ends) {
+    indices.insert(end.index);
+    total += end.completion_tokens;
+    EXPECT_EQ(static_cast<size_t>(end.completion_tokens), sink->choice_token_ids(end.index).size());
+  }
+  EXPECT_EQ(indices, (std::set<int32_t>{0, 1, 2}));
+  EXPECT_EQ(sink->completion()->usage.completion_tokens, total);
+  EXPECT_EQ(sink->calls_after_end(), 0);
+
+  std::set<std::vector<int32_t>> distinct;
+  for (int32_t i = 0; i < 3; ++i) {
+    GenerateRequest alone = request;
+    alone.n = 1;
+    alone.sampling.seed = 7 + static_cast<uint64_t>(i);
+    auto single = std::make_shared<RecordingSink>();
+    engine->submit(alone, single);
+    ASSERT_TRUE(single->wait());
+    EXPECT_EQ(single->token_ids(), sink->choice_token_ids(i)) << "choice " << i;
+    EXPECT_EQ(single->completion()->usage.prompt_tokens, sink->completion()->usage.prompt_tokens);
+    distinct.insert(single->token_ids());
+  }
+  EXPECT_GT(distinct.size(), 1u);  // the seeds differ, so do (some of) the choices
+  EXPECT_TRUE(wait_idle(*engine));
+}
+
+// One admission decision for all n: a queue with room for fewer than n refuses the request
+// whole (429), and admits nothing of it.
+TEST(Engine, NChoicesAreAdmittedTogetherOrNotAtAll) {
+  TROUPE_REQUIRE_MODEL();
+  EngineConfig config = test_config();
+  config.scheduler.max_queue = 2;
+  auto engine = Engine::start(config);
+  GenerateRequest request = greedy_chat("Hi", 4);
+  request.n = 3;
+  auto sink = std::make_shared<RecordingSink>();
+  engine->submit(request, sink);
+  ASSERT_TRUE(sink->wait());
+  ASSERT_TRUE(sink->error());
+  EXPECT_EQ(sink->error()->code, ErrorCode::kQueueFull);
+  EXPECT_EQ(sink->num_deltas(), 0);
+  EXPECT_TRUE(sink->choice_ends().empty());
+  request.n = 2;
+  auto fits = std::make_shared<RecordingSink>();
+  engine->submit(request, fits);
+  ASSERT_TRUE(fits->wait());
+  EXPECT_FALSE(fits->error());
+  EXPECT_EQ(fits->choice_ends().size(), 2u);
   EXPECT_TRUE(wait_idle(*engine));
 }
 

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,9 +43,17 @@ class RecordingSink final : public RequestSink {
     std::lock_guard lock(mutex_);
     if (ended_) ++calls_after_end_;
     text_ += delta.text;
-    for (const TokenInfo& t : delta.tokens) token_ids_.push_back(t.token_id);
+    for (const TokenInfo& t : delta.tokens) {
+      token_ids_.push_back(t.token_id);
+      choice_token_ids_[delta.index].push_back(t.token_id);
+    }
     ++num_deltas_;
     return close_after_ < 0 || num_deltas_ < close_after_;
+  }
+  void on_choice_end(RequestId, const ChoiceEnd& end) override {
+    std::lock_guard lock(mutex_);
+    if (ended_) ++calls_after_end_;
+    choice_ends_.push_back(end);
   }
   void on_finish(RequestId, Completion completion) override {
     std::lock_guard lock(mutex_);
@@ -77,6 +86,15 @@ class RecordingSink final : public RequestSink {
     std::lock_guard lock(mutex_);
     return token_ids_;
   }
+  // n > 1: choice `index`'s token ids (the request must ask for logprobs).
+  std::vector<int32_t> choice_token_ids(int32_t index) {
+    std::lock_guard lock(mutex_);
+    return choice_token_ids_[index];
+  }
+  std::vector<ChoiceEnd> choice_ends() {
+    std::lock_guard lock(mutex_);
+    return choice_ends_;
+  }
   std::optional<Completion> completion() {
     std::lock_guard lock(mutex_);
     return completion_;
@@ -104,6 +122,8 @@ class RecordingSink final : public RequestSink {
   int num_deltas_ = 0;
   std::string text_;
   std::vector<int32_t> token_ids_;
+  std::map<int32_t, std::vector<int32_t>> choice_token_ids_;
+  std::vector<ChoiceEnd> choice_ends_;
   std::optional<Completion> completion_;
   std::optional<RequestError> error_;
   bool ended_ = false;

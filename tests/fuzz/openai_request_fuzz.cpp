@@ -20,8 +20,7 @@ using namespace troupe;
 
 namespace {
 
-void check_accepted(const net::CompletionRequest& request, const net::OpenAiApiConfig& config,
-                    net::ChoiceLimit limit) {
+void check_accepted(const net::CompletionRequest& request, const net::OpenAiApiConfig& config) {
   const engine::GenerateRequest& g = request.generate;
   const model::SamplingParams& s = g.sampling;
   // Mirrors PromptBuilder::check_sampling (actors/ingress/prompt_builder.cpp), in float.
@@ -50,7 +49,7 @@ void check_accepted(const net::CompletionRequest& request, const net::OpenAiApiC
   }
   for (const int32_t id : g.stop.stop_token_ids) TROUPE_FUZZ_CHECK(id >= 0, "stop id %d", id);
   TROUPE_FUZZ_CHECK(request.n >= 1 && request.n <= config.max_n, "n %d", request.n);
-  if (limit == net::ChoiceLimit::kOne) TROUPE_FUZZ_CHECK(request.n == 1, "n %d", request.n);
+  TROUPE_FUZZ_CHECK(request.generate.n == request.n, "generate.n %d", request.generate.n);
   TROUPE_FUZZ_CHECK(request.include_usage <= request.stream, "include_usage without stream");
 
   if (request.kind == net::ApiKind::kChat) {
@@ -79,11 +78,10 @@ void fuzz_one(const uint8_t* data, size_t size) {
   const uint8_t selector = data[0];
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const auto kind = (selector & 1) ? net::ApiKind::kCompletion : net::ApiKind::kChat;
-  const auto limit = (selector & 2) ? net::ChoiceLimit::kUpToMaxN : net::ChoiceLimit::kOne;
   const net::OpenAiApiConfig config;
 
   net::ParsedCompletion parsed =
-      net::parse_completion_request(kind, body, "smollm2", config, limit);
+      net::parse_completion_request(kind, body, "smollm2", config);
   if (const auto* error = std::get_if<net::ApiError>(&parsed)) {
     TROUPE_FUZZ_CHECK(error->status == 400 || error->status == 404, "status %d", error->status);
     TROUPE_FUZZ_CHECK(!error->message.empty(), "empty error message");
@@ -94,7 +92,7 @@ void fuzz_one(const uint8_t* data, size_t size) {
   } else {
     const auto& request = std::get<net::CompletionRequest>(parsed);
     TROUPE_FUZZ_CHECK(request.kind == kind, "kind changed");
-    check_accepted(request, config, limit);
+    check_accepted(request, config);
   }
 }
 

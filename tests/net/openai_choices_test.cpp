@@ -124,12 +124,18 @@ TEST_F(OpenAiMultiChoiceTest, NOutOfRangeIsA400NamingN) {
     EXPECT_NE(r.body.find(R"("param":"n")"), std::string::npos) << n << r.body;
   }
   EXPECT_TRUE(fake_.submitted().empty());
-  // /v1/batch answers one choice per item and says so.
+}
+
+TEST_F(OpenAiMultiChoiceTest, BatchItemsTakeNChoices) {
   const HttpResponse batch = post(
       "/v1/batch",
       R"({"requests":[{"custom_id":"a","url":"/v1/completions","body":{"prompt":"x","n":2}}]})");
-  EXPECT_NE(batch.body.find(R"(Only n = 1 is supported here)"), std::string::npos) << batch.body;
-  EXPECT_TRUE(fake_.submitted().empty());
+  ASSERT_EQ(batch.status, 200) << batch.body;
+  EXPECT_EQ(count(batch.body, R"("text":"Hello world")"), 2u) << batch.body;
+  EXPECT_EQ(count(batch.body, R"("index":1)"), 1u) << batch.body;
+  EXPECT_NE(batch.body.find(R"("completion_tokens":6)"), std::string::npos) << batch.body;
+  ASSERT_EQ(fake_.submitted().size(), 1u);
+  EXPECT_EQ(fake_.submitted()[0].n, 2);
 }
 
 TEST_F(OpenAiMultiChoiceTest, ClientGoneCancelsEveryChoice) {

@@ -133,7 +133,7 @@ TEST(OpenAiRequest, OutOfRangeValuesNameTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"("temperature":2.5)", "temperature"},    {R"("temperature":-0.1)", "temperature"},
       {R"("top_p":0)", "top_p"},                  {R"("top_p":1.01)", "top_p"},
-      {R"("n":2)", "n"},                          {R"("n":0)", "n"},
+      {R"("n":17)", "n"},                         {R"("n":0)", "n"},
       {R"("max_tokens":0)", "max_tokens"},        {R"("max_tokens":-3)", "max_tokens"},
       {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
       {R"("top_logprobs":2)", "top_logprobs"},  // without logprobs

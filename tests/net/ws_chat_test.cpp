@@ -149,6 +149,22 @@ TEST_F(WsChatTest, ChatStreamsDeltasThenDone) {
   EXPECT_FLOAT_EQ(submitted[0].sampling.temperature, 0.5f);
 }
 
+// n > 1 (issue 18): the chat's frames name their choice, each choice ends with a choice_done
+// frame, and one done frame (summed usage) ends the chat.
+TEST_F(WsChatTest, NChoicesAreIndexedAndEndOneByOne) {
+  auto connection = connect();
+  connection->on_text(chat("c1", R"(,"n":2)"));
+  ASSERT_TRUE(pump_until(*connection, done_for({"c1"})));
+  ASSERT_EQ(frames_.size(), 3u * 2 + 2 + 1);
+  EXPECT_EQ(frames_[0].raw, R"({"type":"delta","id":"c1","index":0,"text":"Hel"})");
+  EXPECT_EQ(frames_[1].raw, R"({"type":"delta","id":"c1","index":1,"text":"Hel"})");
+  EXPECT_EQ(count(frames_, "choice_done", "c1"), 2u);
+  EXPECT_EQ(frames_.back().type, "done");
+  EXPECT_EQ(frames_.back().completion_tokens, 6);
+  ASSERT_EQ(engine_.submitted().size(), 1u);
+  EXPECT_EQ(engine_.submitted()[0].n, 2);
+}
+
 TEST_F(WsChatTest, EmptyDeltasAreNotSent) {
   engine_.script.pieces = {"a", "", "b"};
   auto connection = connect();
@@ -448,6 +464,12 @@ TEST(WsChatFrames, DeltaFrameEscapesText) {
   EXPECT_EQ(ws_delta_frame("c1", "Hel"), R"({"type":"delta","id":"c1","text":"Hel"})");
   EXPECT_EQ(ws_delta_frame("q\"1", "a\"b\n\u00e9"),
             "{\"type\":\"delta\",\"id\":\"q\\\"1\",\"text\":\"a\\\"b\\n\u00e9\"}");
+}
+
+TEST(WsChatFrames, ChoiceFramesNameTheirIndex) {
+  EXPECT_EQ(ws_delta_frame("c1", "a", 2), R"({"type":"delta","id":"c1","index":2,"text":"a"})");
+  EXPECT_EQ(ws_choice_done_frame("c1", engine::ChoiceEnd{1, "length", 9}),
+            R"({"type":"choice_done","id":"c1","index":1,"finish_reason":"length","completion_tokens":9})");
 }
 
 TEST(WsChatFrames, DoneFrameCarriesUsageAndTimings) {
