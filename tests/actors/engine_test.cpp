@@ -225,6 +225,8 @@ TEST(Engine, NChoicesSampleWithSeedPlusIndex) {
   }
   EXPECT_EQ(indices, (std::set<int32_t>{0, 1, 2}));
   EXPECT_EQ(sink->completion()->usage.completion_tokens, total);
+  // A fresh engine: the prompt's full blocks were computed once, by one choice, for all three.
+  EXPECT_GE(sink->completion()->usage.cached_prompt_tokens, 16);
   EXPECT_EQ(sink->calls_after_end(), 0);
 
   std::set<std::vector<int32_t>> distinct;
