@@ -16,3 +16,6 @@ troupe_add_test(NAME cpu_matmul_kquant_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cp
 # Q5_0 / Q5_1 weights: kernels against the reference, batch invariance, Q4_K_M-like fallbacks.
 troupe_add_test(NAME cpu_matmul_q5_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_matmul_q5_test.cpp
   LIBS troupe_gpu LABELS "unit;gpu")
+# Constrained decoding: a grammar's token bitmask applied to a row of logits.
+troupe_add_test(NAME cpu_token_mask_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_token_mask_test.cpp
+  LIBS troupe_gpu LABELS "unit;gpu")
