@@ -14,16 +14,24 @@ int32_t apply_token_bitmask(std::span<float> logits, std::span<const uint32_t> b
   const size_t covered = std::min(n, bitmask.size() * 32);
   int32_t num_allowed = 0;
   // Masks are mostly whole words: all ones inside a JSON string (almost any token), all zeros at
-  // a structural position (almost none). Whole words are skipped or filled; in a mixed word only
-  // the minority bits are visited (count-trailing-zeros loops, no branch per token).
-  for (size_t w = 0; w * 32 < covered; ++w) {
+  // a structural position (almost none). All-one words are skipped, runs of all-zero words are
+  // filled in one go (a long fill vectorises), and in a mixed word only the minority bits are
+  // visited (count-trailing-zeros loops, no branch per token).
+  size_t w = 0;
+  while (w * 32 < covered) {
     const size_t begin = w * 32;
     const size_t width = std::min<size_t>(32, covered - begin);
     const uint32_t valid = width == 32 ? ~uint32_t{0} : (uint32_t{1} << width) - 1;
     const uint32_t allowed = bitmask[w] & valid;
     float* p = logits.data() + begin;
+    ++w;
     num_allowed += std::popcount(allowed);
     if (allowed == valid) continue;
+    if (allowed == 0) {
+      while (w * 32 < covered && bitmask[w] == 0) ++w;
+      std::fill(p, logits.data() + std::min(w * 32, covered), kMasked);
+      continue;
+    }
     if (std::popcount(allowed) * 2 < static_cast<int>(width)) {
       // Few allowed: keep them aside, fill the word, put them back.
       float kept[32];

@@ -81,6 +81,11 @@ TEST(TokenMask, AllOnesLeavesTheRowUntouchedAndTokensPastTheMaskAreDisallowed) {
   EXPECT_EQ(apply_token_bitmask(logits, narrow), 64);
   for (size_t t = 64; t < logits.size(); ++t) EXPECT_TRUE(std::isinf(logits[t])) << t;
   EXPECT_EQ(logits[63], original[63]);
+
+  std::vector<float> short_row(40, 2.0f);
+  const std::vector<uint32_t> wide = {~0u, 0xFFu, 0u, ~0u};  // bits past 40 are ignored
+  EXPECT_EQ(apply_token_bitmask(short_row, wide), 40);
+  EXPECT_EQ(short_row, std::vector<float>(40, 2.0f));
 }
 
 TEST(TokenMask, GreedyAfterTheMaskPicksTheBestAllowedToken) {
