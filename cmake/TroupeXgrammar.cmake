@@ -1,9 +1,10 @@
 # xgrammar (structured output, issue 19), built from the PyPI sdist that scripts/setup unpacks
 # into .cache/xgrammar-<version>/ (the version and checksum are pinned in cmake/xgrammar.pin).
 #
-# TROUPE_XGRAMMAR is ON by default when those sources exist; without them (setup not run, or no
-# network when it ran) the grammar library and its tests are left out and everything else
-# builds. Asking for ON without the sources is an error that says how to get them.
+# TROUPE_XGRAMMAR=AUTO (the default) builds it whenever those sources exist, checked at every
+# configure (so running scripts/setup after a first configure turns it on); without them the
+# grammar library and its tests are left out and everything else builds. ON without the sources
+# is an error that says how to get them; OFF leaves it out.
 #
 # We declare the static `xgrammar` target here from the sdist's sources instead of
 # add_subdirectory() on its CMakeLists.txt, for three reasons found in 0.2.9:
@@ -25,20 +26,20 @@ string(REGEX REPLACE "^XGRAMMAR_VERSION=" "" TROUPE_XGRAMMAR_VERSION "${_xgr_ver
 set(TROUPE_XGRAMMAR_SOURCE_DIR "${PROJECT_SOURCE_DIR}/.cache/xgrammar-${TROUPE_XGRAMMAR_VERSION}"
     CACHE PATH "Unpacked xgrammar sdist (scripts/setup puts it here)")
 
-if(EXISTS "${TROUPE_XGRAMMAR_SOURCE_DIR}/include/xgrammar/xgrammar.h")
-  set(_xgr_default ON)
-else()
-  set(_xgr_default OFF)
-endif()
-option(TROUPE_XGRAMMAR "Build structured output on xgrammar (needs scripts/setup's sources)"
-       ${_xgr_default})
+set(TROUPE_XGRAMMAR "AUTO" CACHE STRING
+    "Structured output on xgrammar: AUTO (when scripts/setup has unpacked its sources), ON, OFF")
+set_property(CACHE TROUPE_XGRAMMAR PROPERTY STRINGS AUTO ON OFF)
 
 set(TROUPE_HAVE_XGRAMMAR OFF)
-if(TROUPE_XGRAMMAR)
-  if(NOT EXISTS "${TROUPE_XGRAMMAR_SOURCE_DIR}/include/xgrammar/xgrammar.h")
-    message(FATAL_ERROR "TROUPE_XGRAMMAR is ON but ${TROUPE_XGRAMMAR_SOURCE_DIR} holds no xgrammar "
-                        "sources: run scripts/setup, or configure with -DTROUPE_XGRAMMAR=OFF")
-  endif()
+set(_xgr_sources_there OFF)
+if(EXISTS "${TROUPE_XGRAMMAR_SOURCE_DIR}/include/xgrammar/xgrammar.h")
+  set(_xgr_sources_there ON)
+endif()
+if(TROUPE_XGRAMMAR STREQUAL "ON" AND NOT _xgr_sources_there)
+  message(FATAL_ERROR "TROUPE_XGRAMMAR is ON but ${TROUPE_XGRAMMAR_SOURCE_DIR} holds no xgrammar "
+                      "sources: run scripts/setup, or configure with -DTROUPE_XGRAMMAR=OFF")
+endif()
+if(_xgr_sources_there AND NOT TROUPE_XGRAMMAR STREQUAL "OFF")
   file(GLOB_RECURSE _xgr_sources CONFIGURE_DEPENDS "${TROUPE_XGRAMMAR_SOURCE_DIR}/cpp/*.cc")
   list(FILTER _xgr_sources EXCLUDE REGEX "/cpp/tvm_ffi/[^/]*\\.cc$")
   add_library(xgrammar STATIC ${_xgr_sources})
