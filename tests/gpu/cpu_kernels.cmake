@@ -5,6 +5,8 @@
 #     batch invariance, dummy model.
 #   cpu_matmul_q5_test: Q5_0 / Q5_1 weights, kernels against the reference, batch invariance,
 #     Q4_K_M-like fallbacks.
+#   cpu_token_mask_test: constrained decoding, a grammar's token bitmask applied to a row of
+#     logits.
 troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu"
   TESTS cpu_matmul_test cpu_ops_test cpu_attention_test cpu_sampler_test cpu_rope_factors_test
-        cpu_matmul_kquant_test cpu_matmul_q5_test)
+        cpu_matmul_kquant_test cpu_matmul_q5_test cpu_token_mask_test)
