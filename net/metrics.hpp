@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 #include "net/connection_metrics.hpp"
 
 namespace troupe::net {

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <variant>
 
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 #include "net/http_types.hpp"
 
 namespace troupe::net {

@@ -25,7 +25,7 @@
 #include "actors/disagg/peer_client.hpp"
 #include "actors/engine/engine_config.hpp"
 #include "actors/kv_cache/transfer/ucx_transport.hpp"
-#include "actors/engine/stats_board.hpp"
+#include "actors/common/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
 #include "actors/ingress/ingress_actor.hpp"
 #include "actors/kv_cache/kv_cache_actor.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "actors/disagg/disagg_types.hpp"
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 
 namespace troupe::model {
 class Tokenizer;

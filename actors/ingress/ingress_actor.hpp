@@ -23,7 +23,7 @@
 #include <unordered_map>
 
 #include "actors/disagg/disagg_config.hpp"
-#include "actors/engine/stats_board.hpp"
+#include "actors/common/stats_board.hpp"
 #include "actors/ingress/ingress_messages.hpp"
 #include "actors/ingress/output_processor.hpp"
 #include "actors/ingress/prompt_builder.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "actors/disagg/peer_client.hpp"
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 #include "actors/ingress/prompt_builder.hpp"
 #include "actors/scheduler/scheduler_types.hpp"
 

@@ -27,7 +27,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 #include "actors/ingress/stop_matcher.hpp"
 #include "actors/scheduler/scheduler_types.hpp"
 #include "model/detokenizer.hpp"

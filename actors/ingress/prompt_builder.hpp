@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 #include "model/chat_template.hpp"
 #include "model/tokenizer.hpp"
 

@@ -33,7 +33,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/engine/stats_board.hpp"
+#include "actors/common/stats_board.hpp"
 #include "actors/kv_cache/kv_cache_messages.hpp"
 #include "actors/kv_cache/kv_transfer_agent.hpp"
 #include "actors/runtime/actor.hpp"

@@ -26,7 +26,7 @@
 
 #include "actors/disagg/disagg_config.hpp"
 #include "actors/disagg/peer_client.hpp"
-#include "actors/engine/stats_board.hpp"
+#include "actors/common/stats_board.hpp"
 #include "actors/kv_cache/kv_cache_messages.hpp"
 #include "actors/kv_cache/transfer/kv_transport.hpp"
 #include "actors/scheduler/scheduler_messages.hpp"

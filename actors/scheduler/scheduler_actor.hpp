@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/engine/stats_board.hpp"
+#include "actors/common/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
 #include "actors/ingress/ingress_messages.hpp"
 #include "actors/kv_cache/kv_cache_actor.hpp"

@@ -1,6 +1,11 @@
 """`n` > 1 (several choices per request) end to end with the official `openai` client on the
-real model: each choice is its own engine request; a seed makes choice i use seed + i."""
+real model: one engine request of n sequences; a seed makes choice i use seed + i."""
+import asyncio
+import json
+
 import openai
+import requests
+import websockets
 import pytest
 
 MODEL_ID = "SmolLM2-135M-Instruct"
@@ -69,3 +74,42 @@ def test_n_out_of_range_is_400_naming_n(client):
     with pytest.raises(openai.BadRequestError) as bad:
         chat(client, n=17)
     assert bad.value.body["param"] == "n"
+
+
+def test_n2_on_a_batch_item_and_a_websocket_chat_match_the_http_answer(server, client):
+    """Every surface runs n choices the same way: a /v1/batch item and a WebSocket chat with
+    n = 2 and seed 5 give the choices the HTTP endpoint gives."""
+    from ws_chat_client import recv_json, ws_url
+
+    http = chat(client, n=2, temperature=1, seed=5, max_tokens=8)
+    expected = [c.message.content for c in http.choices]
+
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": PROMPT}], "n": 2,
+            "temperature": 1, "seed": 5, "max_tokens": 8}
+    r = requests.post(server.base_url + "/v1/batch",
+                      json={"requests": [{"custom_id": "a", "url": "/v1/chat/completions",
+                                          "body": body}]}, timeout=120)
+    assert r.status_code == 200, r.text
+    item = r.json()["data"][0]
+    choices = item["response"]["body"]["choices"]
+    assert [c["message"]["content"] for c in choices] == expected
+
+    async def ws_chat():
+        texts, ends = {0: "", 1: ""}, {}
+        async with websockets.connect(ws_url(server)) as ws:
+            frame = {k: v for k, v in body.items() if k != "model"}
+            await ws.send(json.dumps({"type": "chat", "id": "w", **frame}))
+            while True:
+                frame = await recv_json(ws)
+                if frame["type"] == "delta":
+                    texts[frame["index"]] += frame["text"]
+                elif frame["type"] == "choice_done":
+                    ends[frame["index"]] = frame["finish_reason"]
+                else:
+                    assert frame["type"] == "done", frame
+                    return texts, ends, frame
+
+    texts, ends, done = asyncio.run(ws_chat())
+    assert set(ends) == {0, 1}
+    assert [texts[0], texts[1]] == expected
+    assert done["usage"]["completion_tokens"] == http.usage.completion_tokens

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 #include "actors/scheduler/scheduler_types.hpp"
 
 namespace troupe::engine {

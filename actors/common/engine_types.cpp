@@ -1,4 +1,4 @@
-#include "actors/engine/engine_types.hpp"
+#include "actors/common/engine_types.hpp"
 
 namespace troupe::engine {
 

@@ -1,4 +1,4 @@
-#include "actors/engine/stats_board.hpp"
+#include "actors/common/stats_board.hpp"
 
 #include <algorithm>
 
