@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/net/test_tokenizer.hpp"
+
 namespace troupe::ingress {
 namespace {
 
@@ -13,24 +15,10 @@ using engine::Completion;
 using engine::TokenDelta;
 using scheduler::FinishReason;
 
-// Byte-level BPE over printable ASCII, one token per character, plus the two halves of "é"
-// (bytes C3 A9, written in GPT-2's byte alphabet as "Ã" and "©"), one token holding a whole stop
-// string with text around it, and an EOS.
+// The test tokenizer plus the two halves of "é" (bytes C3 A9, written in GPT-2's byte
+// alphabet as "Ã" and "©") and one token holding a whole stop string with text around it.
 model::Tokenizer make_tokenizer() {
-  model::TokenizerVocab vocab;
-  vocab.kind = model::TokenizerKind::kBytePairBpe;
-  vocab.pre = "default";
-  for (char c = '!'; c <= '~'; ++c) vocab.tokens.emplace_back(1, c);
-  vocab.tokens.emplace_back("\xC4\xA0");  // 'Ġ': a space
-  vocab.tokens.emplace_back("\xC3\x83");  // 'Ã': byte C3
-  vocab.tokens.emplace_back("\xC2\xA9");  // '©': byte A9
-  vocab.tokens.emplace_back("aENDb");
-  vocab.tokens.emplace_back("<|endoftext|>");
-  vocab.token_types.assign(vocab.tokens.size(), model::TokenType::kNormal);
-  vocab.token_types.back() = model::TokenType::kControl;
-  vocab.eos_id = static_cast<int32_t>(vocab.tokens.size() - 1);
-  vocab.add_bos = false;
-  return model::Tokenizer::from_vocab(std::move(vocab));
+  return net::testing::make_test_tokenizer({"\xC3\x83", "\xC2\xA9", "aENDb"});
 }
 
 class OutputProcessorTest : public ::testing::Test {
