@@ -247,7 +247,8 @@ TEST_F(OutputProcessorTest, TimingsComeFromTheStampsGiven) {
   processor_.note_scheduled(std::vector<engine::RequestId>{kId}, start_ + std::chrono::milliseconds(3));
   step({token(kId, "a")});  // at +10 ms
   step({token(kId, "b")});  // at +20 ms
-  const Completion* done = completion(step({}, {ended(kId, FinishReason::kEos)}));  // +30 ms
+  const OutputProcessor::Outputs out = step({}, {ended(kId, FinishReason::kEos)});  // +30 ms
+  const Completion* done = completion(out);
   ASSERT_NE(done, nullptr);
   EXPECT_DOUBLE_EQ(done->timings.queue_ms, 3.0);
   EXPECT_DOUBLE_EQ(done->timings.time_to_first_token_ms, 10.0);
