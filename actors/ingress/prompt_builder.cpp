@@ -26,6 +26,11 @@ std::optional<RequestError> PromptBuilder::compile_grammar(const engine::Generat
                                                           BuiltPrompt& prompt) const {
   if (!request.structured_output) return std::nullopt;
   const std::string& field = request.structured_output_field;
+  // As the OpenAI parser refuses it (README, Structured output): min_tokens could demand text
+  // past the grammar's end, where the mask allows only the end tokens min_tokens bans.
+  if (request.sampling.min_tokens > 0) {
+    return invalid(fmt::format("'min_tokens' cannot be combined with '{}'", field), "min_tokens");
+  }
   if (!grammar_compiler_) {
     return invalid(fmt::format("'{}': {}", field, structured_output_unavailable_), field);
   }

@@ -190,6 +190,11 @@ TEST(EngineStructuredOutput, AGrammarThatDoesNotCompileIsA400NamingTheField) {
   const Answer bad_schema = run(*engine, constrained_chat("x", GrammarSpec::json_schema("{\"type\":"), 8));
   ASSERT_TRUE(bad_schema.error);
   EXPECT_EQ(bad_schema.error->param, "structured_outputs");
+  GenerateRequest with_min_tokens = constrained_chat("x", GrammarSpec::regex("[0-9]{3}"), 8);
+  with_min_tokens.sampling.min_tokens = 2;
+  const Answer min_tokens = run(*engine, std::move(with_min_tokens));
+  ASSERT_TRUE(min_tokens.error);
+  EXPECT_EQ(min_tokens.error->param, "min_tokens");
   EXPECT_TRUE(wait_idle(*engine));
 }
 
