@@ -1,6 +1,7 @@
 // Grammar matchers of the running constrained sequences (see structured_output.hpp).
 #include "actors/scheduler/structured_output.hpp"
 
+#include <algorithm>
 #include <span>
 #include <stdexcept>
 
@@ -21,7 +22,10 @@ void StructuredOutput::add(RequestId request_id,
   matchers_[request_id] = std::make_shared<model::grammar::GrammarMatcher>(*grammar);
 }
 
-void StructuredOutput::remove(RequestId request_id) { matchers_.erase(request_id); }
+void StructuredOutput::remove(RequestId request_id) {
+  matchers_.erase(request_id);
+  broken_.erase(request_id);
+}
 
 int32_t StructuredOutput::fill_bitmasks(gpu::StepBatch& batch) {
   if (matchers_.empty()) return 0;
@@ -40,7 +44,21 @@ int32_t StructuredOutput::fill_bitmasks(gpu::StepBatch& batch) {
     const std::span<uint32_t> row(batch.token_bitmask.data() + static_cast<size_t>(num_rows) * num_words,
                                   static_cast<size_t>(num_words));
     // false: every token is allowed here; the slot stays unconstrained and the row is reused.
-    if (!matcher.fill_bitmask(row)) continue;
+    // NOTE: an xgrammar failure must never reach the actor (it would stop the scheduler): the
+    // row then allows nothing but the end, and accept() ends the sequence.
+    bool constrained = true;
+    try {
+      constrained = matcher.fill_bitmask(row);
+    } catch (const std::exception&) {
+      broken_.insert(slice.seq_id);
+      std::fill(row.begin(), row.end(), 0u);
+      for (int32_t id : matcher.grammar().tokenizer().stop_token_ids()) {
+        if (id >= 0 && static_cast<size_t>(id) / 32 < row.size()) {
+          row[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+        }
+      }
+    }
+    if (!constrained) continue;
     batch.sampling[static_cast<size_t>(slice.sampling_index)].bitmask_row = num_rows++;
   }
   batch.token_bitmask.resize(static_cast<size_t>(num_rows) * batch.bitmask_num_words);
@@ -55,7 +73,13 @@ StructuredOutput::Ended StructuredOutput::accept(const std::vector<GeneratedToke
     auto it = matchers_.find(token.request_id);
     if (it == matchers_.end()) continue;
     model::grammar::GrammarMatcher& matcher = *it->second;
-    if (!matcher.accept_token(token.token_id)) {
+    bool accepted = false;
+    try {
+      accepted = broken_.count(token.request_id) == 0 && matcher.accept_token(token.token_id);
+    } catch (const std::exception&) {
+      accepted = false;
+    }
+    if (!accepted) {
       ended.refused.push_back(token.request_id);
     } else if (matcher.is_terminated()) {
       ended.grammar_ended.push_back(token.request_id);

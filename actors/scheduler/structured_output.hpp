@@ -8,7 +8,9 @@
 //                                          allows every token right now, e.g. inside a string)
 //   after the step: accept(tokens) ─► each sampled token advances its matcher; the sequences
 //                                     whose grammar ended (a stop token accepted) or, a bug,
-//                                     refused a token come back to be finished (kGrammarEnd)
+//                                     refused a token come back to be finished (kGrammarEnd);
+//                                     so does one whose matcher threw (its row then allowed
+//                                     only the end tokens): xgrammar never stops the actor
 //   finished / cancelled ─► remove(id)
 //
 // NOTE: preemption needs nothing here. A preempted sequence keeps its generated tokens and is
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "actors/scheduler/scheduler_types.hpp"
@@ -65,6 +68,8 @@ class StructuredOutput {
   // shared_ptr, not unique_ptr: its deleter is made where GrammarMatcher is complete, so a build
   // without xgrammar never needs its destructor.
   std::unordered_map<RequestId, std::shared_ptr<model::grammar::GrammarMatcher>> matchers_;
+  // Matchers xgrammar failed on (an exception in fill): their next token ends them (refused).
+  std::unordered_set<RequestId> broken_;
 };
 
 }  // namespace troupe::scheduler

@@ -109,6 +109,14 @@ TEST(StructuredOutput, AcceptReportsTheGrammarsEndAndRefusals) {
   // Only the end may follow three digits: a fourth is refused, the EOS ends the grammar.
   EXPECT_EQ(step(1, f->token("4")).refused, std::vector<RequestId>{1});
   EXPECT_EQ(step(1, eos).grammar_ended, std::vector<RequestId>{1});
+  // Not finished yet (a wiring slip): the next mask allows only the end, nothing throws, and the
+  // next token is refused, which ends the sequence.
+  gpu::StepBatch batch = batch_of_three();
+  ASSERT_EQ(structured.fill_bitmasks(batch), 1);
+  const auto row = batch.bitmask_of(batch.sampling[0]);
+  EXPECT_TRUE(model::grammar::token_allowed(row, eos));
+  EXPECT_FALSE(model::grammar::token_allowed(row, f->token("5")));
+  EXPECT_EQ(step(1, eos).refused, std::vector<RequestId>{1});
   // Tokens of unconstrained sequences are none of its business.
   EXPECT_TRUE(step(2, f->token("a")).refused.empty());
   structured.remove(1);
