@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/sampling_params.hpp"
@@ -47,6 +48,10 @@ struct SamplingSlot {
   // stop_token_ids). The backend masks them while num_generated < params.min_tokens; the
   // scheduler fills them only then (empty otherwise), so the common slot carries nothing.
   std::vector<int32_t> end_token_ids;
+  // Structured output: the row of StepBatch::token_bitmask that says which tokens this slot may
+  // sample (applied before logit_bias, penalties, filters and greedy); -1: unconstrained (also
+  // when the grammar allows every token at this point).
+  int32_t bitmask_row = -1;
 
   bool masks_end_tokens() const {
     return num_generated < params.min_tokens && !end_token_ids.empty();
@@ -67,8 +72,19 @@ struct StepBatch {
   // pulled from another server. A backend whose KV lives elsewhere (CUDA) copies them in before
   // this step's forward pass; the CPU backend's KV is that memory and ignores the list.
   std::vector<int32_t> kv_blocks_from_host;
+  // Structured output (issue 19): rows of bitmask_num_words uint32 words, one per constrained
+  // sampling slot (SamplingSlot::bitmask_row), in model/grammar/token_bitmask.hpp's layout
+  // (bit t % 32 of word t / 32 set: token t allowed; ids past the row's bits: not allowed).
+  std::vector<uint32_t> token_bitmask;
+  int32_t bitmask_num_words = 0;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  // The slot's bitmask row; empty when it is unconstrained.
+  std::span<const uint32_t> bitmask_of(const SamplingSlot& slot) const {
+    if (slot.bitmask_row < 0 || bitmask_num_words <= 0) return {};
+    return {token_bitmask.data() + static_cast<size_t>(slot.bitmask_row) * bitmask_num_words,
+            static_cast<size_t>(bitmask_num_words)};
+  }
 };
 
 struct TokenLogprob {

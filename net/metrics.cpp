@@ -279,6 +279,14 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   p.counter("troupe:step_budget_cut_steps_total",
             "Steps whose prefill chunks the step-time budget cut.",
             double(cost.num_time_budgeted_steps));
+  const engine::StructuredOutputStats& so = s.structured_output;
+  p.counter("troupe:structured_output_masked_steps_total",
+            "Steps with at least one grammar-constrained sampling row.", double(so.num_masked_steps));
+  p.counter("troupe:structured_output_masked_rows_total", "Grammar bitmask rows filled.",
+            double(so.num_masked_rows));
+  p.counter("troupe:structured_output_mask_fill_seconds_total",
+            "Time the scheduler spent filling grammar bitmasks before steps.",
+            so.mask_fill_ms_total / 1000.0);
   p.gauge("troupe:num_waiting_clients", "Clients with a request waiting.", s.num_waiting_clients);
   p.counter("troupe:fairness_preemptions_total",
             "Preemptions that made room for a client running fewer sequences.",

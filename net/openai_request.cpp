@@ -14,6 +14,7 @@
 
 #include "net/disagg_codec.hpp"
 #include "net/json_input.hpp"
+#include "net/openai_structured_output.hpp"
 
 namespace troupe::net {
 namespace {
@@ -477,6 +478,23 @@ Error read_kv_transfer(dom::object o, CompletionRequest& request) {
   return std::nullopt;
 }
 
+// Structured output with the fields it cannot honour (documented in the README):
+// min_tokens could force text past the grammar's end (the mask then allows only the end tokens
+// that min_tokens bans), and a P/D transfer would sample on another server without the mask.
+Error check_structured_output(const engine::GenerateRequest& g) {
+  if (!g.structured_output) return std::nullopt;
+  if (g.sampling.min_tokens > 0) {
+    return invalid("min_tokens", fmt::format("'min_tokens' cannot be combined with '{}': the "
+                                             "grammar decides where the output ends.",
+                                             g.structured_output_field));
+  }
+  if (g.kv_transfer) {
+    return invalid("kv_transfer_params", fmt::format("'kv_transfer_params' cannot be combined "
+                                                     "with '{}'.", g.structured_output_field));
+  }
+  return std::nullopt;
+}
+
 Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id,
                    const OpenAiApiConfig& config, CompletionRequest& request) {
   if (auto err = read_string(o, "model", request.model)) return err;
@@ -507,7 +525,9 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   if (auto err = read_string(o, "user", request.user)) return err;
   g.client_label = request.user;
   if (auto err = read_kv_transfer(o, request)) return err;
-  return std::nullopt;
+  if (auto err = refuse_tool_calling(o)) return err;
+  if (auto err = read_structured_output(o, g)) return err;
+  return check_structured_output(g);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "actors/common/priority.hpp"
 #include "actors/disagg/disagg_types.hpp"
 #include "model/chat_template.hpp"
+#include "model/grammar/grammar_spec.hpp"
 #include "model/model_info.hpp"
 #include "model/sampling_params.hpp"
 
@@ -45,6 +46,12 @@ struct GenerateRequest {
   // OpenAI's `n`: choices sampled from the one prompt, each its own sequence (choice i samples
   // with sampling.seed + i), admitted together, cancelled together, one sink for all.
   int32_t n = 1;
+  // Structured output (issue 19): what the whole generated text must match, from
+  // `response_format`, `structured_outputs` or vLLM's older `guided_*` fields; compiled on a
+  // prompt worker, enforced by a token mask per step. `structured_output_field` names the field
+  // it came from, for the 400 when it does not compile.
+  std::optional<model::grammar::GrammarSpec> structured_output;
+  std::string structured_output_field;
 };
 
 enum class ErrorCode : uint8_t {
@@ -155,6 +162,15 @@ struct StepCostStats {
   uint64_t num_time_budgeted_steps = 0;  // steps whose prefill the budget cut
 };
 
+// Structured output's cost in the step loop: filling the grammars' token bitmasks on the
+// scheduler thread before each step (StructuredOutput::fill_bitmasks).
+struct StructuredOutputStats {
+  uint64_t num_masked_steps = 0;  // steps with at least one constrained sampling slot
+  uint64_t num_masked_rows = 0;   // bitmask rows filled (rows where every token is allowed: none)
+  double mask_fill_ms_total = 0;
+  double mask_fill_ms_max = 0;    // the slowest step's fill
+};
+
 inline constexpr std::array<double, 11> kPullMsBuckets{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
 
 struct KvTransferStats {
@@ -206,6 +222,7 @@ struct EngineStats {
   double tokens_per_s_10s = 0;  // generated tokens per second over the last 10 s
   LatencySummary step_time;       // a whole tick: schedule, device step, bookkeeping
   StepCostStats step_cost;
+  StructuredOutputStats structured_output;
   // Time the engine spent outside the backend, as a share of all tick time since start
   // (DESIGN.md: the scheduler must stay a rounding error next to a forward pass).
   double engine_overhead_ratio = 0;

@@ -54,6 +54,7 @@ struct SchedulerSnapshot {
   double total_tick_ms = 0;
   double total_device_ms = 0;
   StepCostStats step_cost;
+  StructuredOutputStats structured_output;
 };
 
 // KV movement between servers (disaggregated prefill/decode), as the kv-cache actor counts it.

@@ -34,9 +34,39 @@
 #include "gpu/backend_factory.hpp"
 #include "model/chat_template.hpp"
 #include "model/gguf.hpp"
+#include "model/grammar/grammar_compiler.hpp"
 #include "model/tokenizer.hpp"
 
 namespace troupe::engine {
+namespace {
+
+// Structured output (issue 19): one grammar compiler for the model's vocabulary, shared by the
+// prompt workers, or the reason there is none. The bitmask covers the logits row, which may be
+// wider than the tokenizer's vocabulary (padded embeddings): the extra ids are never allowed.
+void set_up_structured_output(ingress::PromptBuilder& prompts, const model::Tokenizer& tokenizer,
+                              const model::ModelInfo& info, std::string_view backend) {
+  if (backend != "cpu") {
+    prompts.set_structured_output(nullptr, fmt::format("structured output is not supported on the "
+                                                       "{} backend yet", backend));
+    return;
+  }
+#ifdef TROUPE_HAVE_XGRAMMAR
+  const size_t logits_width = std::max<size_t>(tokenizer.vocab_size(), info.vocab_size);
+  model::grammar::GrammarCompilerConfig config;
+  // Small models can emit newlines forever inside a JSON object; a run of whitespace is capped.
+  config.json_max_whitespace = 4;
+  auto compiler = std::make_shared<model::grammar::GrammarCompiler>(
+      model::grammar::TokenizerInfo::from_tokenizer(tokenizer, logits_width), config);
+  prompts.set_structured_output(std::move(compiler), "");
+#else
+  (void)tokenizer;
+  (void)info;
+  prompts.set_structured_output(nullptr, "structured output is not built into this server");
+#endif
+}
+
+}  // namespace
+
 namespace {
 
 using actors::runtime::ExecutorThreads;
@@ -209,9 +239,10 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   // text (ingress) nor a step (engine); more would take cores from the compute threads.
   prompt_thread_ = std::make_unique<ExecutorThreads>("prompt", 1);
   tokenize_thread_ = std::make_unique<ExecutorThreads>("tokenize", 1);
+  ingress::PromptBuilder prompts(*tokenizer_, std::move(chat_template), limits);
+  set_up_structured_output(prompts, *tokenizer_, card_.info, card_.backend);
   ingress_ = std::make_shared<ingress::IngressActor>(
-      ingress::PromptBuilder(*tokenizer_, std::move(chat_template), limits),
-      prompt_thread_->executor(), board_, config.stats_window, capacity);
+      std::move(prompts), prompt_thread_->executor(), board_, config.stats_window, capacity);
   scheduler_->connect(ingress_, kv_cache_, gpu_worker_);
   ingress_->connect(scheduler_);
   const std::string engine_id = kv_metadata_ ? kv_metadata_->engine_id : std::string();
@@ -330,6 +361,7 @@ EngineStats EngineImpl::stats() const {
   out.tokens_per_s_10s = front->tokens_per_s;
   out.step_time = sched->step_time;
   out.step_cost = sched->step_cost;
+  out.structured_output = sched->structured_output;
   if (sched->total_tick_ms > 0) {
     out.engine_overhead_ratio = 1.0 - sched->total_device_ms / sched->total_tick_ms;
   }

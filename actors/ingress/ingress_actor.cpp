@@ -213,6 +213,7 @@ void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::Generat
   admit.stop.max_tokens = prompt.max_tokens;
   admit.priority = request.priority;
   admit.client = request.client;
+  admit.grammar = std::move(prompt.grammar);
   output_.set_prompt_tokens(live.request_id, static_cast<int32_t>(admit.prompt_token_ids.size()));
   if (auto error = apply_kv_transfer(admit, request)) {
     ++num_refused_;

@@ -14,6 +14,39 @@ RequestError invalid(std::string message, std::string param) {
 
 }  // namespace
 
+void PromptBuilder::set_structured_output(std::shared_ptr<model::grammar::GrammarCompiler> compiler,
+                                          std::string unavailable) {
+  grammar_compiler_ = std::move(compiler);
+  if (!unavailable.empty()) structured_output_unavailable_ = std::move(unavailable);
+}
+
+// NOTE: only this function calls into troupe_grammar: without xgrammar (TROUPE_HAVE_XGRAMMAR
+// unset) the compiler is always null and nothing here needs the library.
+std::optional<RequestError> PromptBuilder::compile_grammar(const engine::GenerateRequest& request,
+                                                          BuiltPrompt& prompt) const {
+  if (!request.structured_output) return std::nullopt;
+  const std::string& field = request.structured_output_field;
+  // As the OpenAI parser refuses it (README, Structured output): min_tokens could demand text
+  // past the grammar's end, where the mask allows only the end tokens min_tokens bans.
+  if (request.sampling.min_tokens > 0) {
+    return invalid(fmt::format("'min_tokens' cannot be combined with '{}'", field), "min_tokens");
+  }
+  if (!grammar_compiler_) {
+    return invalid(fmt::format("'{}': {}", field, structured_output_unavailable_), field);
+  }
+#ifdef TROUPE_HAVE_XGRAMMAR
+  model::grammar::CompileResult compiled = grammar_compiler_->compile(*request.structured_output);
+  if (!compiled.ok()) {
+    return invalid(fmt::format("Invalid '{}': {}", field, compiled.error), field);
+  }
+  prompt.grammar = std::make_shared<const model::grammar::CompiledGrammar>(std::move(*compiled.grammar));
+  return std::nullopt;
+#else
+  (void)prompt;
+  return invalid(fmt::format("'{}': {}", field, structured_output_unavailable_), field);
+#endif
+}
+
 PromptBuilder::PromptBuilder(model::Tokenizer tokenizer, model::ChatTemplate chat_template,
                              PromptLimits limits)
     : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)), limits_(limits) {}
@@ -125,6 +158,7 @@ std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
                         "max_tokens"};
   }
   prompt.max_tokens = max_tokens;
+  if (auto error = compile_grammar(request, prompt)) return *error;
   return prompt;
 }
 

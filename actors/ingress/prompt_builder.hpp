@@ -7,16 +7,25 @@
 // Special tokens are recognised only where the chat template puts them. A message whose content
 // spells a special token ("<|im_end|>") is tokenized as plain text, so a user cannot forge turns.
 //
-// Thread-safety: immutable after construction; `build` may run on any thread.
+// Structured output (issue 19): a request's GrammarSpec is compiled here too, on the prompt
+// worker (milliseconds to tens of them on a cache miss), by the engine's one shared
+// GrammarCompiler; a spec that does not compile is a 400 naming the field it came from. Without
+// a compiler (xgrammar not built, or a backend with no mask) every constrained request is a 400
+// with the reason given to set_structured_output().
+//
+// Thread-safety: immutable after construction (set_structured_output() only before it is
+// shared); `build` may run on any thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <variant>
 #include <string>
 #include <vector>
 
 #include "actors/common/engine_types.hpp"
+#include "model/grammar/grammar_compiler.hpp"
 #include "model/chat_template.hpp"
 #include "model/tokenizer.hpp"
 
@@ -31,6 +40,8 @@ struct PromptLimits {
 struct BuiltPrompt {
   std::vector<int32_t> token_ids;
   int32_t max_tokens = 0;  // effective: the request's, or the default, clamped to the context
+  // The request's structured output, compiled (shared by its n choices); null: unconstrained.
+  std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
 };
 
 class PromptBuilder {
@@ -39,6 +50,10 @@ class PromptBuilder {
 
   // The prompt's tokens, or the reason the request cannot run (as a value).
   std::variant<BuiltPrompt, engine::RequestError> build(const engine::GenerateRequest& request) const;
+
+  // compiler: null when this server cannot constrain output; then `unavailable` is the reason.
+  void set_structured_output(std::shared_ptr<model::grammar::GrammarCompiler> compiler,
+                             std::string unavailable);
 
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
   const model::ChatTemplate& chat_template() const { return chat_template_; }
@@ -49,9 +64,14 @@ class PromptBuilder {
   std::optional<engine::RequestError> check_prompt_bytes(const engine::GenerateRequest& request) const;
   std::optional<engine::RequestError> check_sampling(const engine::GenerateRequest& request) const;
 
+  std::optional<engine::RequestError> compile_grammar(const engine::GenerateRequest& request,
+                                                      BuiltPrompt& prompt) const;
+
   model::Tokenizer tokenizer_;
   model::ChatTemplate chat_template_;
   PromptLimits limits_;
+  std::shared_ptr<model::grammar::GrammarCompiler> grammar_compiler_;
+  std::string structured_output_unavailable_ = "structured output is not built into this server";
 };
 
 }  // namespace troupe::ingress

@@ -76,8 +76,17 @@ void SchedulerActor::apply(SchedulerMessage message) {
         if constexpr (std::is_same_v<T, Admit>) {
           if (m.sequences.empty()) return;
           const RequestId id = m.sequences.front().request_id;
+          std::vector<std::pair<RequestId, std::shared_ptr<const model::grammar::CompiledGrammar>>> grammars;
+          for (const NewRequest& sequence : m.sequences) {
+            if (sequence.grammar) grammars.emplace_back(sequence.request_id, sequence.grammar);
+          }
           const AddResult result = policy_.add_requests(std::move(m.sequences));
-          if (result != AddResult::kAccepted) refused_.push_back({id, result});
+          if (result != AddResult::kAccepted) {
+            refused_.push_back({id, result});
+            return;
+          }
+          // Each choice its own matcher, all over the one compiled grammar.
+          for (const auto& [sequence_id, grammar] : grammars) structured_.add(sequence_id, grammar);
         } else if constexpr (std::is_same_v<T, CancelSequence>) {
           if (auto finished = policy_.cancel(m.request_id)) ended_.push_back(*finished);
         } else if constexpr (std::is_same_v<T, FinishSequence>) {
@@ -110,6 +119,7 @@ boost::asio::awaitable<void> SchedulerActor::dispatch_kv_work() {
     kv_cache_->deliver(kv_cache::KvCacheMessage{kv_cache::ReleaseRemoteKv{std::move(source)}});
   }
   if (work.events.tokens.empty() && work.events.finished.empty()) co_return;
+  forget_constrained(work.events.finished);
   open_leases(work.events.finished);
   const Clock::time_point now = Clock::now();
   ingress::IngressMessage events{ingress::StepEvents{std::move(work.events), {}, now, now}};
@@ -162,6 +172,7 @@ boost::asio::awaitable<void> SchedulerActor::flush_ended() {
   auto dispatching = dispatch_kv_work();
   co_await std::move(dispatching);
   if (!ended_.empty()) {
+    forget_constrained(ended_);
     ingress::IngressMessage message{ingress::SequencesEnded{std::move(ended_)}};
     ended_.clear();
     auto sending = send_to_ingress(std::move(message));
@@ -229,6 +240,7 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   scheduled.reserve(plan.batch.seqs.size());
   for (const gpu::SequenceSlice& slice : plan.batch.seqs) scheduled.push_back(slice.seq_id);
 
+  fill_bitmasks(plan.batch);
   auto done = CompletionSlot<gpu::StepOutcome>::create();
   gpu_worker::RunStep run{std::move(plan.batch), done};
   auto sending = gpu_worker_->send(std::move(run));
@@ -246,7 +258,10 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   }
   if (!outcome->ok()) {
     spdlog::error("step {} failed: {}", step_id, outcome->error);
-    for (RequestId id : scheduled) policy_.cancel(id);  // their KV may hold garbage now
+    for (RequestId id : scheduled) {
+      policy_.cancel(id);  // their KV may hold garbage now
+      structured_.remove(id);
+    }
     gpu::StepResult empty;
     empty.step_id = step_id;
     (void)policy_.on_step_complete(empty);
@@ -256,6 +271,7 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
     co_return;
   }
   StepUpdate update = policy_.on_step_complete(outcome->result);
+  accept_constrained(update);
   open_leases(update.finished);
   const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   learn_step_cost(measured, ms(device_done - started));
@@ -274,6 +290,38 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   publish_stats();
 }
 
+void SchedulerActor::fill_bitmasks(gpu::StepBatch& batch) {
+  if (structured_.num_sequences() == 0) return;
+  const Clock::time_point started = Clock::now();
+  const int32_t num_rows = structured_.fill_bitmasks(batch);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  engine::StructuredOutputStats& s = structured_stats_;
+  if (num_rows > 0) ++s.num_masked_steps;
+  s.num_masked_rows += static_cast<uint64_t>(num_rows);
+  s.mask_fill_ms_total += ms;
+  s.mask_fill_ms_max = std::max(s.mask_fill_ms_max, ms);
+}
+
+void SchedulerActor::accept_constrained(StepUpdate& update) {
+  if (structured_.num_sequences() == 0) return;
+  const StructuredOutput::Ended ended = structured_.accept(update.tokens);
+  const auto finish = [&](RequestId id) {
+    // Already finished by the policy (the EOS the grammar allowed at its end): nothing to do.
+    if (auto finished = policy_.finish(id, FinishReason::kGrammarEnd)) update.finished.push_back(*finished);
+  };
+  for (RequestId id : ended.grammar_ended) finish(id);
+  for (RequestId id : ended.refused) {
+    spdlog::error("structured output: the grammar of sequence {} refused a sampled token; ending it", id);
+    finish(id);
+  }
+  forget_constrained(update.finished);
+}
+
+void SchedulerActor::forget_constrained(const std::vector<FinishedSequence>& finished) {
+  if (structured_.num_sequences() == 0) return;
+  for (const FinishedSequence& f : finished) structured_.remove(f.request_id);
+}
+
 void SchedulerActor::publish_stats() {
   engine::SchedulerSnapshot snapshot;
   snapshot.stats = policy_.stats();
@@ -282,6 +330,7 @@ void SchedulerActor::publish_stats() {
   snapshot.total_tick_ms = total_tick_ms_;
   snapshot.total_device_ms = total_device_ms_;
   snapshot.step_cost = step_cost_stats_;
+  snapshot.structured_output = structured_stats_;
   const StepCostModel& model = step_cost_.model();
   snapshot.step_cost.model_usable = model.usable;
   snapshot.step_cost.fixed_ms = model.fixed_ms;

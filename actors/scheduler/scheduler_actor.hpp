@@ -7,6 +7,8 @@
 //   3. send the StepBatch to the gpu-worker and co_await the step's CompletionSlot, which the
 //      backend completes from its own thread (CUDA event / CPU compute thread) — the engine
 //      thread never blocks on the device;
+//      Before the step goes out, the constrained sequences' grammar bitmasks are filled
+//      (StructuredOutput, issue 19); after it, their matchers accept the sampled tokens;
 //   4. policy.on_step_complete(result); the step's measured time refits the StepCostModel
 //      (step_cost_model.hpp), which the policy uses for the step-time budget from then on;
 //   5. one StepEvents message to ingress for the whole step;
@@ -32,6 +34,7 @@
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/scheduler/scheduler_messages.hpp"
 #include "actors/scheduler/step_cost_model.hpp"
+#include "actors/scheduler/structured_output.hpp"
 
 namespace troupe::scheduler {
 
@@ -68,6 +71,11 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   void cancel_everything();
   void publish_stats();
   void learn_step_cost(const StepPlan& plan, double device_ms);
+  // Constrained sequences: fill the step's bitmasks (timed), and after it accept the sampled
+  // tokens, finishing those whose grammar ended.
+  void fill_bitmasks(gpu::StepBatch& batch);
+  void accept_constrained(StepUpdate& update);
+  void forget_constrained(const std::vector<FinishedSequence>& finished);
 
   Scheduler policy_;
   std::shared_ptr<engine::StatsBoard> board_;
@@ -80,6 +88,8 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   std::vector<ingress::AdmissionRefused> refused_;
   engine::RollingLatency step_time_;
   StepCostFitter step_cost_;
+  StructuredOutput structured_;
+  engine::StructuredOutputStats structured_stats_;
   engine::StepCostStats step_cost_stats_;
   double total_tick_ms_ = 0;    // whole ticks that ran a step
   double total_device_ms_ = 0;  // ... of which the backend's step

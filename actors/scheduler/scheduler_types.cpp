@@ -21,6 +21,7 @@ std::string_view to_string(FinishReason reason) {
     case FinishReason::kMaxTokens: return "max_tokens";
     case FinishReason::kMaxModelLen: return "max_model_len";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kGrammarEnd: return "grammar_end";
   }
   return "unknown";
 }
@@ -29,7 +30,8 @@ std::string_view openai_finish_reason(FinishReason reason) {
   switch (reason) {
     case FinishReason::kEos:
     case FinishReason::kStopToken:
-    case FinishReason::kStopString: return "stop";
+    case FinishReason::kStopString:
+    case FinishReason::kGrammarEnd: return "stop";
     case FinishReason::kMaxTokens:
     case FinishReason::kMaxModelLen: return "length";
     case FinishReason::kCancelled: return "cancelled";

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,10 @@
 #include "actors/common/priority.hpp"
 #include "actors/kv_cache/kv_cache_manager.hpp"
 #include "model/sampling_params.hpp"
+
+namespace troupe::model::grammar {
+class CompiledGrammar;
+}
 
 namespace troupe::scheduler {
 
@@ -58,6 +63,10 @@ struct NewRequest {
   // is recomputed here to sample from, as vLLM's decode side does.
   std::optional<RemoteKvSource> remote_kv;
   std::optional<int32_t> first_token_id;
+  // Structured output (issue 19): the compiled grammar every generated token must follow. Only
+  // the scheduler actor's StructuredOutput reads it (the policy never does); ingress keeps such
+  // requests local (no remote prefill, no KV transfer).
+  std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
 };
 
 enum class SequenceState : uint8_t {
@@ -74,6 +83,7 @@ enum class FinishReason : uint8_t {
   kMaxTokens,    // generated StopConditions::max_tokens
   kMaxModelLen,  // prompt + generated reached max_model_len
   kCancelled,    // cancel(): client went away, admin cancel, ...
+  kGrammarEnd,   // structured output: the grammar accepted its end (or, a bug, refused a token)
 };
 
 std::string_view to_string(SequenceState state);

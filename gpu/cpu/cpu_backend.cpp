@@ -106,7 +106,8 @@ StepResult CpuBackend::run_locked(const StepBatch& batch) {
       const std::span<const int32_t> recent(batch.recent_tokens.data() + slot.recent_offset,
                                             static_cast<size_t>(slot.recent_count));
       SampledToken tok = samplers_[t].sample(
-          std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), slot, recent);
+          std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), slot, recent,
+          batch.bitmask_of(slot));
       tok.seq_id = s.seq_id;
       result.tokens[i] = std::move(tok);
     }

@@ -7,6 +7,7 @@
 
 #include "gpu/cpu/cpu_features.hpp"
 #include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/token_mask.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
@@ -102,14 +103,16 @@ double sampling_uniform(uint64_t seed, int32_t num_generated) {
 }
 
 SampledToken Sampler::sample(std::span<const float> logits, const SamplingSlot& slot,
-                             std::span<const int32_t> recent) {
+                             std::span<const int32_t> recent, std::span<const uint32_t> bitmask) {
   const model::SamplingParams& p = slot.params;
   SampledToken out;
-  const bool adjusts = !p.logit_bias.empty() || slot.masks_end_tokens();
+  // A constrained row never takes the in-place greedy path: the grammar's mask comes first.
+  const bool adjusts = !p.logit_bias.empty() || slot.masks_end_tokens() || !bitmask.empty();
   if (p.greedy() && !adjusts) {
     out.token_id = argmax(logits);  // the common greedy case reads the row in place
   } else {
     work_.assign(logits.begin(), logits.end());
+    if (!bitmask.empty()) apply_token_bitmask(work_, bitmask);
     apply_bias_and_mask(work_, slot);
     if (p.greedy()) {
       out.token_id = argmax(work_);

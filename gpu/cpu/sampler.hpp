@@ -1,4 +1,5 @@
-// Token sampling from one row of logits: logit_bias -> min_tokens mask of the end-of-generation
+// Token sampling from one row of logits: the structured-output token bitmask (token_mask.hpp;
+// greedy too) -> logit_bias -> min_tokens mask of the end-of-generation
 // ids (both for greedy too, as in vLLM), then greedy, or penalties -> top-k -> top-p -> min-p ->
 // temperature -> seeded draw (llama.cpp's chain order, GGUF_NOTES.md §9), plus logprobs.
 //
@@ -6,8 +7,9 @@
 // sequence that is preempted and recomputed samples the same tokens, and a request's output does
 // not depend on what else is in the batch. Ties break toward the lower token id.
 // Logprobs (and top alternatives) are those of the raw model distribution, log_softmax(logits),
-// before logit_bias, the min_tokens mask, penalties, filters and temperature (vLLM v1's default
-// logprobs_mode, raw_logprobs): a banned token still shows its model probability.
+// before the grammar's bitmask, logit_bias, the min_tokens mask, penalties, filters and
+// temperature (vLLM v1's default logprobs_mode, raw_logprobs): a banned token still shows its
+// model probability, and a constrained token's logprob is the unconstrained model's.
 //
 // Thread-safety: pure functions; a Sampler holds scratch buffers, one per thread.
 #pragma once
@@ -26,9 +28,10 @@ double sampling_uniform(uint64_t seed, int32_t num_generated);
 class Sampler {
  public:
   // `recent`: the slot's penalty window (oldest first); the last params.penalty_last_n entries
-  // are penalized (penalty_last_n < 0: all of them, 0: none).
+  // are penalized (penalty_last_n < 0: all of them, 0: none). `bitmask`: the slot's grammar
+  // row (StepBatch::bitmask_of), empty when unconstrained.
   SampledToken sample(std::span<const float> logits, const SamplingSlot& slot,
-                      std::span<const int32_t> recent);
+                      std::span<const int32_t> recent, std::span<const uint32_t> bitmask = {});
 
  private:
   void apply_penalties(const model::SamplingParams& params, std::span<const int32_t> recent);

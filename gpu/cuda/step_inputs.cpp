@@ -34,6 +34,12 @@ void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t
   for (int32_t id : b.token_ids) {
     if (id < 0 || id >= n_vocab) bad_batch("token id " + std::to_string(id) + " out of vocabulary");
   }
+  // Structured output has no CUDA mask kernel yet: the engine refuses such requests on this
+  // backend at admission (a 400), so a constrained row here is a wiring bug, never a silent
+  // unconstrained sample.
+  for (const SamplingSlot& slot : b.sampling) {
+    if (slot.bitmask_row >= 0) bad_batch("a constrained sampling row (structured output is not supported on CUDA)");
+  }
   int64_t covered = 0, rows = 0;
   for (const SequenceSlice& q : b.seqs) {
     const std::string who = "seq " + std::to_string(q.seq_id) + ": ";

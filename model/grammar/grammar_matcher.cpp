@@ -1,6 +1,7 @@
 // GrammarMatcher over xgrammar's matcher (see grammar_matcher.hpp).
 #include "model/grammar/grammar_matcher.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -38,6 +39,17 @@ bool GrammarMatcher::fill_bitmask(std::span<uint32_t> row) {
     throw std::invalid_argument("GrammarMatcher::fill_bitmask: row of " +
                                 std::to_string(row.size()) + " words, want " +
                                 std::to_string(num_words));
+  }
+  if (is_terminated()) {
+    // xgrammar refuses to fill after the stop token (an XGRAMMAR_CHECK, i.e. an exception);
+    // the documented answer is "only the stop tokens", which ends the sequence again.
+    std::fill(row.begin(), row.end(), 0u);
+    for (int32_t id : grammar_.tokenizer().stop_token_ids()) {
+      if (id >= 0 && static_cast<size_t>(id) / 32 < row.size()) {
+        row[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+      }
+    }
+    return true;
   }
   int64_t shape[1] = {static_cast<int64_t>(num_words)};
   DLTensor tensor{};

@@ -3,6 +3,13 @@ troupe_add_test(NAME stop_matcher_test SOURCES stop_matcher_test.cpp kv_flush_te
 # In-process end to end on the real default model (skips when the model file is absent).
 troupe_add_tests(LIBS troupe_actors LABELS "unit;actors;engine" TESTS engine_test)
 troupe_add_tests(LIBS troupe_actors LABELS "actors;engine;slow" TESTS engine_batch_test)
+# Structured output (issue 19) on the real model: JSON schema, regex, choice, n > 1, ignore_eos.
+troupe_add_test(NAME engine_structured_output_test SOURCES engine_structured_output_test.cpp
+  LIBS troupe_actors simdjson::simdjson LABELS "unit;actors;engine")
+# The scheduler actor's matchers (StructuredOutput) on hand-built batches; needs xgrammar.
+if(TARGET troupe_grammar)
+  troupe_add_tests(LIBS troupe_actors LABELS "unit;actors" TESTS structured_output_test)
+endif()
 # kv_cache_actor_test: the kv-cache actor alone (loans, flushes during a loan, stats).
 # prompt_builder_test: issue 13, over-long prompts refused by their bytes, tokenizing stopped at
 # the context.

@@ -104,5 +104,36 @@ TEST(TokenMask, GreedyAfterTheMaskPicksTheBestAllowedToken) {
   }
 }
 
+// The sampler applies the slot's bitmask row itself (StepBatch::bitmask_of), before everything
+// else, on the greedy path too; logprobs stay those of the raw row.
+TEST(TokenMask, TheSamplerAppliesTheRowItselfGreedyAndSampled) {
+  std::vector<float> logits(100);
+  for (size_t t = 0; t < logits.size(); ++t) logits[t] = 0.05f * static_cast<float>(t);  // 99 best
+  std::vector<uint32_t> row(model::grammar::bitmask_num_words(logits.size()), 0u);
+  row[0] |= 1u << 3;
+  row[1] |= 1u << (40 - 32);
+  Sampler sampler;
+  SamplingSlot slot;
+  slot.params.temperature = 0.0f;
+  slot.params.logprobs = true;
+  const SampledToken greedy = sampler.sample(logits, slot, {}, row);
+  EXPECT_EQ(greedy.token_id, 40);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - logits[99]));
+  EXPECT_NEAR(greedy.logprob, logits[40] - logits[99] - std::log(sum), 1e-4);  // raw, unmasked
+  EXPECT_EQ(sampler.sample(logits, slot, {}).token_id, 99);  // no row: unconstrained
+  // A bias cannot revive a masked token.
+  slot.params.logit_bias = {{99, 50.0f}};
+  EXPECT_EQ(sampler.sample(logits, slot, {}, row).token_id, 40);
+  slot.params.logit_bias.clear();
+  slot.params.temperature = 1.0f;
+  slot.params.top_k = 10;
+  for (int i = 0; i < 100; ++i) {
+    slot.params.seed = static_cast<uint64_t>(i);
+    const int32_t t = sampler.sample(logits, slot, {}, row).token_id;
+    EXPECT_TRUE(t == 3 || t == 40) << t;
+  }
+}
+
 }  // namespace
 }  // namespace troupe::gpu::cpu

@@ -218,6 +218,13 @@ TEST(GrammarMatcher, JsonSchemaAcceptsAValidAnswerTokenByToken) {
   EXPECT_TRUE(m.accept_token(im_end));
   EXPECT_TRUE(m.is_terminated());
   EXPECT_FALSE(m.accept_token(id_of(*tok, " ")));  // nothing after termination
+  // After termination the mask allows the stop tokens only (xgrammar itself would throw).
+  const std::vector<uint32_t> after = mask_of(m);
+  const auto& stops = compiler->tokenizer().stop_token_ids();
+  for (int32_t id : allowed_ids(after, tok->vocab_size())) {
+    EXPECT_NE(std::find(stops.begin(), stops.end(), id), stops.end()) << id;
+  }
+  EXPECT_TRUE(token_allowed(after, im_end));
 }
 
 TEST(GrammarMatcher, JsonSchemaRejectsWhatTheSchemaForbids) {

@@ -4,7 +4,8 @@ troupe_add_test(NAME net_test
     http_auth_test.cpp
   LIBS troupe_net LABELS "unit;net")
 troupe_add_test(NAME net_openai_test
-  SOURCES openai_request_test.cpp openai_codec_test.cpp openai_routes_test.cpp
+  SOURCES openai_request_test.cpp openai_structured_output_test.cpp openai_codec_test.cpp
+    openai_routes_test.cpp
     openai_server_test.cpp
   LIBS troupe_net LABELS "unit;net")
 troupe_add_tests(LIBS troupe_api_keys LABELS "unit;net" TESTS api_keys_test)
