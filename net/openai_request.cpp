@@ -14,6 +14,7 @@
 
 #include "net/disagg_codec.hpp"
 #include "net/json_input.hpp"
+#include "net/openai_field_errors.hpp"
 #include "net/openai_structured_output.hpp"
 
 namespace troupe::net {
@@ -21,27 +22,9 @@ namespace {
 
 namespace dom = simdjson::dom;
 using Error = std::optional<ApiError>;
-
-ApiError invalid(std::string param, std::string message, std::string code = "invalid_value") {
-  ApiError e;
-  e.status = 400;
-  e.message = std::move(message);
-  e.param = std::move(param);
-  e.code = std::move(code);
-  return e;
-}
-
-ApiError bad_type(std::string_view param, std::string_view expected) {
-  return invalid(std::string(param),
-                 fmt::format("Invalid type for '{}': expected {}.", param, expected),
-                 "invalid_type");
-}
-
-std::optional<dom::element> field(dom::object object, std::string_view key) {
-  dom::element element;
-  if (object[key].get(element) != simdjson::SUCCESS || element.is_null()) return std::nullopt;
-  return element;
-}
+using openai_fields::bad_type;
+using openai_fields::field;
+using openai_fields::invalid;
 
 std::optional<double> as_number(dom::element e) {
   switch (e.type()) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "net/json_input.hpp"
+#include "net/openai_field_errors.hpp"
 
 namespace troupe::net {
 namespace {
@@ -17,26 +18,9 @@ namespace {
 namespace dom = simdjson::dom;
 using model::grammar::GrammarSpec;
 using Error = std::optional<ApiError>;
-
-ApiError invalid(std::string param, std::string message, std::string code = "invalid_value") {
-  ApiError e;
-  e.status = 400;
-  e.message = std::move(message);
-  e.param = std::move(param);
-  e.code = std::move(code);
-  return e;
-}
-
-ApiError bad_type(const std::string& param, std::string_view expected) {
-  return invalid(param, fmt::format("Invalid type for '{}': expected {}.", param, expected),
-                 "invalid_type");
-}
-
-std::optional<dom::element> field(dom::object object, std::string_view key) {
-  dom::element element;
-  if (object[key].get(element) != simdjson::SUCCESS || element.is_null()) return std::nullopt;
-  return element;
-}
+using openai_fields::bad_type;
+using openai_fields::field;
+using openai_fields::invalid;
 
 Error check_text(const std::string& param, std::string_view text) {
   if (const auto bad = first_invalid_utf8(text)) {

@@ -1,11 +1,7 @@
 """`n` > 1 (several choices per request) end to end with the official `openai` client on the
 real model: one engine request of n sequences; a seed makes choice i use seed + i."""
-import asyncio
-import json
-
 import openai
 import requests
-import websockets
 import pytest
 
 MODEL_ID = "SmolLM2-135M-Instruct"
@@ -79,7 +75,7 @@ def test_n_out_of_range_is_400_naming_n(client):
 def test_n2_on_a_batch_item_and_a_websocket_chat_match_the_http_answer(server, client):
     """Every surface runs n choices the same way: a /v1/batch item and a WebSocket chat with
     n = 2 and seed 5 give the choices the HTTP endpoint gives."""
-    from ws_chat_client import recv_json, ws_url
+    from ws_chat_client import chat_over_websocket
 
     http = chat(client, n=2, temperature=1, seed=5, max_tokens=8)
     expected = [c.message.content for c in http.choices]
@@ -94,22 +90,7 @@ def test_n2_on_a_batch_item_and_a_websocket_chat_match_the_http_answer(server, c
     choices = item["response"]["body"]["choices"]
     assert [c["message"]["content"] for c in choices] == expected
 
-    async def ws_chat():
-        texts, ends = {0: "", 1: ""}, {}
-        async with websockets.connect(ws_url(server)) as ws:
-            frame = {k: v for k, v in body.items() if k != "model"}
-            await ws.send(json.dumps({"type": "chat", "id": "w", **frame}))
-            while True:
-                frame = await recv_json(ws)
-                if frame["type"] == "delta":
-                    texts[frame["index"]] += frame["text"]
-                elif frame["type"] == "choice_done":
-                    ends[frame["index"]] = frame["finish_reason"]
-                else:
-                    assert frame["type"] == "done", frame
-                    return texts, ends, frame
-
-    texts, ends, done = asyncio.run(ws_chat())
+    texts, ends, done = chat_over_websocket(server, body)
     assert set(ends) == {0, 1}
     assert [texts[0], texts[1]] == expected
     assert done["usage"]["completion_tokens"] == http.usage.completion_tokens

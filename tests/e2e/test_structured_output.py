@@ -2,7 +2,6 @@
 `response_format` json_schema and json_object, vLLM's `structured_outputs` (choice, regex) through
 extra_body, streamed and not, on chat, completions, a /v1/batch item and the WebSocket chat; the
 bad-input cases are 400s naming the field."""
-import asyncio
 import json
 import re
 
@@ -10,7 +9,6 @@ import openai
 import pydantic
 import pytest
 import requests
-import websockets
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 
@@ -130,7 +128,7 @@ def test_n2_choice_each_choice_is_constrained(client):
 
 
 def test_batch_item_and_websocket_chat_are_constrained(server, client):
-    from ws_chat_client import recv_json, ws_url
+    from ws_chat_client import chat_over_websocket
 
     body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Pick a number."}],
             "max_tokens": 10, "temperature": 0,
@@ -142,20 +140,8 @@ def test_batch_item_and_websocket_chat_are_constrained(server, client):
     text = r.json()["data"][0]["response"]["body"]["choices"][0]["message"]["content"]
     assert re.fullmatch(r"[0-9]{3}", text), text
 
-    async def ws_chat():
-        out = ""
-        async with websockets.connect(ws_url(server)) as ws:
-            frame = {k: v for k, v in body.items() if k != "model"}
-            await ws.send(json.dumps({"type": "chat", "id": "w", **frame}))
-            while True:
-                frame = await recv_json(ws)
-                if frame["type"] == "delta":
-                    out += frame["text"]
-                else:
-                    assert frame["type"] == "done", frame
-                    return out
-
-    assert asyncio.run(ws_chat()) == text
+    texts, _, _ = chat_over_websocket(server, body)
+    assert texts[0] == text
 
 
 @pytest.mark.parametrize("kwargs,param", [

@@ -1,0 +1,42 @@
+// What the OpenAI request readers (openai_request.cpp, openai_structured_output.cpp) share: the
+// 400 that names a field, and reading a field where an absent one and an explicit `null` are
+// alike (OpenAI clients send nulls for unset options).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "net/http_types.hpp"
+
+namespace troupe::net::openai_fields {
+
+inline ApiError invalid(std::string param, std::string message, std::string code = "invalid_value") {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+inline ApiError bad_type(std::string_view param, std::string_view expected) {
+  return invalid(std::string(param),
+                 fmt::format("Invalid type for '{}': expected {}.", param, expected),
+                 "invalid_type");
+}
+
+inline std::optional<simdjson::dom::element> field(simdjson::dom::object object,
+                                                   std::string_view key) {
+  simdjson::dom::element element;
+  if (object[key].get(element) != simdjson::SUCCESS || element.is_null()) return std::nullopt;
+  return element;
+}
+
+}  // namespace troupe::net::openai_fields
