@@ -1,6 +1,7 @@
 // Decodes OpenAI `chat/completions` and `completions` request bodies (simdjson DOM) into an
 // engine::GenerateRequest plus the wire options only net needs (stream, usage, ...). Unknown
-// fields are ignored, except `tools`/`tool_choice` (refused: not implemented) and the
+// fields are ignored, except `tools`/`tool_choice` (refused with a 400: tool calling is not
+// supported yet, issue 19) and the
 // structured-output fields (openai_structured_output.hpp); a present field of the wrong type or out of range is a 400 naming it.
 // Chat messages, as OpenAI checks them: `role` is one of system, developer, user, assistant,
 // tool, function; `content` is a string or an array of {"type":"text","text":...} parts, and

@@ -15,7 +15,7 @@
 // as an object is minified (so equal schemas share one compiled grammar in the cache). Whether
 // a schema, regex or grammar compiles is checked later, on a prompt worker (a 400 naming the
 // field too). `tools` (non-empty) and `tool_choice` (other than "none") are a 400 naming the
-// field: tool calling is not implemented, and the rule is that an unsupported field is refused,
+// field: tool calling is not supported yet (issue 19), and an unsupported field is refused,
 // never silently ignored.
 //
 // Thread-safety: pure functions.

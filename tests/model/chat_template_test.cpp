@@ -9,13 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/model/smollm2_tokenizer.hpp"
+
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
 
 namespace troupe::model {
-
-const Tokenizer* smollm2_tokenizer();        // tokenizer_test.cpp
-std::filesystem::path smollm2_model_path();  // tokenizer_test.cpp
 
 namespace {
 

@@ -20,24 +20,10 @@
 #include "model/grammar/token_bitmask.hpp"
 #include "model/grammar/tokenizer_info.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/model/smollm2_tokenizer.hpp"
 
 namespace troupe::model::grammar {
 namespace {
-
-std::filesystem::path smollm2_model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL"); env != nullptr && *env != '\0')
-    return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-const Tokenizer* smollm2_tokenizer() {
-  static const std::unique_ptr<Tokenizer> tokenizer = []() -> std::unique_ptr<Tokenizer> {
-    const auto path = smollm2_model_path();
-    if (!std::filesystem::exists(path)) return nullptr;
-    return std::make_unique<Tokenizer>(Tokenizer::from_gguf(GgufFile::open(path)));
-  }();
-  return tokenizer.get();
-}
 
 // One compiler for the whole executable: building the vocabulary tables takes a moment.
 GrammarCompiler* smollm2_compiler() {

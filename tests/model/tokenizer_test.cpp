@@ -18,25 +18,9 @@
 #include "model/pretokenizer.hpp"
 #include "model/unicode.hpp"
 #include "tests/model/gguf_writer.hpp"
+#include "tests/model/smollm2_tokenizer.hpp"
 
 namespace troupe::model {
-
-std::filesystem::path smollm2_model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL"); env != nullptr && *env != '\0')
-    return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-// Shared by the test files of this executable; nullptr when the model file is absent.
-const Tokenizer* smollm2_tokenizer() {
-  static const std::unique_ptr<Tokenizer> tokenizer = []() -> std::unique_ptr<Tokenizer> {
-    const auto path = smollm2_model_path();
-    if (!std::filesystem::exists(path)) return nullptr;
-    const GgufFile file = GgufFile::open(path);
-    return std::make_unique<Tokenizer>(Tokenizer::from_gguf(file));
-  }();
-  return tokenizer.get();
-}
 
 #define REQUIRE_SMOLLM2(tok)                                                           \
   const Tokenizer* tok = smollm2_tokenizer();                                          \
