@@ -117,12 +117,6 @@ void CompletionSink::on_finish(engine::RequestId request_id, engine::Completion 
     return;
   }
   start_stream();
-  // Choices the engine ended without a ChoiceEnd (cancelled before they started) end here.
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    if (choices_[i].finish_reason.empty()) {
-      on_choice_end(request_id, engine::ChoiceEnd{static_cast<int32_t>(i), completion.finish_reason, 0});
-    }
-  }
   std::string events;
   if (options_.include_usage) events += sse_event(usage_chunk_json(identity_, completion.usage));
   events += kSseDone;

@@ -197,6 +197,10 @@ void IngressActor::end_before_start(LiveRequest& live, std::optional<RequestErro
   publish_stats();
   if (answered) return;
   if (ended.cancelled_building) {
+    // Every request's choices end before it does (the sink contract), these ones unstarted.
+    for (int32_t i = 0; i < ended.num_choices; ++i) {
+      ended.sink->on_choice_end(id, engine::ChoiceEnd{i, "cancelled", 0});
+    }
     ended.sink->on_finish(id, std::move(cancelled));
     return;
   }
