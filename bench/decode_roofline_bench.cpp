@@ -1,0 +1,152 @@
+// How far batch-1 decode is from what the memory allows (issue 21).
+//
+// 1. Read bandwidth of this box: a STREAM-like sum over a buffer far larger than the last-level
+//    cache, with 1 thread and with the backend's thread count (each thread reads its own slice,
+//    as the matmuls split weight rows). Best of several passes: the roofline is what the memory
+//    can give, not what a noisy neighbour leaves.
+// 2. The bytes one decode step must read: the packed weights (every matmul reads all of its
+//    rows; the tied embedding/logits matrix is read once by the logits matmul) plus the KV of the
+//    context at that step.
+// 3. The roofline tok/s = bandwidth / bytes per step, beside the measured batch-1 decode tok/s of
+//    the same process, and their ratio.
+//
+//   decode_roofline_bench [--model PATH] [--threads N] [--context N] [--steps N] [--buffer-mib N]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/cpu/cpu_backend.hpp"
+#include "model/gguf.hpp"
+#include "tests/gpu/cpu_step_harness.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using troupe::gpu::cpu::CpuBackend;
+using troupe::gpu::cpu::CpuBackendConfig;
+using troupe::gpu::cpu::testing::StepHarness;
+
+// Sums a slice with four independent 256-bit accumulators: the loads, not the adds, bound it.
+__attribute__((target("avx2"))) uint64_t read_slice(const std::byte* p, size_t bytes) {
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
+  const auto* v = reinterpret_cast<const __m256i*>(p);
+  const size_t n = bytes / sizeof(__m256i);
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_epi64(acc[k], _mm256_load_si256(v + i + k));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3]));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+// GB/s (1e9 bytes) of the best of `passes` full reads of `buffer` split over `threads` threads.
+double read_bandwidth(const std::byte* buffer, size_t bytes, int threads, int passes) {
+  const size_t slice = (bytes / threads) & ~size_t{127};
+  double best = 0;
+  std::atomic<uint64_t> sink{0};
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<std::thread> pool;
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    Clock::time_point t0;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        sink.fetch_add(read_slice(buffer + t * slice, slice), std::memory_order_relaxed);
+      });
+    }
+    while (ready.load() < threads) {
+    }
+    t0 = Clock::now();
+    go.store(true, std::memory_order_release);
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(slice * threads) / s / 1e9);
+  }
+  if (sink.load() == 42) std::puts("");  // keeps the sums alive
+  return best;
+}
+
+std::vector<int32_t> prompt_tokens(int n, int vocab) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (1000 + 7919 * i) % vocab;
+  return t;
+}
+
+// Batch-1 decode tok/s after a `context`-token prompt, best of `reps` runs of `steps` steps.
+double decode_batch1(CpuBackend& backend, int context, int steps, int reps) {
+  double best = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    StepHarness h(backend.kv_geometry().num_blocks, backend.kv_geometry().block_size);
+    h.add(1, prompt_tokens(context, backend.model_config().n_vocab));
+    h.accept(backend.run_step(h.build({{1, context}})));
+    h.accept(backend.run_step(h.build({{1, 1}})));  // warm-up
+    const auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) h.accept(backend.run_step(h.build({{1, 1}})));
+    best = std::max(best, steps / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::filesystem::path model =
+      std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) model = env;
+  int threads = 0, context = 128, steps = 64;
+  size_t buffer_mib = 1024;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--model") model = argv[i + 1];
+    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--context") context = std::atoi(argv[i + 1]);
+    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (a == "--buffer-mib") buffer_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
+  }
+  CpuBackendConfig cfg;
+  cfg.num_threads = threads;
+  cfg.num_blocks = 1024;
+  auto file = std::make_shared<const troupe::model::GgufFile>(troupe::model::GgufFile::open(model));
+  auto backend = CpuBackend::from_gguf(file, cfg);
+  const int n = backend->num_threads();
+
+  const size_t bytes = buffer_mib << 20;
+  auto* buffer = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+  std::memset(buffer, 1, bytes);  // touch every page before timing
+  const double bw1 = read_bandwidth(buffer, bytes, 1, 5);
+  const double bwn = read_bandwidth(buffer, bytes, n, 5);
+  std::free(buffer);
+
+  const auto geometry = backend->kv_geometry();
+  const double kv_per_token = static_cast<double>(geometry.bytes) / geometry.num_blocks / geometry.block_size;
+  const double step_bytes = static_cast<double>(backend->packed_weight_bytes()) + kv_per_token * context;
+  const double roofline = bwn * 1e9 / step_bytes;
+  const double measured = decode_batch1(*backend, context, steps, 3);
+
+  std::printf("model %s, %d threads, isa %s\n", model.filename().c_str(), n,
+              std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str());
+  std::printf("read bandwidth (best of 5, %zu MiB): 1 thread %.1f GB/s, %d threads %.1f GB/s\n",
+              buffer_mib, bw1, n, bwn);
+  std::printf("bytes per decode step: weights %.1f MB + KV %.2f MB (context %d) = %.1f MB\n",
+              backend->packed_weight_bytes() / 1e6, kv_per_token * context / 1e6, context, step_bytes / 1e6);
+  std::printf("roofline %.1f tok/s (%.2f ms/token); batch-1 decode %.1f tok/s (%.2f ms/token); ratio %.2f\n",
+              roofline, 1e3 / roofline, measured, 1e3 / measured, measured / roofline);
+  return 0;
+}
