@@ -30,24 +30,27 @@ constexpr Syntax kHermes{"<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}
                          "\n", "<tool_call>"};
 constexpr Syntax kLlama3{"{\"name\": \"", "\", \"parameters\": ", "}", "; ", "{\"name\": \""};
 
-void append_tag(const Syntax& syntax, const ToolDefinition& tool, std::string& out) {
+void append_tag(const Syntax& syntax, const ToolDefinition& tool,
+                std::optional<int32_t> max_whitespace, std::string& out) {
   out += R"({"type":"tag","begin":)";
   append_json_string(std::string(syntax.begin_prefix) + tool.name + std::string(syntax.begin_suffix),
                      out);
   out += R"(,"content":{"type":"json_schema","json_schema":)";
   out += tool.parameters.empty() ? std::string(R"({"type":"object"})") : tool.parameters;
+  if (max_whitespace) out += R"(,"max_whitespace_cnt":)" + std::to_string(*max_whitespace);
   out += R"(},"end":)";
   append_json_string(syntax.end, out);
   out += "}";
 }
 
-void append_tags(const Syntax& syntax, std::span<const ToolDefinition> tools, std::string& out) {
+void append_tags(const Syntax& syntax, std::span<const ToolDefinition> tools,
+                 std::optional<int32_t> max_whitespace, std::string& out) {
   out += R"("tags":[)";
   bool first = true;
   for (const ToolDefinition& tool : tools) {
     if (!first) out += ",";
     first = false;
-    append_tag(syntax, tool, out);
+    append_tag(syntax, tool, max_whitespace, out);
   }
   out += "]";
 }
@@ -56,7 +59,8 @@ void append_tags(const Syntax& syntax, std::span<const ToolDefinition> tools, st
 
 std::optional<grammar::GrammarSpec> tool_call_grammar(ToolCallFormat format,
                                                       std::span<const ToolDefinition> tools,
-                                                      const ToolChoice& choice) {
+                                                      const ToolChoice& choice,
+                                                      std::optional<int32_t> json_max_whitespace) {
   if (format == ToolCallFormat::kNone || tools.empty() || choice.mode == ToolChoiceMode::kNone) {
     return std::nullopt;
   }
@@ -70,12 +74,12 @@ std::optional<grammar::GrammarSpec> tool_call_grammar(ToolCallFormat format,
         if (tool.name == choice.name) named = &tool;
       }
       if (named == nullptr) return std::nullopt;  // the API layer refused it already
-      append_tag(syntax, *named, out);
+      append_tag(syntax, *named, json_max_whitespace, out);
       break;
     }
     case ToolChoiceMode::kRequired:
       out += R"({"type":"tags_with_separator",)";
-      append_tags(syntax, tools, out);
+      append_tags(syntax, tools, json_max_whitespace, out);
       out += R"(,"separator":)";
       append_json_string(syntax.separator, out);
       out += R"(,"at_least_one":true,"stop_after_first":)";
@@ -86,7 +90,7 @@ std::optional<grammar::GrammarSpec> tool_call_grammar(ToolCallFormat format,
       out += R"({"type":"triggered_tags","triggers":[)";
       append_json_string(syntax.trigger, out);
       out += "],";
-      append_tags(syntax, tools, out);
+      append_tags(syntax, tools, json_max_whitespace, out);
       out += R"(,"at_least_one":false,"stop_after_first":)";
       out += stop_after_first;
       out += "}";

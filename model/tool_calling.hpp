@@ -29,8 +29,10 @@
 
 namespace troupe::model {
 
-std::optional<grammar::GrammarSpec> tool_call_grammar(ToolCallFormat format,
-                                                      std::span<const ToolDefinition> tools,
-                                                      const ToolChoice& choice);
+// json_max_whitespace: the compiler's cap on JSON whitespace runs, written into each arguments
+// schema of the tag (a structural tag does not take the compiler's JSON settings).
+std::optional<grammar::GrammarSpec> tool_call_grammar(
+    ToolCallFormat format, std::span<const ToolDefinition> tools, const ToolChoice& choice,
+    std::optional<int32_t> json_max_whitespace = std::nullopt);
 
 }  // namespace troupe::model

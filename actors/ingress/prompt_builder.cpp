@@ -32,8 +32,9 @@ std::optional<model::grammar::GrammarSpec> PromptBuilder::grammar_spec(
   }
   if (!request.parses_tool_calls()) return std::nullopt;
   field = request.tool_choice.mode == model::ToolChoiceMode::kAuto ? "tools" : "tool_choice";
-  return model::tool_call_grammar(chat_template_.tool_call_format(), request.tools,
-                                  request.tool_choice);
+  return model::tool_call_grammar(
+      chat_template_.tool_call_format(), request.tools, request.tool_choice,
+      grammar_compiler_ ? grammar_compiler_->config().json_max_whitespace : std::nullopt);
 }
 
 // NOTE: only this function calls into troupe_grammar: without xgrammar (TROUPE_HAVE_XGRAMMAR

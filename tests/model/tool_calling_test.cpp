@@ -164,6 +164,9 @@ TEST(ToolCallGrammar, StructuralTagPerChoice) {
 
   choice.mode = ToolChoiceMode::kNamed;
   choice.name = "ping";
+  EXPECT_NE(tool_call_grammar(ToolCallFormat::kHermes, tools, choice, 4)->source.find(
+                R"({"type":"object"},"max_whitespace_cnt":4})"),
+            std::string::npos);
   spec = tool_call_grammar(ToolCallFormat::kHermes, tools, choice);
   ASSERT_TRUE(spec);
   EXPECT_EQ(spec->source,
