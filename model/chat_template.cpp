@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "model/chat_template_internal.hpp"
 #include "model/gguf.hpp"
 
 namespace troupe::model {
@@ -23,36 +24,8 @@ constexpr std::array<std::pair<std::string_view, ChatTemplateKind>, 9> kNames = 
     {"mistral-v3-tekken", ChatTemplateKind::kMistralV3Tekken},
 }};
 
-// llama.cpp's trim(): ASCII whitespace at both ends.
-std::string trim(std::string_view s) {
-  auto space = [](char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-  };
-  size_t b = 0, e = s.size();
-  while (b < e && space(s[b])) ++b;
-  while (e > b && space(s[e - 1])) --e;
-  return std::string(s.substr(b, e - b));
-}
-
-// Appends template text and (untrusted) message text, remembering where the latter went. Role
-// names come from the request too, so they are recorded as untrusted as well.
-class PromptBuilder {
- public:
-  PromptBuilder& tmpl(std::string_view s) {
-    out_.text.append(s);
-    return *this;
-  }
-  PromptBuilder& user_text(std::string_view s) {
-    const size_t begin = out_.text.size();
-    out_.text.append(s);
-    if (!s.empty()) out_.content_spans.push_back(TextSpan{begin, out_.text.size()});
-    return *this;
-  }
-  RenderedPrompt take() { return std::move(out_); }
-
- private:
-  RenderedPrompt out_;
-};
+using chat_internal::PromptBuilder;
+using chat_internal::trim;
 
 void render_chatml(PromptBuilder& b, std::span<const ChatMessage> messages,
                    bool add_generation_prompt, const std::optional<std::string>& default_system) {
@@ -124,6 +97,20 @@ void render_mistral(PromptBuilder& b, std::span<const ChatMessage> messages,
 }
 
 }  // namespace
+
+namespace chat_internal {
+
+std::string trim(std::string_view s) {
+  auto space = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+  };
+  size_t b = 0, e = s.size();
+  while (b < e && space(s[b])) ++b;
+  while (e > b && space(s[e - 1])) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+}  // namespace chat_internal
 
 ChatTemplate ChatTemplate::by_name(std::string_view name) {
   for (const auto& [n, kind] : kNames) {
@@ -204,14 +191,36 @@ ChatTemplate ChatTemplate::for_model(const GgufFile& file, std::string_view conf
   return from_jinja(file.get_string("tokenizer.chat_template"), configured_name);
 }
 
+ToolCallFormat ChatTemplate::tool_call_format() const {
+  switch (kind_) {
+    case ChatTemplateKind::kChatml: return ToolCallFormat::kHermes;
+    case ChatTemplateKind::kLlama3: return ToolCallFormat::kLlama3Json;
+    default: return ToolCallFormat::kNone;
+  }
+}
+
 RenderedPrompt ChatTemplate::render(std::span<const ChatMessage> messages,
-                                    bool add_generation_prompt) const {
+                                    bool add_generation_prompt,
+                                    std::span<const ToolDefinition> tools) const {
   PromptBuilder b;
+  // Without tools and tool messages the plain renderers stay byte-for-byte llama.cpp's.
+  const bool tool_content = chat_internal::has_tool_content(messages, tools);
   switch (kind_) {
     case ChatTemplateKind::kChatml:
-      render_chatml(b, messages, add_generation_prompt, default_system_prompt_);
+      if (tool_content) {
+        chat_internal::render_chatml_tools(b, messages, add_generation_prompt,
+                                           default_system_prompt_, tools);
+      } else {
+        render_chatml(b, messages, add_generation_prompt, default_system_prompt_);
+      }
       break;
-    case ChatTemplateKind::kLlama3: render_llama3(b, messages, add_generation_prompt); break;
+    case ChatTemplateKind::kLlama3:
+      if (tool_content) {
+        chat_internal::render_llama3_tools(b, messages, add_generation_prompt, tools);
+      } else {
+        render_llama3(b, messages, add_generation_prompt);
+      }
+      break;
     case ChatTemplateKind::kLlama2:
     case ChatTemplateKind::kLlama2Sys:
     case ChatTemplateKind::kLlama2SysBos:
@@ -227,8 +236,9 @@ RenderedPrompt ChatTemplate::render(std::span<const ChatMessage> messages,
 
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                  std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt, size_t max_tokens) {
-  const RenderedPrompt prompt = chat_template.render(messages, add_generation_prompt);
+                                 bool add_generation_prompt, size_t max_tokens,
+                                 std::span<const ToolDefinition> tools) {
+  const RenderedPrompt prompt = chat_template.render(messages, add_generation_prompt, tools);
   std::vector<int32_t> ids;
   if (tokenizer.add_bos() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   const std::vector<int32_t> body =

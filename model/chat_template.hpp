@@ -9,6 +9,11 @@
 // Tokenizer::encode_with_plain_spans keeps special-token texts inside them as plain text (a user
 // cannot inject `<|im_end|>`). encode_chat() does both.
 //
+// Tool calling (issue 19): ChatML renders `tools`, assistant `tool_calls` and `tool` results the
+// Hermes way of Qwen2.5's Jinja template, Llama 3 as Meta's Llama 3.1 JSON tool-calling template
+// (chat_template_tools.cpp); the other families have no tool format (tool_call_format() kNone).
+// Tool signatures, call arguments and tool results are untrusted content spans like any message.
+//
 // Thread-safety: immutable value type; any thread.
 #pragma once
 
@@ -19,14 +24,17 @@
 #include <vector>
 
 #include "model/tokenizer.hpp"
+#include "model/tool_types.hpp"
 
 namespace troupe::model {
 
 class GgufFile;
 
 struct ChatMessage {
-  std::string role;  // "system" | "user" | "assistant" (others are passed through)
+  std::string role;  // "system" | "user" | "assistant" | "tool" (others are passed through)
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant: the calls it made (content may be empty)
+  std::string tool_call_id;          // tool: the call this result answers
 };
 
 struct RenderedPrompt {
@@ -72,9 +80,16 @@ class ChatTemplate {
   std::string_view name() const;
   const std::optional<std::string>& default_system_prompt() const { return default_system_prompt_; }
 
-  RenderedPrompt render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-    return render(messages, add_generation_prompt).text;
+  ToolCallFormat tool_call_format() const;
+
+  // `tools`: rendered into the prompt (only for a family with a tool-call format; the caller
+  // refuses tools for the others). Messages with tool_calls / role "tool" render in the
+  // family's tool format whether or not `tools` is given.
+  RenderedPrompt render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                        std::span<const ToolDefinition> tools = {}) const;
+  std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                    std::span<const ToolDefinition> tools = {}) const {
+    return render(messages, add_generation_prompt, tools).text;
   }
 
  private:
@@ -87,7 +102,8 @@ class ChatTemplate {
 // max_tokens: as Tokenizer::encode (more than max_tokens ids back means "too long").
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                  std::span<const ChatMessage> messages, bool add_generation_prompt,
-                                 size_t max_tokens = SIZE_MAX);
+                                 size_t max_tokens = SIZE_MAX,
+                                 std::span<const ToolDefinition> tools = {});
 
 // llama.cpp's detection for the formats troupe renders; nullopt when unrecognised (or a format
 // troupe does not implement, such as phi-4, SmolVLM or mistral-v7).

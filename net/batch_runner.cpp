@@ -109,13 +109,14 @@ std::shared_ptr<RequestRecord> item_record(const OpenAiContext& context, std::st
 class BatchItemSink final : public engine::RequestSink {
  public:
   BatchItemSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<BatchRun> run,
-                size_t index, BatchItem item, std::string key_name)
+                size_t index, BatchItem item, std::string key_name,
+                model::ToolCallFormat tool_format)
       : context_(std::move(context)),
         run_(std::move(run)),
         index_(index),
         item_(std::move(item)),
         token_text_(context_->token_text()),
-        collected_(item_.request->n, item_.request->generate.sampling.logprobs) {
+        collected_(item_.request->n, item_.request->generate.sampling.logprobs, tool_format) {
     identity_.kind = item_.request->kind;
     identity_.id = make_response_id(identity_.kind);
     identity_.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -191,12 +192,14 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   auto ids = std::make_shared<std::vector<engine::RequestId>>();
   ids->reserve(valid.size());
   for (const size_t i : valid) {
+    // Before the move: the sink parses the answer for tool calls when the item asks for them.
+    const model::ToolCallFormat tool_format = context->tool_format(batch.items[i].request->generate);
     engine::GenerateRequest generate = std::move(batch.items[i].request->generate);
     generate.client = client_key(request.api_key_name, request.header("Authorization"),
                                  batch.items[i].request->user,
                                  http_connection_label(request.connection_id));
     auto sink = std::make_shared<BatchItemSink>(context, run, i, std::move(batch.items[i]),
-                                                request.api_key_name);
+                                                request.api_key_name, tool_format);
     ids->push_back(context->engine.submit(std::move(generate), std::move(sink)));
   }
   // Not an access line: each item gets its own when it ends.

@@ -16,6 +16,7 @@
 #include "net/json_input.hpp"
 #include "net/openai_field_errors.hpp"
 #include "net/openai_structured_output.hpp"
+#include "net/openai_tools.hpp"
 
 namespace troupe::net {
 namespace {
@@ -161,6 +162,7 @@ Error read_message(dom::object item, const std::string& param, model::ChatMessag
                                "'developer', 'user', 'assistant', 'tool', 'function'.",
                                param, message.role));
   }
+  if (auto err = read_message_tool_fields(item, param, message)) return err;
   const auto content = field(item, "content");
   if (!content) {
     const bool calls = field(item, "tool_calls") || field(item, "function_call");
@@ -508,8 +510,9 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   if (auto err = read_string(o, "user", request.user)) return err;
   g.client_label = request.user;
   if (auto err = read_kv_transfer(o, request)) return err;
-  if (auto err = refuse_tool_calling(o)) return err;
+  if (auto err = read_tools(o, kind, g)) return err;
   if (auto err = read_structured_output(o, g)) return err;
+  if (auto err = check_tools_combination(g)) return err;
   return check_structured_output(g);
 }
 

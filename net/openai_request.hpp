@@ -1,8 +1,9 @@
 // Decodes OpenAI `chat/completions` and `completions` request bodies (simdjson DOM) into an
 // engine::GenerateRequest plus the wire options only net needs (stream, usage, ...). Unknown
-// fields are ignored, except `tools`/`tool_choice` (refused with a 400: tool calling is not
-// supported yet, issue 19) and the
-// structured-output fields (openai_structured_output.hpp); a present field of the wrong type or out of range is a 400 naming it.
+// fields are ignored; the tool-calling fields (`tools`, `tool_choice`, `parallel_tool_calls`,
+// messages' `tool_calls` / `tool_call_id`: openai_tools.hpp) and the structured-output fields
+// (openai_structured_output.hpp) are read; a present field of the wrong type or out of range is a
+// 400 naming it.
 // Chat messages, as OpenAI checks them: `role` is one of system, developer, user, assistant,
 // tool, function; `content` is a string or an array of {"type":"text","text":...} parts, and
 // may be null or absent only on an assistant message with `tool_calls` or `function_call`.

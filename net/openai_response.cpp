@@ -10,6 +10,7 @@
 #include "net/disagg_codec.hpp"
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
+#include "net/openai_tool_calls.hpp"
 
 namespace troupe::net {
 namespace {
@@ -113,6 +114,22 @@ void write_usage(JsonWriter& w, const engine::Usage& usage) {
   w.end_object();
 }
 
+// "tool_calls":[{"index"?,"id","type","function":{"name","arguments"}}]; a stream's later
+// pieces of a call carry only its index and the arguments fragment.
+void write_tool_calls(JsonWriter& w, std::span<const ToolCallOut> calls, bool stream) {
+  w.key("tool_calls").begin_array();
+  for (const ToolCallOut& call : calls) {
+    w.begin_object();
+    if (stream) w.field("index", call.index);
+    if (call.first) w.field("id", call.id).field("type", "function");
+    w.key("function").begin_object();
+    if (call.first) w.field("name", call.name);
+    w.field("arguments", call.arguments).end_object();
+    w.end_object();
+  }
+  w.end_array();
+}
+
 void write_finish_reason(JsonWriter& w, std::optional<std::string_view> finish_reason) {
   w.key("finish_reason");
   finish_reason ? w.value(*finish_reason) : w.null();
@@ -129,11 +146,15 @@ std::string legacy_token_string(std::string_view token_bytes) {
   return out;
 }
 
-std::string make_response_id(ApiKind kind) {
+std::string random_id(std::string_view prefix) {
   thread_local std::mt19937_64 random{std::random_device{}()};
   const uint64_t high = random();
   const uint32_t low = static_cast<uint32_t>(random());
-  return fmt::format("{}{:016x}{:08x}", kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-", high, low);
+  return fmt::format("{}{:016x}{:08x}", prefix, high, low);
+}
+
+std::string make_response_id(ApiKind kind) {
+  return random_id(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
 }
 
 std::string sse_event(std::string_view json) {
@@ -155,6 +176,7 @@ std::string chunk_json(const ResponseIdentity& identity, const ChunkContent& con
       w.key("delta").begin_object();
       if (first) w.field("role", "assistant");
       if (!content.text.empty() || first) w.field("content", content.text);
+      if (!content.tool_calls.empty()) write_tool_calls(w, content.tool_calls, /*stream=*/true);
       w.end_object();
       break;
     case ApiKind::kCompletion: w.field("text", content.text); break;
@@ -202,13 +224,23 @@ std::string CollectedChoices::body_json(const ResponseIdentity& identity,
                                         const TokenTextFn& token_text) const {
   std::vector<ChoiceOutput> outputs;
   outputs.reserve(choices_.size());
+  std::vector<ToolCallAnswer> answers(choices_.size());  // outlives `outputs`, which view it
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& choice = choices_[i];
     ChunkContent content{choice.text, choice.tokens, with_logprobs_, 0};
     content.index = static_cast<int32_t>(i);
-    outputs.push_back(ChoiceOutput{content, choice.finish_reason.empty()
-                                                ? std::string_view(completion.finish_reason)
-                                                : std::string_view(choice.finish_reason)});
+    std::string_view finish_reason = choice.finish_reason.empty()
+                                         ? std::string_view(completion.finish_reason)
+                                         : std::string_view(choice.finish_reason);
+    if (tool_format_ != model::ToolCallFormat::kNone) {
+      answers[i] = parse_tool_call_answer(tool_format_, choice.text);
+      if (!answers[i].calls.empty()) {
+        content.text = answers[i].content;
+        content.tool_calls = answers[i].calls;
+        finish_reason = finish_reason_with_calls(finish_reason, true);
+      }
+    }
+    outputs.push_back(ChoiceOutput{content, finish_reason});
   }
   return multi_completion_json(identity, outputs, completion.usage, token_text,
                                completion.kv_transfer ? &*completion.kv_transfer : nullptr);
@@ -228,7 +260,13 @@ std::string multi_completion_json(const ResponseIdentity& identity,
     switch (identity.kind) {
       case ApiKind::kChat:
         w.key("message").begin_object().field("role", "assistant");
-        w.field("content", content.text).end_object();
+        if (content.tool_calls.empty() || !content.text.empty()) {
+          w.field("content", content.text);
+        } else {
+          w.key("content").null();
+        }
+        if (!content.tool_calls.empty()) write_tool_calls(w, content.tool_calls, /*stream=*/false);
+        w.end_object();
         break;
       case ApiKind::kCompletion: w.field("text", content.text); break;
     }

@@ -36,6 +36,19 @@ std::string legacy_token_string(std::string_view token_bytes);
 
 // "chatcmpl-" or "cmpl-" followed by 24 random hex digits.
 std::string make_response_id(ApiKind kind);
+// `prefix` followed by 24 random hex digits ("call_…" for tool calls).
+std::string random_id(std::string_view prefix);
+
+// A tool call of a chat answer (issue 19): whole in a non-streamed message; in a stream, a piece
+// of one — its first chunk carries id, type and name with arguments "", later chunks only
+// argument fragments (as OpenAI streams them).
+struct ToolCallOut {
+  int32_t index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+  bool first = true;  // stream: the call's first chunk
+};
 
 // One server-sent event: "data: <json>\n\n".
 std::string sse_event(std::string_view json);
@@ -49,6 +62,9 @@ struct ChunkContent {
   bool with_logprobs = false;
   size_t text_offset = 0;
   int32_t index = 0;  // the choice (`n` > 1 gives choices 0..n-1)
+  // Chat with tools: the calls (whole, or this chunk's pieces); content is null in a message
+  // with calls and no text.
+  std::span<const ToolCallOut> tool_calls;
 };
 
 // One finished choice of a non-streamed response.
@@ -76,8 +92,13 @@ std::string multi_completion_json(const ResponseIdentity& identity,
 // Thread-safety: one request's sink, one thread at a time.
 class CollectedChoices {
  public:
-  CollectedChoices(int32_t num_choices, bool with_logprobs)
-      : choices_(static_cast<size_t>(num_choices < 1 ? 1 : num_choices)), with_logprobs_(with_logprobs) {}
+  // tool_format other than kNone: each choice's text is parsed for tool calls
+  // (net/openai_tool_calls.hpp) before it is written.
+  CollectedChoices(int32_t num_choices, bool with_logprobs,
+                   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone)
+      : choices_(static_cast<size_t>(num_choices < 1 ? 1 : num_choices)),
+        with_logprobs_(with_logprobs),
+        tool_format_(tool_format) {}
   void add(engine::TokenDelta& delta);
   void end(const engine::ChoiceEnd& end);
   std::string body_json(const ResponseIdentity& identity, const engine::Completion& completion,
@@ -92,6 +113,7 @@ class CollectedChoices {
   Choice& at(int32_t index);
   std::vector<Choice> choices_;
   bool with_logprobs_;
+  model::ToolCallFormat tool_format_;
 };
 
 // An error inside a stream that already sent its headers: {"error":{...}}.

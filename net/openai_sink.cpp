@@ -11,6 +11,11 @@ TokenTextFn OpenAiContext::token_text() const {
   return [e](int32_t id) { return e->tokenizer().token_piece(id); };
 }
 
+model::ToolCallFormat OpenAiContext::tool_format(const engine::GenerateRequest& request) const {
+  return request.parses_tool_calls() ? engine.model_card().tool_call_format
+                                     : model::ToolCallFormat::kNone;
+}
+
 std::shared_ptr<RequestRecord> OpenAiContext::record(std::string_view route, std::string id,
                                                     std::string detail,
                                                     std::string key_name) const {
@@ -44,7 +49,7 @@ CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,
       record_(std::move(record)),
       token_text_(context_->token_text()),
       choices_(static_cast<size_t>(std::max(num_choices, 1))),
-      collected_(num_choices, options_.with_logprobs) {}
+      collected_(num_choices, options_.with_logprobs, options_.tool_format) {}
 
 bool CompletionSink::start_stream() {
   if (stream_started_) return true;
@@ -86,11 +91,34 @@ bool CompletionSink::on_delta(engine::RequestId request_id, engine::TokenDelta d
   if (!start_stream()) return false;
   const bool first = !c.started;
   c.started = true;
+  if (options_.tool_format != model::ToolCallFormat::kNone) {
+    if (!c.tools) c.tools.emplace(options_.tool_format);
+    return write_tool_pieces(c, delta.index, c.tools->feed(delta.text), delta.tokens, first);
+  }
   if (delta.text.empty() && delta.tokens.empty() && !first) return !out_->client_gone();
   ChunkContent content{delta.text, delta.tokens, options_.with_logprobs, c.text_offset};
   content.index = delta.index;
   c.text_offset += delta.text.size();
   return out_->write(sse_event(chunk_json(identity_, content, first, std::nullopt, token_text_)));
+}
+
+// One chunk per piece (content text or tool-call pieces); the delta's logprobs ride on the first.
+bool CompletionSink::write_tool_pieces(Choice& c, int32_t index,
+                                       std::vector<ToolCallStreamer::Piece> pieces,
+                                       std::span<const engine::TokenInfo> tokens, bool first) {
+  if (pieces.empty() && (first || !tokens.empty())) pieces.emplace_back();
+  for (const ToolCallStreamer::Piece& piece : pieces) {
+    ChunkContent content{piece.content, tokens, options_.with_logprobs, c.text_offset};
+    content.index = index;
+    content.tool_calls = piece.calls;
+    c.text_offset += piece.content.size();
+    tokens = {};
+    if (!out_->write(sse_event(chunk_json(identity_, content, first, std::nullopt, token_text_)))) {
+      return false;
+    }
+    first = false;
+  }
+  return !out_->client_gone();
 }
 
 void CompletionSink::on_choice_end(engine::RequestId request_id, const engine::ChoiceEnd& end) {
@@ -102,6 +130,12 @@ void CompletionSink::on_choice_end(engine::RequestId request_id, const engine::C
     return;
   }
   start_stream();
+  if (c.tools) {
+    // Held text (a possible call start that never became one) comes out before the end.
+    write_tool_pieces(c, end.index, c.tools->finish(), {}, !c.started);
+    c.started = true;
+    c.finish_reason = std::string(finish_reason_with_calls(end.finish_reason, c.tools->made_calls()));
+  }
   ChunkContent empty{{}, {}, false, c.text_offset};
   empty.index = end.index;
   const bool first = !c.started;

@@ -6,7 +6,9 @@
 // `n` > 1 is the same sink: the engine runs the choices as one request and tags each delta and
 // choice end with its index. A stream's chunks carry that `index`, each choice ends with its own
 // finish_reason chunk when it ends, then come the usage chunk (include_usage) and one
-// `data: [DONE]`; without a stream, one body lists every choice. An error of the request (one
+// `data: [DONE]`; without a stream, one body lists every choice. With tools (issue 19) each
+// choice's text goes through a ToolCallStreamer: content chunks, then `delta.tool_calls` chunks,
+// and finish_reason "tool_calls" once a call was made. An error of the request (one
 // for all its choices) answers with a status, or with an error event when streaming began.
 //
 // Thread-safety: the engine calls the sink on its ingress thread, in order (on_delta*, then one
@@ -15,12 +17,15 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "actors/engine/engine.hpp"
 #include "net/metrics.hpp"
 #include "net/openai_response.hpp"
+#include "net/openai_tool_calls.hpp"
 #include "net/request_record.hpp"
 #include "net/response_stream.hpp"
 #include "net/server_state.hpp"
@@ -37,6 +42,8 @@ struct OpenAiContext {
   OpenAiApiConfig config;
   const std::shared_ptr<ServingMetrics> metrics;  // shared with the WebSocket chat
   TokenTextFn token_text() const;
+  // The format a request's answer is parsed with for tool calls (kNone: not parsed).
+  model::ToolCallFormat tool_format(const engine::GenerateRequest& request) const;
   // A record for one request of `route` (id "-" until it has one).
   // `key_name`: the API key that authenticated it (HttpRequest::api_key_name).
   std::shared_ptr<RequestRecord> record(std::string_view route, std::string id,
@@ -49,6 +56,7 @@ struct SinkOptions {
   bool stream = false;
   bool include_usage = false;
   bool with_logprobs = false;
+  model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;  // OpenAiContext::tool_format
 };
 
 class CompletionSink final : public engine::RequestSink {
@@ -70,9 +78,12 @@ class CompletionSink final : public engine::RequestSink {
     std::string finish_reason;
     std::chrono::steady_clock::time_point last_token_time;
     int32_t num_tokens_seen = 0;
+    std::optional<ToolCallStreamer> tools;  // stream with tools: the calls read so far
   };
 
   bool start_stream();
+  bool write_tool_pieces(Choice& c, int32_t index, std::vector<ToolCallStreamer::Piece> pieces,
+                         std::span<const engine::TokenInfo> tokens, bool first);
   Choice& choice(int32_t index);
   void record_token_times(Choice& choice, int32_t num_generated_tokens);
 

@@ -1,4 +1,4 @@
-// Structured-output and tool-calling fields (see openai_structured_output.hpp). As in
+// Structured-output fields (see openai_structured_output.hpp). As in
 // openai_request.cpp, an absent field and an explicit null are alike.
 #include "net/openai_structured_output.hpp"
 
@@ -200,23 +200,6 @@ std::optional<ApiError> read_structured_output(dom::object body, engine::Generat
     }
     request.structured_output = std::move(spec);
     request.structured_output_field = param;
-  }
-  return std::nullopt;
-}
-
-std::optional<ApiError> refuse_tool_calling(dom::object body) {
-  if (const auto tools = field(body, "tools")) {
-    if (!tools->is_array()) return bad_type("tools", "an array");
-    if (dom::array(*tools).size() > 0) {
-      return invalid("tools", "'tools' is not supported by this server yet (tool calling is not "
-                              "implemented); use response_format or structured_outputs.");
-    }
-  }
-  if (const auto choice = field(body, "tool_choice")) {
-    if (!(choice->is_string() && std::string_view(*choice) == "none")) {
-      return invalid("tool_choice", "'tool_choice' is not supported by this server yet (only "
-                                    "\"none\").");
-    }
   }
   return std::nullopt;
 }

@@ -1,6 +1,5 @@
 // Decodes the structured-output fields of an OpenAI request body (issue 19) into
-// engine::GenerateRequest::structured_output, and refuses the tool-calling fields this server
-// does not implement yet. Shared by /v1/chat/completions, /v1/completions, /v1/batch items and
+// engine::GenerateRequest::structured_output (tool calling is openai_tools.hpp). Shared by /v1/chat/completions, /v1/completions, /v1/batch items and
 // the WebSocket chat (all go through parse_completion_request).
 //
 //   response_format     {"type":"text"}                     no constraint
@@ -14,9 +13,7 @@
 // At most one of them may constrain a request; two is a 400 naming the second. A schema given
 // as an object is minified (so equal schemas share one compiled grammar in the cache). Whether
 // a schema, regex or grammar compiles is checked later, on a prompt worker (a 400 naming the
-// field too). `tools` (non-empty) and `tool_choice` (other than "none") are a 400 naming the
-// field: tool calling is not supported yet (issue 19), and an unsupported field is refused,
-// never silently ignored.
+// field too).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -32,6 +29,5 @@ namespace troupe::net {
 
 std::optional<ApiError> read_structured_output(simdjson::dom::object body,
                                                engine::GenerateRequest& request);
-std::optional<ApiError> refuse_tool_calling(simdjson::dom::object body);
 
 }  // namespace troupe::net

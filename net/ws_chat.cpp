@@ -221,6 +221,15 @@ void WsChatConnection::start_chat(std::string_view frame, const std::string& cli
     return;
   }
   CompletionRequest& request = std::get<CompletionRequest>(parsed);
+  // The WS frames carry text deltas only: calls would arrive as raw call text, so tools that
+  // would be parsed are refused here (tool_choice "none" only renders them, which is fine).
+  if (request.generate.parses_tool_calls()) {
+    refuse(client_id, ws_refusal(400, "invalid_request",
+                                 "'tools' is not supported on the WebSocket chat (use "
+                                 "/v1/chat/completions, or tool_choice \"none\")",
+                                 "tools"));
+    return;
+  }
   request.generate.origin = engine::RequestOrigin::kWebSocket;
   request.generate.client_label = client_id;
   request.generate.client = client_key(key_name_, "", request.user, connection_label_);

@@ -52,6 +52,15 @@ struct GenerateRequest {
   // it came from, for the 400 when it does not compile.
   std::optional<model::grammar::GrammarSpec> structured_output;
   std::string structured_output_field;
+  // OpenAI tool calling (issue 19), chat only: `tools` are rendered into the prompt by the chat
+  // template; unless tool_choice is "none", ingress builds the grammar that enforces the choice
+  // (model/tool_calling.hpp) and net parses the calls out of the text (tool_call_parser.hpp).
+  std::vector<model::ToolDefinition> tools;
+  model::ToolChoice tool_choice;
+  // Whether the output is parsed for tool calls (tools given and tool_choice not "none").
+  bool parses_tool_calls() const {
+    return !tools.empty() && tool_choice.mode != model::ToolChoiceMode::kNone;
+  }
 };
 
 enum class ErrorCode : uint8_t {
@@ -139,6 +148,8 @@ class RequestSink {
 struct ModelCard {
   model::ModelInfo info;
   std::string backend;  // "cpu" | "cuda"
+  // How the chat template writes tool calls (kNone: `tools` is refused).
+  model::ToolCallFormat tool_call_format = model::ToolCallFormat::kNone;
 };
 
 struct LatencySummary {

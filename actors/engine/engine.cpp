@@ -199,6 +199,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   card_.info = model::read_model_info(*file_, config.model_id);
   tokenizer_.emplace(model::Tokenizer::from_gguf(*file_));
   model::ChatTemplate chat_template = model::ChatTemplate::for_model(*file_, config.chat_template);
+  card_.tool_call_format = chat_template.tool_call_format();
 
   scheduler::SchedulerConfig policy = config.scheduler;
   if (policy.max_model_len <= 0) policy.max_model_len = static_cast<int32_t>(card_.info.context_length);

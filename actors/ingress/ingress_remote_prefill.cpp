@@ -76,7 +76,7 @@ bool IngressActor::start_remote_prefill(LiveRequest& live, scheduler::NewRequest
   const disagg::DisaggConfig& config = disagg_.config;
   if (config.role != disagg::Role::kDecode || config.prefill_peers.empty() || !disagg_.peers ||
       // A constrained request stays here: its first token must be sampled under the mask.
-      request.kv_transfer || request.n > 1 || request.structured_output || request.sampling.logprobs || request.sampling.top_logprobs > 0 ||
+      request.kv_transfer || request.n > 1 || request.structured_output || request.parses_tool_calls() || request.sampling.logprobs || request.sampling.top_logprobs > 0 ||
       // No wire field carries penalty_last_n: the first token would be sampled differently.
       request.sampling.penalty_last_n != model::SamplingParams{}.penalty_last_n ||
       static_cast<int32_t>(admit.prompt_token_ids.size()) < config.min_remote_prefill_tokens) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "model/tool_calling.hpp"
+
 namespace troupe::ingress {
 namespace {
 
@@ -20,12 +22,28 @@ void PromptBuilder::set_structured_output(std::shared_ptr<model::grammar::Gramma
   if (!unavailable.empty()) structured_output_unavailable_ = std::move(unavailable);
 }
 
+// The grammar a request's output must match: its structured output, or the one enforcing its
+// tool_choice (the API layer refuses both at once); field: the request field it came from.
+std::optional<model::grammar::GrammarSpec> PromptBuilder::grammar_spec(
+    const engine::GenerateRequest& request, std::string& field) const {
+  if (request.structured_output) {
+    field = request.structured_output_field;
+    return request.structured_output;
+  }
+  if (!request.parses_tool_calls()) return std::nullopt;
+  field = request.tool_choice.mode == model::ToolChoiceMode::kAuto ? "tools" : "tool_choice";
+  return model::tool_call_grammar(
+      chat_template_.tool_call_format(), request.tools, request.tool_choice,
+      grammar_compiler_ ? grammar_compiler_->config().json_max_whitespace : std::nullopt);
+}
+
 // NOTE: only this function calls into troupe_grammar: without xgrammar (TROUPE_HAVE_XGRAMMAR
 // unset) the compiler is always null and nothing here needs the library.
 std::optional<RequestError> PromptBuilder::compile_grammar(const engine::GenerateRequest& request,
                                                           BuiltPrompt& prompt) const {
-  if (!request.structured_output) return std::nullopt;
-  const std::string& field = request.structured_output_field;
+  std::string field;
+  const std::optional<model::grammar::GrammarSpec> spec = grammar_spec(request, field);
+  if (!spec) return std::nullopt;
   // As the OpenAI parser refuses it (README, Structured output): min_tokens could demand text
   // past the grammar's end, where the mask allows only the end tokens min_tokens bans.
   if (request.sampling.min_tokens > 0) {
@@ -35,8 +53,11 @@ std::optional<RequestError> PromptBuilder::compile_grammar(const engine::Generat
     return invalid(fmt::format("'{}': {}", field, structured_output_unavailable_), field);
   }
 #ifdef TROUPE_HAVE_XGRAMMAR
-  model::grammar::CompileResult compiled = grammar_compiler_->compile(*request.structured_output);
+  model::grammar::CompileResult compiled = grammar_compiler_->compile(*spec);
   if (!compiled.ok()) {
+    if (spec->kind == model::grammar::GrammarKind::kStructuralTag) {
+      return tool_schema_error(request, compiled.error);
+    }
     return invalid(fmt::format("Invalid '{}': {}", field, compiled.error), field);
   }
   prompt.grammar = std::make_shared<const model::grammar::CompiledGrammar>(std::move(*compiled.grammar));
@@ -47,17 +68,48 @@ std::optional<RequestError> PromptBuilder::compile_grammar(const engine::Generat
 #endif
 }
 
+// A tool grammar that does not compile: the first tool whose parameters schema does not compile
+// on its own is named (the structural tag's error does not say which tool it was).
+RequestError PromptBuilder::tool_schema_error(const engine::GenerateRequest& request,
+                                              const std::string& error) const {
+#ifdef TROUPE_HAVE_XGRAMMAR
+  for (size_t i = 0; i < request.tools.size(); ++i) {
+    const model::ToolDefinition& tool = request.tools[i];
+    if (tool.parameters.empty()) continue;
+    const model::grammar::CompileResult one =
+        grammar_compiler_->compile(model::grammar::GrammarSpec::json_schema(tool.parameters));
+    if (!one.ok()) {
+      const std::string param = fmt::format("tools[{}].function.parameters", i);
+      return invalid(fmt::format("Invalid '{}': {}", param, one.error), param);
+    }
+  }
+#endif
+  return invalid(fmt::format("Invalid 'tools': {}", error), "tools");
+}
+
+// Tools need a chat template that has a tool-call format.
+std::optional<RequestError> PromptBuilder::check_tools(const engine::GenerateRequest& request) const {
+  if (request.tools.empty()) return std::nullopt;
+  if (chat_template_.tool_call_format() == model::ToolCallFormat::kNone) {
+    return invalid(fmt::format("'tools': this model's chat template ({}) has no tool-calling "
+                               "format (tool calling is supported for the chatml and llama3 "
+                               "families)", chat_template_.name()),
+                   "tools");
+  }
+  return std::nullopt;
+}
+
 PromptBuilder::PromptBuilder(model::Tokenizer tokenizer, model::ChatTemplate chat_template,
                              PromptLimits limits)
     : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)), limits_(limits) {}
 
-std::vector<int32_t> PromptBuilder::tokenize_chat(const std::vector<model::ChatMessage>& messages,
+std::vector<int32_t> PromptBuilder::tokenize_chat(const engine::GenerateRequest& request,
                                                  size_t max_tokens) const {
   // encode_chat tokenizes the whole rendering at once (exactly llama.cpp's ids) but refuses
   // special-token matches inside message contents and roles: user text cannot forge a turn.
   // It prepends BOS itself when the tokenizer asks for it.
-  return model::encode_chat(tokenizer_, chat_template_, messages, /*add_generation_prompt=*/true,
-                            max_tokens);
+  return model::encode_chat(tokenizer_, chat_template_, request.messages,
+                            /*add_generation_prompt=*/true, max_tokens, request.tools);
 }
 
 // Issue 13: a prompt whose size alone proves it cannot fit is refused before any tokenizing
@@ -67,6 +119,7 @@ std::optional<RequestError> PromptBuilder::check_prompt_bytes(
     const engine::GenerateRequest& request) const {
   size_t bytes = request.prompt_text ? request.prompt_text->size() : 0;
   for (const model::ChatMessage& message : request.messages) bytes += message.content.size();
+  for (const model::ToolDefinition& tool : request.tools) bytes += tool.json.size();
   const size_t at_least = bytes / tokenizer_.max_token_bytes();
   if (at_least < static_cast<size_t>(limits_.max_model_len)) return std::nullopt;
   return RequestError{ErrorCode::kPromptTooLong,
@@ -116,11 +169,12 @@ std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
     const engine::GenerateRequest& request) const {
   if (auto error = check_sampling(request)) return *error;
   if (auto error = check_prompt_bytes(request)) return *error;
+  if (auto error = check_tools(request)) return *error;
   // Tokenizing stops once the prompt is known not to fit (more than max_model_len ids).
   const auto limit = static_cast<size_t>(limits_.max_model_len);
   BuiltPrompt prompt;
   if (!request.messages.empty()) {
-    prompt.token_ids = tokenize_chat(request.messages, limit);
+    prompt.token_ids = tokenize_chat(request, limit);
   } else if (request.prompt_text) {
     if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) prompt.token_ids.push_back(tokenizer_.bos_id());
     const auto body = tokenizer_.encode(*request.prompt_text, true, limit);

@@ -13,6 +13,11 @@
 // a compiler (xgrammar not built, or a backend with no mask) every constrained request is a 400
 // with the reason given to set_structured_output().
 //
+// Tool calling (issue 19): `tools` are rendered by the chat template (a family without a tool
+// format: 400 naming `tools`), and unless tool_choice is "none" the grammar enforcing it
+// (model/tool_calling.hpp) is compiled here like any structured output; a parameters schema that
+// does not compile is a 400 naming `tools[i].function.parameters`.
+//
 // Thread-safety: immutable after construction (set_structured_output() only before it is
 // shared); `build` may run on any thread.
 #pragma once
@@ -59,13 +64,18 @@ class PromptBuilder {
   const model::ChatTemplate& chat_template() const { return chat_template_; }
 
  private:
-  std::vector<int32_t> tokenize_chat(const std::vector<model::ChatMessage>& messages,
+  std::vector<int32_t> tokenize_chat(const engine::GenerateRequest& request,
                                      size_t max_tokens) const;
   std::optional<engine::RequestError> check_prompt_bytes(const engine::GenerateRequest& request) const;
   std::optional<engine::RequestError> check_sampling(const engine::GenerateRequest& request) const;
 
+  std::optional<engine::RequestError> check_tools(const engine::GenerateRequest& request) const;
+  std::optional<model::grammar::GrammarSpec> grammar_spec(const engine::GenerateRequest& request,
+                                                          std::string& field) const;
   std::optional<engine::RequestError> compile_grammar(const engine::GenerateRequest& request,
                                                       BuiltPrompt& prompt) const;
+  engine::RequestError tool_schema_error(const engine::GenerateRequest& request,
+                                         const std::string& error) const;
 
   model::Tokenizer tokenizer_;
   model::ChatTemplate chat_template_;

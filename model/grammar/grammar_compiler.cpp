@@ -103,6 +103,7 @@ CompileResult GrammarCompiler::compile_uncached(const GrammarSpec& spec) {
         impl->compiled = xgr.CompileGrammar(choice_grammar(spec.choices), "root");
         break;
       case GrammarKind::kEbnf: impl->compiled = xgr.CompileGrammar(spec.source, "root"); break;
+      case GrammarKind::kStructuralTag: impl->compiled = xgr.CompileStructuralTag(spec.source); break;
     }
   } catch (const std::exception& e) {
     return {std::nullopt, "invalid " + std::string(grammar_kind_name(spec.kind)) + ": " + e.what()};

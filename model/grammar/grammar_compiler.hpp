@@ -85,6 +85,7 @@ class GrammarCompiler {
   };
   CacheStats cache_stats() const;
   const TokenizerInfo& tokenizer() const { return tokenizer_; }
+  const GrammarCompilerConfig& config() const { return config_; }
 
  private:
   std::optional<CompiledGrammar> lookup(const std::string& key);

@@ -10,6 +10,7 @@ std::string_view grammar_kind_name(GrammarKind kind) {
     case GrammarKind::kRegex: return "regex";
     case GrammarKind::kChoice: return "choice";
     case GrammarKind::kEbnf: return "ebnf";
+    case GrammarKind::kStructuralTag: return "structural_tag";
   }
   return "unknown";
 }

@@ -20,6 +20,7 @@ enum class GrammarKind : uint8_t {
   kRegex,       // a regular expression the whole output matches
   kChoice,      // exactly one of a list of strings
   kEbnf,        // an xgrammar EBNF (GBNF-like) grammar whose root rule is `root`
+  kStructuralTag,  // an xgrammar structural tag (JSON): tool calls (model/tool_calling.hpp)
 };
 
 std::string_view grammar_kind_name(GrammarKind kind);
@@ -41,6 +42,9 @@ struct GrammarSpec {
   }
   static GrammarSpec ebnf(std::string grammar) {
     return {GrammarKind::kEbnf, std::move(grammar), {}};
+  }
+  static GrammarSpec structural_tag(std::string json) {
+    return {GrammarKind::kStructuralTag, std::move(json), {}};
   }
 
   // Kind + exact source text; choices are length-prefixed, so ["a|b"] and ["a", "b"] differ.

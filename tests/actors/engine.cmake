@@ -6,6 +6,9 @@ troupe_add_tests(LIBS troupe_actors LABELS "actors;engine;slow" TESTS engine_bat
 # Structured output (issue 19) on the real model: JSON schema, regex, choice, n > 1, ignore_eos.
 troupe_add_test(NAME engine_structured_output_test SOURCES engine_structured_output_test.cpp
   LIBS troupe_actors simdjson::simdjson LABELS "unit;actors;engine")
+# Tool calling (issue 19) on the real model: required / named / auto calls parse and match.
+troupe_add_test(NAME engine_tool_calls_test SOURCES engine_tool_calls_test.cpp
+  LIBS troupe_actors simdjson::simdjson LABELS "unit;actors;engine")
 # The scheduler actor's matchers (StructuredOutput) on hand-built batches; needs xgrammar.
 if(TARGET troupe_grammar)
   troupe_add_tests(LIBS troupe_actors LABELS "unit;actors" TESTS structured_output_test)

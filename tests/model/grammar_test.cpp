@@ -20,6 +20,7 @@
 #include "model/grammar/token_bitmask.hpp"
 #include "model/grammar/tokenizer_info.hpp"
 #include "model/tokenizer.hpp"
+#include "model/tool_calling.hpp"
 #include "tests/model/smollm2_tokenizer.hpp"
 
 namespace troupe::model::grammar {
@@ -322,6 +323,69 @@ TEST(GrammarMatcher, EbnfGrammar) {
 arg ::= [a-z]+)ebnf")));
   accept_text(*tok, m, "call(x,yz)");
   EXPECT_TRUE(m.is_completed());
+}
+
+// Tool calling (issue 19): the structural tags of model/tool_calling.hpp compile for both call
+// syntaxes and accept exactly the calls they describe.
+bool accepts_all(const Tokenizer& tok, GrammarMatcher& m, const std::string& text) {
+  for (int32_t id : tok.encode(text, /*parse_special=*/false)) {
+    if (!m.accept_token(id)) return false;
+  }
+  return true;
+}
+
+TEST(GrammarMatcher, ToolCallStructuralTags) {
+  REQUIRE_SMOLLM2(tok, compiler);
+  const std::string params = R"({"type":"object","properties":{"city":{"type":"string"}},)"
+                             R"("required":["city"]})";
+  const std::vector<ToolDefinition> tools = {{"f", params, "{}"}, {"g", "", "{}"}};
+  auto grammar = [&](ToolCallFormat format, ToolChoiceMode mode, std::string name = {},
+                     bool parallel = true) {
+    ToolChoice choice{mode, std::move(name), parallel};
+    const auto spec = tool_call_grammar(format, tools, choice, 4);
+    EXPECT_TRUE(spec);
+    return compile_ok(*compiler, *spec);
+  };
+  const std::string call_f =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const std::string call_g = "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+  const int32_t hello = tok->encode("Hello", false)[0];
+
+  GrammarMatcher required(grammar(ToolCallFormat::kHermes, ToolChoiceMode::kRequired));
+  EXPECT_FALSE(token_allowed(mask_of(required), hello));  // no text before the call
+  accept_text(*tok, required, call_f + "\n" + call_g);
+  EXPECT_TRUE(required.is_completed());
+
+  GrammarMatcher one(grammar(ToolCallFormat::kHermes, ToolChoiceMode::kRequired, "", false));
+  accept_text(*tok, one, call_g);
+  EXPECT_TRUE(one.is_completed());
+  EXPECT_FALSE(accepts_all(*tok, one, "\n" + call_g));  // parallel_tool_calls false: one call
+
+  GrammarMatcher bad_args(grammar(ToolCallFormat::kHermes, ToolChoiceMode::kRequired));
+  EXPECT_FALSE(accepts_all(*tok, bad_args,
+                           "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"town\": 1}}"));
+
+  GrammarMatcher named(grammar(ToolCallFormat::kHermes, ToolChoiceMode::kNamed, "g"));
+  EXPECT_FALSE(accepts_all(*tok, named, call_f));
+  named.reset();
+  accept_text(*tok, named, call_g);
+  EXPECT_TRUE(named.is_completed());
+
+  GrammarMatcher lazy(grammar(ToolCallFormat::kHermes, ToolChoiceMode::kAuto));
+  EXPECT_TRUE(token_allowed(mask_of(lazy), hello));  // free text until the trigger
+  accept_text(*tok, lazy, "Hello, let me check. " + call_f + " Done.");
+  EXPECT_TRUE(lazy.is_completed());
+  lazy.reset();
+  EXPECT_FALSE(accepts_all(*tok, lazy, "Ok <tool_call>\n{\"name\": \"h\""));  // unknown name
+
+  GrammarMatcher llama(grammar(ToolCallFormat::kLlama3Json, ToolChoiceMode::kRequired));
+  accept_text(*tok, llama,
+              "{\"name\": \"f\", \"parameters\": {\"city\": \"Rome\"}}; "
+              "{\"name\": \"g\", \"parameters\": {}}");
+  EXPECT_TRUE(llama.is_completed());
+  GrammarMatcher llama_auto(grammar(ToolCallFormat::kLlama3Json, ToolChoiceMode::kAuto));
+  accept_text(*tok, llama_auto, "Sure: {\"name\": \"g\", \"parameters\": {}}");
+  EXPECT_TRUE(llama_auto.is_completed());
 }
 
 // ---- rollback and reset --------------------------------------------------------------------

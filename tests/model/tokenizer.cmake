@@ -3,4 +3,5 @@
 # (or TROUPE_TEST_MODEL); without the model those tests skip with a message.
 troupe_add_test(NAME tokenizer_test
   SOURCES tokenizer_test.cpp detokenizer_test.cpp chat_template_test.cpp unicode_test.cpp
+    tool_calling_test.cpp
   LIBS troupe_model simdjson::simdjson LABELS "unit;model")

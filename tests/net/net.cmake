@@ -5,6 +5,7 @@ troupe_add_test(NAME net_test
   LIBS troupe_net LABELS "unit;net")
 troupe_add_test(NAME net_openai_test
   SOURCES openai_request_test.cpp openai_structured_output_test.cpp openai_codec_test.cpp
+    openai_tools_test.cpp
     openai_routes_test.cpp
     openai_server_test.cpp
   LIBS troupe_net LABELS "unit;net")

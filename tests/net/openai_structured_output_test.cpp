@@ -138,12 +138,8 @@ TEST(OpenAiStructuredOutput, BadShapesAre400sNamingTheField) {
   }
 }
 
-TEST(OpenAiStructuredOutput, ToolCallingIsRefusedNotIgnored) {
-  EXPECT_EQ(error_of(chat(R"("tools":[{"type":"function","function":{"name":"f"}}])")).param, "tools");
-  EXPECT_EQ(error_of(chat(R"("tools":{})")).param, "tools");
-  EXPECT_EQ(error_of(chat(R"("tool_choice":"auto")")).param, "tool_choice");
-  EXPECT_EQ(error_of(chat(R"("tool_choice":"required")")).param, "tool_choice");
-  // What OpenAI clients send when no tool is in play.
+TEST(OpenAiStructuredOutput, NoToolsIsNoConstraint) {
+  // What OpenAI clients send when no tool is in play (tool calling: openai_tools_test.cpp).
   EXPECT_FALSE(ok(chat(R"("tools":[],"tool_choice":"none")")).structured_output);
   EXPECT_FALSE(ok(chat(R"("tools":null,"tool_choice":null)")).structured_output);
 }
