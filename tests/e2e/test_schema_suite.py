@@ -9,11 +9,16 @@ Bounded so that SmolLM2-135M finishes: every string has a maxLength, an enum or 
 (unbounded strings let the small model ramble until max_tokens), every array a maxItems; the
 whitespace runs between JSON tokens are capped by the server (structured_output.
 json_max_whitespace, 4). The longest output measured was 82 tokens (149 for the pydantic order),
-well under max_tokens."""
+well under max_tokens.
+
+A server built without xgrammar (-DTROUPE_XGRAMMAR=OFF) skips those tests (conftest's
+`structured_output` marker) and must instead answer every constrained request with a clean 400
+naming the field, checked here."""
 import json
 import typing
 
 import jsonschema
+import openai
 import pydantic
 import pytest
 
@@ -103,6 +108,7 @@ SCHEMAS = {
 }
 
 
+@pytest.mark.structured_output
 @pytest.mark.parametrize("temperature", [0, 1])
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_every_output_completes_parses_and_validates(client, name, temperature):
@@ -137,6 +143,7 @@ class Order(pydantic.BaseModel):
     gift: bool
 
 
+@pytest.mark.structured_output
 @pytest.mark.parametrize("temperature", [0, 1])
 def test_parse_fills_a_nested_pydantic_model(client, temperature):
     # openai 1.x: beta.chat.completions.parse; the schema it sends has $defs/$ref for the nested
@@ -151,3 +158,26 @@ def test_parse_fills_a_nested_pydantic_model(client, temperature):
     assert isinstance(order, Order)
     assert isinstance(order.shipping, Address)
     assert 1 <= len(order.items) <= 3 and all(isinstance(i, Item) for i in order.items)
+
+
+def test_without_xgrammar_a_constrained_request_is_a_clean_400(client, structured_output_built):
+    if structured_output_built:
+        pytest.skip("this server has structured output (the tests above ran)")
+    _, schema = SCHEMAS["enums"]
+    for kwargs, param in [
+            ({"response_format": {"type": "json_schema",
+                                  "json_schema": {"name": "enums", "schema": schema}}},
+             "response_format"),
+            ({"response_format": {"type": "json_object"}}, "response_format"),
+            ({"extra_body": {"structured_outputs": {"regex": "[0-9]{3}"}}}, "structured_outputs"),
+            ({"extra_body": {"guided_choice": ["a", "b"]}}, "guided_choice")]:
+        with pytest.raises(openai.BadRequestError) as bad:
+            client.chat.completions.create(
+                model=MODEL_ID, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                **kwargs)
+        assert bad.value.body["param"] == param, bad.value.body
+        assert "structured output is not built into this server" in bad.value.body["message"]
+    with pytest.raises(openai.BadRequestError):
+        client.beta.chat.completions.parse(
+            model=MODEL_ID, max_tokens=4, messages=[{"role": "user", "content": "hi"}],
+            response_format=Order)
