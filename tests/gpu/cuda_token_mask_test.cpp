@@ -2,13 +2,15 @@
 // (gpu/cpu/token_mask.hpp): bit for bit, in place and into a separate buffer, rows picked by
 // their bitmask index (-1 rows never written); and the device sampler with masked rows against
 // the CPU sampler given the same bitmask rows (greedy exactly, every token allowed, logprobs of
-// the raw logits). Skips without a CUDA device.
+// the raw logits). Skips without a CUDA device, except the host half: how a step's bitmask rows
+// and their indices are checked and packed with the step's inputs (CudaStepInputs.*).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "gpu/cpu/sampler.hpp"
@@ -17,6 +19,7 @@
 #include "gpu/cuda/step_inputs.hpp"
 #include "gpu/cuda/token_mask.cuh"
 #include "model/grammar/token_bitmask.hpp"
+#include "tests/gpu/cpu_step_harness.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
 
@@ -197,6 +200,57 @@ TEST(CudaTokenMask, SamplerAppliesTheMaskBeforeTheChainLikeTheCpu) {
     }
   }
   EXPECT_LE(disagreements, sampled / 10) << disagreements << " of " << sampled << " sampled rows differ from the CPU";
+}
+
+// Host only (runs without a device): a constrained step packs the scheduler's bitmask rows as
+// they are and each sampling row's index into them; an unconstrained step packs nothing more
+// and tells the sampler "no mask"; a bitmask_row past the bitmask is refused.
+TEST(CudaStepInputs, PacksTheBitmaskRowsAndTheirIndices) {
+  const int32_t V = 512, W = 16;
+  cpu::testing::StepHarness h(64, 16);
+  h.add(1, {1, 2, 3});
+  h.add(2, {4, 5});
+  h.add(3, {6});
+  StepBatch b = h.build({{1, 3}, {2, 2}, {3, 1}});
+  CudaBackendConfig config;
+  config.max_num_batched_tokens = 64;
+  config.max_num_seqs = 8;
+  const std::vector<SamplingRow> rows = collect_sampling_rows(b);
+  ASSERT_EQ(rows.size(), 3u);
+
+  const InputLayout plain = input_layout(b, 3);
+  EXPECT_FALSE(plain.constrained);
+  EXPECT_EQ(plain.bitmask, plain.total);  // nothing packed for the mask
+  EXPECT_EQ(device_step_inputs(nullptr, plain).bitmask, nullptr);
+
+  b.bitmask_num_words = W;
+  b.token_bitmask.resize(2 * W);
+  for (size_t i = 0; i < b.token_bitmask.size(); ++i) b.token_bitmask[i] = 0x9E3779B9u * static_cast<uint32_t>(i + 1);
+  b.sampling[b.seqs[0].sampling_index].bitmask_row = 1;
+  b.sampling[b.seqs[2].sampling_index].bitmask_row = 0;
+  EXPECT_NO_THROW(validate_batch(b, config, V, 64));
+  const InputLayout in = input_layout(b, 3);
+  ASSERT_TRUE(in.constrained);
+  EXPECT_EQ(in.bitmask_num_words, W);
+  std::vector<unsigned char> host(in.total);
+  pack_step_inputs(b, rows, in, 16, host.data());
+  std::vector<uint32_t> packed(b.token_bitmask.size());
+  std::memcpy(packed.data(), host.data() + in.bitmask, 4 * packed.size());
+  EXPECT_EQ(packed, b.token_bitmask);
+  std::vector<int32_t> which(3);
+  std::memcpy(which.data(), host.data() + in.bitmask_rows, 4 * which.size());
+  EXPECT_EQ(which, (std::vector<int32_t>{1, -1, 0}));
+  const DeviceStepInputs d = device_step_inputs(host.data(), in);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(d.bitmask), host.data() + in.bitmask);
+  EXPECT_EQ(d.bitmask_num_words, W);
+
+  b.sampling[b.seqs[1].sampling_index].bitmask_row = 2;  // the bitmask has rows 0 and 1
+  try {
+    validate_batch(b, config, V, 64);
+    FAIL() << "a bitmask_row past the bitmask was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("bitmask_row out of range"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
