@@ -182,6 +182,23 @@ ObjectReader cpu_reader(engine::CpuBackendOptions& cpu) {
   return reader;
 }
 
+ObjectReader structured_output_reader(engine::StructuredOutputOptions& so) {
+  ObjectReader reader("structured_output");
+  reader.on("grammar_cache_size", [&so](element v, const std::string& p) {
+    so.grammar_cache_size = read_int32(v, p, 0, 1 << 16);
+  });
+  reader.on("max_grammar_bytes", [&so](element v, const std::string& p) {
+    so.max_grammar_bytes = static_cast<int64_t>(read_uint(v, p, 1, 64 << 20));
+  });
+  reader.on("json_max_whitespace", [&so](element v, const std::string& p) {
+    so.json_max_whitespace = read_int32(v, p, 0, 1 << 10);
+  });
+  reader.on("compile_threads", [&so](element v, const std::string& p) {
+    so.compile_threads = read_int32(v, p, 1, 256);
+  });
+  return reader;
+}
+
 ObjectReader api_reader(net::OpenAiApiConfig& api, AccessConfig& access) {
   ObjectReader reader("api");
   reader.on("keys_file", [&access](element v, const std::string& p) {
@@ -313,6 +330,7 @@ engine::EngineConfig engine_config_of(const ServerConfig& config) {
     case BackendChoice::kCuda: e.backend = engine::BackendKind::kCuda; break;
   }
   e.cpu = config.cpu;
+  e.structured_output = config.structured_output;
   e.scheduler = config.scheduler;
   // A request limit of the API (429 to the client), enforced where the waiting queue lives.
   e.scheduler.max_waiting_per_client = config.api.max_waiting_per_client;
@@ -402,6 +420,9 @@ ServerConfig parse_config(std::string_view json, ServerConfig base) {
     scheduler_reader(config.scheduler).read(v);
   });
   reader.on("cpu", [&config](element v, const std::string&) { cpu_reader(config.cpu).read(v); });
+  reader.on("structured_output", [&config](element v, const std::string&) {
+    structured_output_reader(config.structured_output).read(v);
+  });
   reader.on("api", [&config](element v, const std::string&) {
     api_reader(config.api, config.access).read(v);
   });

@@ -53,6 +53,7 @@ struct ServerConfig {
   AccessConfig access;          // API keys (the "api" object's keys_file, metrics_require_key)
   scheduler::SchedulerConfig scheduler = engine::EngineConfig{}.scheduler;
   engine::CpuBackendOptions cpu;
+  engine::StructuredOutputOptions structured_output;  // the grammar compiler's cache and bounds
   net::AdminServerConfig admin;  // the admin socket (and the optional token-guarded TCP port)
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests may finish
   disagg::DisaggConfig disagg;   // disaggregated prefill/decode (role, prefill peers, leases)

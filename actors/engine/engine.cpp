@@ -43,24 +43,23 @@ namespace {
 // Structured output (issue 19): one grammar compiler for the model's vocabulary, shared by the
 // prompt workers, or the reason there is none. The bitmask covers the logits row, which may be
 // wider than the tokenizer's vocabulary (padded embeddings): the extra ids are never allowed.
+// Both backends apply the bitmask rows (gpu/cpu/token_mask, gpu/cuda/token_mask).
 void set_up_structured_output(ingress::PromptBuilder& prompts, const model::Tokenizer& tokenizer,
-                              const model::ModelInfo& info, std::string_view backend) {
-  if (backend != "cpu") {
-    prompts.set_structured_output(nullptr, fmt::format("structured output is not supported on the "
-                                                       "{} backend yet", backend));
-    return;
-  }
+                              const model::ModelInfo& info, const StructuredOutputOptions& options) {
 #ifdef TROUPE_HAVE_XGRAMMAR
   const size_t logits_width = std::max<size_t>(tokenizer.vocab_size(), info.vocab_size);
   model::grammar::GrammarCompilerConfig config;
-  // Small models can emit newlines forever inside a JSON object; a run of whitespace is capped.
-  config.json_max_whitespace = 4;
+  config.cache_capacity = static_cast<size_t>(std::max(options.grammar_cache_size, 0));
+  config.max_source_bytes = static_cast<size_t>(std::max<int64_t>(options.max_grammar_bytes, 0));
+  config.threads_per_compile = std::max(options.compile_threads, 1);
+  if (options.json_max_whitespace > 0) config.json_max_whitespace = options.json_max_whitespace;
   auto compiler = std::make_shared<model::grammar::GrammarCompiler>(
       model::grammar::TokenizerInfo::from_tokenizer(tokenizer, logits_width), config);
   prompts.set_structured_output(std::move(compiler), "");
 #else
   (void)tokenizer;
   (void)info;
+  (void)options;
   prompts.set_structured_output(nullptr, "structured output is not built into this server");
 #endif
 }
@@ -241,7 +240,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   prompt_thread_ = std::make_unique<ExecutorThreads>("prompt", 1);
   tokenize_thread_ = std::make_unique<ExecutorThreads>("tokenize", 1);
   ingress::PromptBuilder prompts(*tokenizer_, std::move(chat_template), limits);
-  set_up_structured_output(prompts, *tokenizer_, card_.info, card_.backend);
+  set_up_structured_output(prompts, *tokenizer_, card_.info, config.structured_output);
   ingress_ = std::make_shared<ingress::IngressActor>(
       std::move(prompts), prompt_thread_->executor(), board_, config.stats_window, capacity);
   scheduler_->connect(ingress_, kv_cache_, gpu_worker_);

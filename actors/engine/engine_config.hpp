@@ -21,12 +21,25 @@ struct CpuBackendOptions {
   int64_t kv_memory_bytes = 256ll << 20;  // KV pool size when scheduler.num_blocks is 0
 };
 
+// Structured output's grammar compiler (model/grammar/grammar_compiler.hpp), the config file's
+// "structured_output" object. Compilation has no time bound of its own in xgrammar: the size
+// bound is what keeps a request from holding the prompt worker long.
+struct StructuredOutputOptions {
+  int32_t grammar_cache_size = 64;          // compiled grammars kept (LRU); 0: no cache
+  int64_t max_grammar_bytes = 64ll << 10;   // a larger schema/regex/grammar is a 400, not compiled
+  // Longest run of whitespace between JSON tokens (small models can emit newlines forever inside
+  // an object); 0: unbounded, as xgrammar's default.
+  int32_t json_max_whitespace = 4;
+  int32_t compile_threads = 1;              // xgrammar's threads per compilation (1: the caller's)
+};
+
 struct EngineConfig {
   std::filesystem::path model_path;
   std::string model_id;        // served name; empty: derived from the file name
   std::string chat_template;   // template name ("chatml", "llama3", ...); empty: detect
   BackendKind backend = BackendKind::kAuto;
   CpuBackendOptions cpu;
+  StructuredOutputOptions structured_output;
   // Policy knobs. num_blocks 0: sized by the backend from its memory budget. max_model_len 0:
   // the model's context length. eos_token_ids empty: the tokenizer's end-of-generation set.
   // The step budget suits the CPU backend (and equals configs/default.json, which a test

@@ -3,13 +3,12 @@
 // only the tokens the grammar allows. The bitmask layout is model/grammar/token_bitmask.hpp's
 // (xgrammar's): bit t % 32 of word t / 32, 1 = allowed.
 //
-// The CUDA sampler takes the same bitmask, unchanged: the step carries one row of
-// ceil(vocab / 32) uint32 words per constrained sampling row plus the index of that row in the
-// logits, filled on the host (in pinned memory: xgrammar fills kDLCUDAHost buffers too) while the
-// forward pass runs and copied with cudaMemcpyAsync on the step's stream; a gpu/cuda/token_mask.cu
-// kernel (one thread per token, rows picked by the index array, as xgrammar's
-// apply_token_bitmask_inplace_cuda) writes -inf into the disallowed logits before the sampling
-// kernels, and unconstrained rows are never touched. tests/gpu will compare it with this function.
+// The CUDA sampler takes the same bitmask, unchanged: the step's rows of ceil(vocab / 32) uint32
+// words and each sampling row's index into them travel with the step's packed inputs (one
+// cudaMemcpyAsync from pinned memory); gpu/cuda/token_mask.cu (one thread per token, rows picked
+// by that index, as xgrammar's apply_token_bitmask_inplace_cuda) writes -inf into the disallowed
+// logits of the sampler's working copy before the sampling kernel, and unconstrained rows are
+// never touched. tests/gpu/cuda_token_mask_test.cpp compares it with this function.
 //
 // Logprobs stay those of the raw row (sampler.hpp): apply the mask to the sampler's working copy.
 //

@@ -14,7 +14,8 @@
 // a pinned host buffer and copied with one cudaMemcpyAsync; embedding gather, then per layer
 // RMSNorm -> QKV GEMM -> RoPE -> paged KV write -> paged attention -> output GEMM (+residual) ->
 // RMSNorm -> gate|up GEMM -> SiLU*up -> down GEMM (+residual); the final norm and the vocabulary
-// GEMM for the sampling rows only; sampling on the device; one cudaMemcpyAsync of the sampled ids
+// GEMM for the sampling rows only; sampling on the device (the structured-output bitmask rows
+// first, token_mask.cu, for constrained rows); one cudaMemcpyAsync of the sampled ids
 // (and logprobs) into pinned memory; a cudaEvent recorded. A poll thread owned by the backend
 // waits for each step's event in launch order and calls its completion.
 //

@@ -8,6 +8,7 @@
 
 #include "gpu/cuda/cuda_check.cuh"
 #include "gpu/cuda/device_util.cuh"
+#include "gpu/cuda/token_mask.cuh"
 
 namespace troupe::gpu::cuda {
 namespace {
@@ -361,10 +362,15 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SamplingArgs a) {
   const float* logits = a.logits + static_cast<int64_t>(row) * n;
   int32_t token = 0;
 
-  const bool adjusts = p.bias_count > 0 || p.end_count > 0;
+  // A constrained row's workspace already holds its masked copy (the token_mask kernel ran
+  // first on the stream); like the CPU, it never takes the in-place greedy path.
+  const bool masked = a.bitmask != nullptr && a.bitmask_rows[row] >= 0;
+  const bool adjusts = masked || p.bias_count > 0 || p.end_count > 0;
   float* z = a.workspace + static_cast<int64_t>(row) * n;
   if (adjusts || p.temperature > 0.0f) {
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) z[i] = logits[i];
+    if (!masked) {
+      for (int32_t i = threadIdx.x; i < n; i += blockDim.x) z[i] = logits[i];
+    }
     __syncthreads();
     if (adjusts) apply_bias_and_mask(z, n, p, a);
   }
@@ -383,6 +389,14 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SamplingArgs a) {
 
 void launch_sample_rows(const SamplingArgs& args, cudaStream_t stream) {
   if (args.num_rows == 0) return;
+  if (args.bitmask != nullptr) {
+    apply_token_bitmask(TokenMaskArgs{.in = args.logits, .out = args.workspace,
+                                      .num_rows = args.num_rows, .n_vocab = args.n_vocab,
+                                      .bitmask = args.bitmask,
+                                      .num_words = args.bitmask_num_words,
+                                      .bitmask_rows = args.bitmask_rows},
+                        stream);
+  }
   sample_rows_kernel<<<args.num_rows, kThreads, 0, stream>>>(args);
   CUDA_CHECK_LAUNCH();
 }

@@ -1,10 +1,11 @@
 // Token sampling on the device, one thread block per sampling row, with the CPU reference's
-// chain and semantics (gpu/cpu/sampler.hpp): logit_bias, then the min_tokens mask of the
+// chain and semantics (gpu/cpu/sampler.hpp): the structured-output token bitmask (token_mask.cuh,
+// its own kernel launched first), logit_bias, then the min_tokens mask of the
 // end-of-generation ids (for greedy too), then greedy argmax (ties to the lower id), or penalties ->
 // top-k -> top-p -> min-p -> temperature -> a draw with the uniform number of (seed,
 // num_generated) — the same counter-based generator as the CPU (splitmix64), so a preempted and
 // recomputed sequence draws the same numbers on either backend. Logprobs of the raw logits
-// (before bias and mask, as on the CPU).
+// (before the bitmask, bias and mask, as on the CPU).
 //
 // No sort: top-k and top-p cut a prefix of the rank order (value descending, then id
 // ascending), found by bisection over order-preserving float keys and then over ids among ties;
@@ -54,6 +55,12 @@ struct SamplingArgs {
   const int32_t* bias_ids = nullptr;         // logit_bias of every row, concatenated
   const float* bias_values = nullptr;
   const int32_t* end_token_ids = nullptr;    // masked end ids of every row, concatenated
+  // Structured output: the step's grammar bitmask rows (model/grammar/token_bitmask.hpp) and
+  // each sampling row's index into them ([num_rows], -1: unconstrained). bitmask == nullptr: no
+  // row is constrained, and nothing is launched for the mask.
+  const uint32_t* bitmask = nullptr;
+  int32_t bitmask_num_words = 0;
+  const int32_t* bitmask_rows = nullptr;
   float* workspace = nullptr;                // [num_rows][n_vocab]
   int32_t* out_tokens = nullptr;             // [num_rows]
   float* out_logprobs = nullptr;             // [num_rows]
@@ -61,6 +68,7 @@ struct SamplingArgs {
   float* out_top_logprobs = nullptr;         // [num_rows][kMaxTopLogprobs]
 };
 
+// Masks the constrained rows into `workspace` (token_mask.cuh), then samples every row.
 void sample_rows(const SamplingArgs& args, cudaStream_t stream);
 
 }  // namespace troupe::gpu::cuda

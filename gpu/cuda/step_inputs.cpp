@@ -34,11 +34,10 @@ void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t
   for (int32_t id : b.token_ids) {
     if (id < 0 || id >= n_vocab) bad_batch("token id " + std::to_string(id) + " out of vocabulary");
   }
-  // Structured output has no CUDA mask kernel yet: the engine refuses such requests on this
-  // backend at admission (a 400), so a constrained row here is a wiring bug, never a silent
-  // unconstrained sample.
   for (const SamplingSlot& slot : b.sampling) {
-    if (slot.bitmask_row >= 0) bad_batch("a constrained sampling row (structured output is not supported on CUDA)");
+    if (slot.bitmask_row < 0) continue;
+    const size_t end = (static_cast<size_t>(slot.bitmask_row) + 1) * static_cast<size_t>(std::max(b.bitmask_num_words, 0));
+    if (b.bitmask_num_words <= 0 || end > b.token_bitmask.size()) bad_batch("sampling slot bitmask_row out of range");
   }
   int64_t covered = 0, rows = 0;
   for (const SequenceSlice& q : b.seqs) {
@@ -126,6 +125,11 @@ InputLayout input_layout(const StepBatch& b, int32_t num_rows) {
   l.bias_ids = take(4 * num_bias);
   l.bias_values = take(4 * num_bias);
   l.end_ids = take(4 * num_end);
+  l.constrained = std::any_of(b.sampling.begin(), b.sampling.end(),
+                              [](const SamplingSlot& slot) { return slot.bitmask_row >= 0; });
+  l.bitmask_num_words = l.constrained ? b.bitmask_num_words : 0;
+  l.bitmask = take(l.constrained ? 4 * b.token_bitmask.size() : 0);
+  l.bitmask_rows = take(l.constrained ? 4 * static_cast<size_t>(num_rows) : 0);
   l.total = off;
   return l;
 }
@@ -153,6 +157,7 @@ void pack_step_inputs(const StepBatch& b, const std::vector<SamplingRow>& rows,
   int32_t* bias_ids = host_i32(in.bias_ids);
   auto* bias_values = reinterpret_cast<float*>(host + in.bias_values);
   int32_t* end_ids = host_i32(in.end_ids);
+  int32_t* bitmask_rows = in.constrained ? host_i32(in.bitmask_rows) : nullptr;
   int32_t num_bias = 0, num_end = 0;
   for (int32_t r = 0; r < S; ++r) {
     sample_rows[r] = rows[r].token_index;
@@ -169,7 +174,9 @@ void pack_step_inputs(const StepBatch& b, const std::vector<SamplingRow>& rows,
     q.end_count = slot_in.masks_end_tokens() ? static_cast<int32_t>(slot_in.end_token_ids.size()) : 0;
     for (int32_t i = 0; i < q.end_count; ++i) end_ids[num_end++] = slot_in.end_token_ids[i];
     params[r] = q;
+    if (bitmask_rows != nullptr) bitmask_rows[r] = slot_in.bitmask_row;
   }
+  if (in.constrained) std::memcpy(host + in.bitmask, b.token_bitmask.data(), 4 * b.token_bitmask.size());
   if (!b.block_tables.empty()) std::memcpy(host + in.block_tables, b.block_tables.data(), 4 * b.block_tables.size());
   if (!b.recent_tokens.empty()) std::memcpy(host + in.recent, b.recent_tokens.data(), 4 * b.recent_tokens.size());
 }
@@ -189,6 +196,11 @@ DeviceStepInputs device_step_inputs(const void* device_in, const InputLayout& in
   d.bias_ids = dev_i32(in.bias_ids);
   d.bias_values = reinterpret_cast<const float*>(dev + in.bias_values);
   d.end_ids = dev_i32(in.end_ids);
+  if (in.constrained) {
+    d.bitmask = reinterpret_cast<const uint32_t*>(dev + in.bitmask);
+    d.bitmask_num_words = in.bitmask_num_words;
+    d.bitmask_rows = dev_i32(in.bitmask_rows);
+  }
   return d;
 }
 

@@ -1,6 +1,8 @@
 // One step's inputs: the StepBatch checks, the sampling rows, and the packed layout of token ids,
 // positions, slot mapping, block tables, recent tokens and the flat sampling arrays (per-row
-// params, logit_bias, the min_tokens end-id mask) that travel to the device in one copy.
+// params, logit_bias, the min_tokens end-id mask, the structured-output bitmask rows and each
+// sampling row's index into them) that travel to the device in one copy. The packed buffer (and
+// so the bitmask's room on the device) is reused from step to step and only grows.
 //
 // Thread-safety: plain functions without state; the backend calls them from the thread that
 // calls launch() / compute_logits(), writing only into the pinned buffer of the step's own slot.
@@ -26,7 +28,13 @@ struct SamplingRow {
 // Offsets of one step's inputs inside the packed buffer.
 struct InputLayout {
   size_t token_ids, positions, table_rows, slots, sample_rows, block_tables, recent, params;
-  size_t bias_ids, bias_values, end_ids, total;  // logit_bias and the min_tokens mask
+  size_t bias_ids, bias_values, end_ids;  // logit_bias and the min_tokens mask
+  // Structured output: StepBatch::token_bitmask as it is, and [num_rows] bitmask row indices;
+  // both empty (and the sampler told "no mask") when no sampling row is constrained.
+  size_t bitmask, bitmask_rows;
+  bool constrained;
+  int32_t bitmask_num_words;
+  size_t total;
 };
 
 // The step's inputs inside the device copy of the packed buffer.
@@ -42,6 +50,9 @@ struct DeviceStepInputs {
   const int32_t* bias_ids = nullptr;
   const float* bias_values = nullptr;
   const int32_t* end_ids = nullptr;
+  const uint32_t* bitmask = nullptr;  // nullptr: no constrained row this step
+  int32_t bitmask_num_words = 0;
+  const int32_t* bitmask_rows = nullptr;
 };
 
 // Throws std::invalid_argument ("StepBatch: ...") for a batch the backend cannot run.

@@ -178,6 +178,76 @@ TEST(EngineStructuredOutput, UnconstrainedNeighboursAreUnchanged) {
   EXPECT_TRUE(wait_idle(*engine));
 }
 
+// Issue 19's batch invariance at full size: 16 constrained requests (JSON schemas, regexes and
+// choices; greedy and sampled) and 16 unconstrained ones (greedy and seeded) submitted at once,
+// so their steps mix masked and unmasked rows: every unconstrained output is token for token
+// what it is alone, and every constrained one is what it is alone too.
+TEST(EngineStructuredOutput, SixteenConstrainedAndSixteenPlainInOneBatch) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  const char* kTopics[16] = {"a planet", "the ocean", "a cat", "coffee", "the moon", "a river",
+                             "bread", "a forest", "winter", "a violin", "the desert", "a bridge",
+                             "rain", "a library", "chess", "a volcano"};
+  const auto plain = [&](int i) {
+    GenerateRequest r = greedy_chat(std::string("Tell me about ") + kTopics[i] + ".", 20);
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = 100 + static_cast<uint64_t>(i);
+    }
+    return r;
+  };
+  const auto constrained = [&](int i) {
+    const float temperature = i % 2 == 0 ? 0.0f : 1.0f;
+    const uint64_t seed = 200 + static_cast<uint64_t>(i);
+    switch (i % 4) {
+      case 0:
+      case 1:
+        return constrained_chat(std::string("Describe a person who likes ") + kTopics[i] + " as JSON.",
+                                GrammarSpec::json_schema(kPersonSchema), 48, temperature, seed);
+      case 2:
+        return constrained_chat(std::string("How many words describe ") + kTopics[i] + "?",
+                                GrammarSpec::regex("[0-9]{1,3}"), 8, temperature, seed);
+      default:
+        return constrained_chat(std::string("Is ") + kTopics[i] + " big or small?",
+                                GrammarSpec::choice({"big", "small", "medium"}), 8, temperature, seed);
+    }
+  };
+  std::vector<std::vector<int32_t>> plain_alone, constrained_alone;
+  for (int i = 0; i < 16; ++i) {
+    for (const bool is_plain : {true, false}) {
+      auto sink = std::make_shared<RecordingSink>();
+      engine->submit(is_plain ? plain(i) : constrained(i), sink);
+      ASSERT_TRUE(sink->wait());
+      ASSERT_FALSE(sink->error()) << sink->error()->message;
+      (is_plain ? plain_alone : constrained_alone).push_back(sink->token_ids());
+    }
+  }
+  const uint64_t steps_before = engine->stats().num_steps;
+  std::vector<std::shared_ptr<RecordingSink>> plain_sinks, constrained_sinks;
+  for (int i = 0; i < 16; ++i) {
+    constrained_sinks.push_back(std::make_shared<RecordingSink>());
+    engine->submit(constrained(i), constrained_sinks.back());
+    plain_sinks.push_back(std::make_shared<RecordingSink>());
+    engine->submit(plain(i), plain_sinks.back());
+  }
+  size_t tokens_together = 0;
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(plain_sinks[i]->wait());
+    ASSERT_TRUE(constrained_sinks[i]->wait());
+    ASSERT_FALSE(plain_sinks[i]->error()) << plain_sinks[i]->error()->message;
+    ASSERT_FALSE(constrained_sinks[i]->error()) << constrained_sinks[i]->error()->message;
+    EXPECT_EQ(plain_sinks[i]->token_ids(), plain_alone[i]) << "unconstrained request " << i;
+    EXPECT_EQ(constrained_sinks[i]->token_ids(), constrained_alone[i]) << "constrained request " << i;
+    tokens_together += plain_sinks[i]->token_ids().size() + constrained_sinks[i]->token_ids().size();
+  }
+  // They ran together: on average many sequences per step (one at a time would be one).
+  const uint64_t steps_together = engine->stats().num_steps - steps_before;
+  std::printf("[16+16] %zu tokens in %llu steps\n", tokens_together,
+              static_cast<unsigned long long>(steps_together));
+  EXPECT_LT(steps_together * 4, tokens_together);
+  EXPECT_TRUE(wait_idle(*engine));
+}
+
 // Constrained sequences preempted for KV room and recomputed sample exactly what each samples
 // alone: a matcher keeps the state of the tokens its sequence keeps. A small KV pool makes the
 // preemptions certain whatever the timing (four sequences cannot all grow in it at once).
@@ -232,6 +302,22 @@ TEST(EngineStructuredOutput, AGrammarThatDoesNotCompileIsA400NamingTheField) {
   const Answer min_tokens = run(*engine, std::move(with_min_tokens));
   ASSERT_TRUE(min_tokens.error);
   EXPECT_EQ(min_tokens.error->param, "min_tokens");
+  EXPECT_TRUE(wait_idle(*engine));
+}
+
+// The compiler's bounds come from the config (structured_output.max_grammar_bytes): a spec over
+// it is a 400 naming the field, refused before compiling.
+TEST(EngineStructuredOutput, TheGrammarSizeBoundComesFromTheConfig) {
+  TROUPE_REQUIRE_MODEL();
+  EngineConfig config = test_config();
+  config.structured_output.max_grammar_bytes = 16;
+  auto engine = Engine::start(config);
+  const Answer small = run(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("[0-9]{3}"), 8));
+  ASSERT_FALSE(small.error) << small.error->message;
+  const Answer large = run(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("(one|two|three|four)"), 8));
+  ASSERT_TRUE(large.error);
+  EXPECT_EQ(large.error->param, "structured_outputs");
+  EXPECT_NE(large.error->message.find("too large"), std::string::npos) << large.error->message;
   EXPECT_TRUE(wait_idle(*engine));
 }
 

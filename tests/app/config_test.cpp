@@ -67,6 +67,31 @@ TEST(Config, ErrorsNameTheKey) {
   expect_config_error(R"({"model": )", "invalid JSON");
 }
 
+// The grammar compiler's settings (structured output): defaults as before the keys existed, each
+// key read, and out-of-range or ill-typed values named.
+TEST(Config, ReadsTheStructuredOutputSettings) {
+  const ServerConfig defaults = parse_config("{}");
+  EXPECT_EQ(defaults.structured_output.grammar_cache_size, 64);
+  EXPECT_EQ(defaults.structured_output.max_grammar_bytes, 64 * 1024);
+  EXPECT_EQ(defaults.structured_output.json_max_whitespace, 4);
+  EXPECT_EQ(defaults.structured_output.compile_threads, 1);
+  const ServerConfig c = parse_config(R"({"structured_output": {"grammar_cache_size": 0,
+      "max_grammar_bytes": 1000, "json_max_whitespace": 0, "compile_threads": 2}})");
+  const engine::EngineConfig e = engine_config_of(c);
+  EXPECT_EQ(e.structured_output.grammar_cache_size, 0);
+  EXPECT_EQ(e.structured_output.max_grammar_bytes, 1000);
+  EXPECT_EQ(e.structured_output.json_max_whitespace, 0);
+  EXPECT_EQ(e.structured_output.compile_threads, 2);
+  expect_config_error(R"({"structured_output": {"cache_size": 8}})",
+                      "structured_output.cache_size: unknown config key");
+  expect_config_error(R"({"structured_output": {"max_grammar_bytes": 0}})",
+                      "structured_output.max_grammar_bytes: 0 is outside");
+  expect_config_error(R"({"structured_output": {"json_max_whitespace": "4"}})",
+                      "structured_output.json_max_whitespace: expected an unsigned integer");
+  expect_config_error(R"({"structured_output": {"compile_threads": 0}})",
+                      "structured_output.compile_threads: 0 is outside");
+}
+
 TEST(Config, ReadsTheAccessKeys) {
   const ServerConfig defaults = parse_config("{}");
   EXPECT_FALSE(defaults.access.keys_file);
@@ -195,6 +220,10 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.scheduler.fairness, built_in.scheduler.fairness);
   EXPECT_EQ(preset.api.max_waiting_per_client, built_in.api.max_waiting_per_client);
   EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
+  EXPECT_EQ(preset.structured_output.grammar_cache_size, built_in.structured_output.grammar_cache_size);
+  EXPECT_EQ(preset.structured_output.max_grammar_bytes, built_in.structured_output.max_grammar_bytes);
+  EXPECT_EQ(preset.structured_output.json_max_whitespace, built_in.structured_output.json_max_whitespace);
+  EXPECT_EQ(preset.structured_output.compile_threads, built_in.structured_output.compile_threads);
   EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
   EXPECT_EQ(preset.api.max_logit_bias_entries, built_in.api.max_logit_bias_entries);
   EXPECT_EQ(preset.api.max_n, built_in.api.max_n);

@@ -81,6 +81,40 @@ def server(tmp_path_factory):
     s.stop()
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "structured_output: needs a server built with xgrammar; skipped where the "
+        "server answers constrained requests with its 'not built' 400 (-DTROUPE_XGRAMMAR=OFF)")
+
+
+NOT_BUILT = "structured output is not built into this server"
+
+
+@pytest.fixture(scope="session")
+def structured_output_built(server):
+    """Whether the shared server has structured output, probed once. A server built without
+    xgrammar must answer with its clean 400 naming the field; anything else fails the probe, so
+    a broken build can never pass for one without xgrammar."""
+    r = requests.post(server.base_url + "/v1/completions",
+                      json={"prompt": "x", "max_tokens": 1,
+                            "structured_outputs": {"choice": ["a"]}}, timeout=120)
+    if r.status_code == 200:
+        return True
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "structured_outputs" \
+        and NOT_BUILT in error["message"], r.text
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_structured_output(request):
+    if request.node.get_closest_marker("structured_output") is None:
+        return
+    if not request.getfixturevalue("structured_output_built"):
+        pytest.skip(f"this server is built without xgrammar: '{NOT_BUILT}' "
+                    "(test_schema_suite.py checks that 400)")
+
+
 @pytest.fixture
 def client(server):
     """The official `openai` client against the shared server."""

@@ -402,6 +402,67 @@ TEST(CudaBackend, KvMovesBetweenBackendsThroughTheHostMirror) {
   EXPECT_NE(decode_step(untouched, true), want);
 }
 
+// Structured output on the backend: the step's bitmask rows go up with its inputs and constrain
+// their own rows only (the kernels themselves: cuda_token_mask_test.cpp). Each step allows a
+// few random tokens and never the row's unconstrained argmax: a greedy constrained row takes the
+// best allowed token of its own logits, a sampled one an allowed token, and the unconstrained
+// neighbour its plain argmax. The bitmask rows are assigned out of the rows' order.
+TEST(CudaBackend, ConstrainedRowsSampleOnlyAllowedTokens) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  const int32_t V = 512, W = 16;
+  CudaBackend gpu_b(model::make_dummy_weights(tiny_config(), TensorType::kQ8_0, 5), small_gpu_config(128));
+  StepHarness h(128, 16);
+  model::SamplingParams sampled;
+  sampled.temperature = 1.0f;
+  sampled.seed = 3;
+  h.add(1, random_tokens(20, 1, V));           // greedy, constrained
+  h.add(2, random_tokens(9, 2, V));            // greedy, unconstrained
+  h.add(3, random_tokens(14, 3, V), sampled);  // sampled, constrained
+  std::vector<std::pair<uint64_t, int32_t>> work = {{1, 20}, {2, 9}, {3, 14}};
+  std::mt19937 rng(11);
+  for (int step = 0; step < 6; ++step) {
+    StepBatch b = h.build(work);
+    const std::vector<float> logits = gpu_b.compute_logits(b);  // rows in seqs order: 1, 2, 3
+    b.bitmask_num_words = W;
+    b.token_bitmask.assign(2 * W, 0u);
+    std::vector<std::vector<int32_t>> allowed(3);
+    for (const int32_t r : {0, 2}) {
+      const int32_t mask_row = r == 0 ? 1 : 0;
+      const int32_t plain_best = argmax(&logits[r * V], V);
+      while (allowed[r].size() < 6) {
+        const auto t = static_cast<int32_t>(rng() % V);
+        if (t == plain_best) continue;
+        allowed[r].push_back(t);
+        b.token_bitmask[mask_row * W + t / 32] |= 1u << (t % 32);
+      }
+      b.sampling[b.seqs[r].sampling_index].bitmask_row = mask_row;
+    }
+    const StepResult result = gpu_b.run_step(b);
+    ASSERT_EQ(result.tokens.size(), 3u);
+    int32_t best_allowed = allowed[0][0];
+    for (const int32_t t : allowed[0]) {
+      if (logits[t] > logits[best_allowed]) best_allowed = t;
+    }
+    EXPECT_EQ(result.tokens[0].token_id, best_allowed) << "step " << step;
+    EXPECT_EQ(result.tokens[1].token_id, argmax(&logits[V], V)) << "step " << step;
+    EXPECT_NE(std::find(allowed[2].begin(), allowed[2].end(), result.tokens[2].token_id), allowed[2].end())
+        << "step " << step << ": sampled " << result.tokens[2].token_id;
+    h.accept(result);
+    work = {{1, 1}, {2, 1}, {3, 1}};
+  }
+  // A bitmask row past the step's bitmask is refused, not read out of bounds.
+  StepBatch bad = h.build(work);
+  bad.bitmask_num_words = W;
+  bad.token_bitmask.assign(W, ~0u);
+  bad.sampling[0].bitmask_row = 1;
+  try {
+    gpu_b.run_step(bad);
+    FAIL() << "a bitmask_row past the bitmask was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("bitmask_row out of range"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KvHostMirror, BlocksWrittenByAStepAreThoseHoldingItsSpans) {
   StepHarness h(64, 16, {7, 3, 9, 20, 21});
   h.add(1, random_tokens(40, 1, 512));
