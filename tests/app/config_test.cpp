@@ -209,5 +209,33 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.admin.idle_timeout, built_in.admin.idle_timeout);
 }
 
+// kv_events (issue 20): every key read, off by default, bad keys and values named.
+TEST(Config, KvEventsSection) {
+  const ServerConfig defaults = parse_config("{}");
+  EXPECT_FALSE(defaults.kv_events.enabled);
+  EXPECT_EQ(defaults.kv_events.endpoint, "tcp://*:5557");
+  EXPECT_EQ(defaults.kv_events.format, kv_cache::KvEventFormat::kMap);
+  const ServerConfig c = parse_config(R"({"kv_events": {"enabled": true,
+    "endpoint": "tcp://indexer:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv@p@m",
+    "buffer_steps": 50, "hwm": 60, "max_queue_batches": 70, "hash_seed": "42",
+    "format": "array"}})");
+  EXPECT_TRUE(c.kv_events.enabled);
+  EXPECT_EQ(c.kv_events.endpoint, "tcp://indexer:5557");
+  EXPECT_EQ(c.kv_events.replay_endpoint, "tcp://*:5558");
+  EXPECT_EQ(c.kv_events.topic, "kv@p@m");
+  EXPECT_EQ(c.kv_events.buffer_steps, 50);
+  EXPECT_EQ(c.kv_events.hwm, 60);
+  EXPECT_EQ(c.kv_events.max_queue_batches, 70);
+  EXPECT_EQ(c.kv_events.hash_seed, "42");
+  EXPECT_EQ(c.kv_events.format, kv_cache::KvEventFormat::kArray);
+  EXPECT_EQ(engine_config_of(c).kv_events.hash_seed, "42");
+  EXPECT_TRUE(engine_config_of(c).kv_events.enabled);
+  expect_config_error(R"({"kv_events": {"enable": true}})", "kv_events.enable: unknown config key");
+  expect_config_error(R"({"kv_events": {"enabled": 1}})", "kv_events.enabled: expected true or false");
+  expect_config_error(R"({"kv_events": {"hwm": 0}})", "kv_events.hwm: 0 is outside");
+  expect_config_error(R"({"kv_events": {"format": "json"}})", "kv_events.format: 'json' is not one of");
+  expect_config_error(R"({"kv_events": {"endpoint": ""}})", "kv_events.endpoint: must not be empty");
+}
+
 }  // namespace
 }  // namespace troupe::app
