@@ -29,6 +29,7 @@ const ServeFlags& serve_flags() {
       {"--ssl-cert", &ServeOptions::ssl_cert},  {"--ssl-key", &ServeOptions::ssl_key},
       {"--role", &ServeOptions::role},          {"--kv-transport", &ServeOptions::kv_transport},
       {"--kv-events-topic", &ServeOptions::kv_events_topic},
+      {"--advertise-host", &ServeOptions::advertise_host},
   };
   return flags;
 }
@@ -156,6 +157,7 @@ std::string serve_usage_text() {
   --prefill-url URL  decode role: a prefill server (host:port), repeatable (disagg.prefill_urls)
   --kv-transport T   UCX transports for KV pulls, e.g. tcp or posix,cma (disagg.ucx_tls)
   --kv-events-topic T  first frame of each KV-event message (kv_events.topic)
+  --advertise-host H   prefill role: the address decode servers pull KV from (disagg.advertise_host)
 )";
 }
 

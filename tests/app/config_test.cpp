@@ -152,6 +152,13 @@ TEST(Config, FlagsOverrideTheFileAndAreValidated) {
   EXPECT_EQ(c.http.port, 4321);
   EXPECT_EQ(c.backend, BackendChoice::kCpu);
   EXPECT_EQ(c.model, model);
+  // Per-pod values a Deployment passes as flags ($(POD_IP)), not in the shared ConfigMap.
+  options.kv_events_topic = "kv@10.0.0.7@m";
+  options.advertise_host = "10.0.0.7";
+  const ServerConfig pod = resolve_config(options);
+  EXPECT_EQ(pod.kv_events.topic, "kv@10.0.0.7@m");
+  EXPECT_EQ(pod.disagg.advertise_host, "10.0.0.7");
+  EXPECT_EQ(engine_config_of(pod).disagg.advertise_host, "10.0.0.7");
 
   options.port = "80x";
   EXPECT_THROW((void)resolve_config(options), ConfigError);
