@@ -205,6 +205,13 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
   EXPECT_EQ(preset.api.max_logit_bias_entries, built_in.api.max_logit_bias_entries);
   EXPECT_EQ(preset.api.max_n, built_in.api.max_n);
+  EXPECT_EQ(preset.kv_events.enabled, built_in.kv_events.enabled);
+  EXPECT_EQ(preset.kv_events.endpoint, built_in.kv_events.endpoint);
+  EXPECT_EQ(preset.kv_events.hash_seed, built_in.kv_events.hash_seed);
+  EXPECT_EQ(preset.kv_events.format, built_in.kv_events.format);
+  EXPECT_EQ(preset.kv_events.buffer_steps, built_in.kv_events.buffer_steps);
+  EXPECT_EQ(preset.kv_events.hwm, built_in.kv_events.hwm);
+  EXPECT_EQ(preset.kv_events.max_queue_batches, built_in.kv_events.max_queue_batches);
   EXPECT_EQ(preset.http.port, built_in.http.port);
   EXPECT_EQ(preset.http.ws_close_timeout, built_in.http.ws_close_timeout);
   EXPECT_EQ(preset.http.ws_idle_timeout, built_in.http.ws_idle_timeout);
