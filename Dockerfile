@@ -10,7 +10,7 @@ FROM nvidia/cuda:12.6.3-devel-ubuntu24.04 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ git ccache python3 python3-venv \
       libboost1.83-dev libsimdjson-dev libspdlog-dev libfmt-dev libssl-dev libucx-dev \
-      libzmq3-dev cppzmq-dev libmsgpuck-dev \
+      pkg-config libzmq3-dev cppzmq-dev libmsgpuck-dev \
       libgtest-dev libgmock-dev libbenchmark-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
