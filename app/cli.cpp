@@ -28,6 +28,8 @@ const ServeFlags& serve_flags() {
       {"--admin-socket", &ServeOptions::admin_socket},
       {"--ssl-cert", &ServeOptions::ssl_cert},  {"--ssl-key", &ServeOptions::ssl_key},
       {"--role", &ServeOptions::role},          {"--kv-transport", &ServeOptions::kv_transport},
+      {"--kv-events-topic", &ServeOptions::kv_events_topic},
+      {"--advertise-host", &ServeOptions::advertise_host},
   };
   return flags;
 }
@@ -154,6 +156,8 @@ std::string serve_usage_text() {
                      (disagg.role; KV moves between servers over UCX)
   --prefill-url URL  decode role: a prefill server (host:port), repeatable (disagg.prefill_urls)
   --kv-transport T   UCX transports for KV pulls, e.g. tcp or posix,cma (disagg.ucx_tls)
+  --kv-events-topic T  first frame of each KV-event message (kv_events.topic)
+  --advertise-host H   prefill role: the address decode servers pull KV from (disagg.advertise_host)
 )";
 }
 

@@ -29,6 +29,10 @@ struct ServeOptions {
   std::optional<std::string> role;    // --role combined|prefill|decode
   std::vector<std::string> prefill_urls;  // --prefill-url, repeatable
   std::optional<std::string> kv_transport;  // --kv-transport (UCX_TLS for KV pulls)
+  // --kv-events-topic (kv_events.topic): per pod, e.g. kv@$(POD_IP)@model in a Deployment
+  std::optional<std::string> kv_events_topic;
+  // --advertise-host (disagg.advertise_host): per pod, e.g. $(POD_IP) in a Deployment
+  std::optional<std::string> advertise_host;
 };
 
 struct HelpCommand {

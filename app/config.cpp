@@ -319,6 +319,37 @@ ObjectReader disagg_reader(ServerConfig& config) {
 
 }  // namespace
 
+// kv_events: KV-cache events for prefix-aware routers (issue 20).
+ObjectReader kv_events_reader(kv_cache::KvEventsConfig& k) {
+  ObjectReader reader("kv_events");
+  reader.on("enabled", [&k](element v, const std::string& p) { k.enabled = read_bool(v, p); });
+  reader.on("endpoint", [&k](element v, const std::string& p) {
+    k.endpoint = read_string(v, p);
+    if (k.endpoint.empty()) throw ConfigError(fmt::format("{}: must not be empty", p));
+  });
+  reader.on("replay_endpoint", [&k](element v, const std::string& p) {
+    k.replay_endpoint = read_string(v, p);
+  });
+  reader.on("topic", [&k](element v, const std::string& p) { k.topic = read_string(v, p); });
+  reader.on("buffer_steps", [&k](element v, const std::string& p) {
+    k.buffer_steps = static_cast<int32_t>(read_uint(v, p, 1, 10'000'000));
+  });
+  reader.on("hwm", [&k](element v, const std::string& p) {
+    k.hwm = static_cast<int32_t>(read_uint(v, p, 1, 100'000'000));
+  });
+  reader.on("max_queue_batches", [&k](element v, const std::string& p) {
+    k.max_queue_batches = static_cast<int32_t>(read_uint(v, p, 1, 10'000'000));
+  });
+  reader.on("hash_seed", [&k](element v, const std::string& p) { k.hash_seed = read_string(v, p); });
+  reader.on("format", [&k](element v, const std::string& p) {
+    const std::string text = read_string(v, p);
+    const auto format = kv_cache::parse_kv_event_format(text);
+    if (!format) throw ConfigError(fmt::format("{}: '{}' is not one of map, array", p, text));
+    k.format = *format;
+  });
+  return reader;
+}
+
 engine::EngineConfig engine_config_of(const ServerConfig& config) {
   engine::EngineConfig e;
   e.model_path = config.model;
@@ -336,6 +367,7 @@ engine::EngineConfig engine_config_of(const ServerConfig& config) {
   e.scheduler.max_waiting_per_client = config.api.max_waiting_per_client;
   e.max_stop_strings = config.api.max_stop_strings;
   e.disagg = config.disagg;
+  e.kv_events = config.kv_events;
   // remote_host/remote_port in kv_transfer_params: how peers reach this server's HTTP.
   if (e.disagg.advertise_host.empty()) {
     const std::string& host = config.http.host;
@@ -429,6 +461,9 @@ ServerConfig parse_config(std::string_view json, ServerConfig base) {
   reader.on("admin", [&config](element v, const std::string&) { admin_reader(config.admin).read(v); });
   reader.on("http", [&config](element v, const std::string&) { http_reader(config.http).read(v); });
   reader.on("disagg", [&config](element v, const std::string&) { disagg_reader(config).read(v); });
+  reader.on("kv_events", [&config](element v, const std::string&) {
+    kv_events_reader(config.kv_events).read(v);
+  });
   reader.read(root);
   return config;
 }

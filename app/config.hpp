@@ -58,6 +58,7 @@ struct ServerConfig {
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests may finish
   disagg::DisaggConfig disagg;   // disaggregated prefill/decode (role, prefill peers, leases)
   std::string kv_transport_tls;  // disagg.ucx_tls: UCX transports for KV pulls ("" = UCX's)
+  kv_cache::KvEventsConfig kv_events;  // KV-cache events for prefix-aware routers (issue 20)
 };
 
 // "host:port" or "http://host:port[/]" as --prefill-url and disagg.prefill_urls give a prefill

@@ -63,6 +63,8 @@ void apply_flags(const ServeOptions& options, ServerConfig& config) {
     }
   }
   if (options.kv_transport) config.kv_transport_tls = *options.kv_transport;
+  if (options.kv_events_topic) config.kv_events.topic = *options.kv_events_topic;
+  if (options.advertise_host) config.disagg.advertise_host = *options.advertise_host;
   // A secret, so from the environment only (like TROUPE_API_KEY): the key this decode server
   // presents to prefill servers that require one.
   if (const char* key = std::getenv("TROUPE_PREFILL_API_KEY"); key != nullptr && *key != '\0') {

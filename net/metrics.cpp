@@ -1,6 +1,7 @@
 #include "net/metrics.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 
@@ -206,6 +207,38 @@ void render_kv_transfer(PrometheusText& p, const engine::KvTransferStats& t) {
             double(t.num_remote_prefill_fallbacks + t.num_kv_pull_fallbacks));
 }
 
+// What a router scores pods by (issue 20): the Gateway API Inference Extension's model-server
+// protocol (docs/proposals/003-model-server-protocol: queue depth, running requests, KV
+// utilization, the LoRA state and the cache config) under vLLM's names, which its endpoint
+// picker and llm-d scrape; plus the KV-event publisher's own counters.
+void render_router_metrics(PrometheusText& p, const engine::EngineStats& s) {
+  p.gauge("vllm:num_requests_running", "Requests in a running batch (vLLM name).", s.num_running);
+  p.gauge("vllm:num_requests_waiting", "Requests waiting (vLLM name).", s.num_waiting);
+  p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (vLLM name).", s.kv_usage_ratio);
+  p.gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (older vLLM name).",
+          s.kv_usage_ratio);
+  // vLLM sets this gauge to the time of its last update so a picker can take the newest series;
+  // a picker treats a pod without it as unable to serve adapters. troupe serves none: max_lora
+  // 0 and both lists empty.
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  p.gauge("vllm:lora_requests_info", "Running stats on LoRA requests (vLLM name).",
+          {{{{"max_lora", "0"}, {"running_lora_adapters", ""}, {"waiting_lora_adapters", ""}}, now}});
+  // vLLM's info gauge: value 1, the cache config in labels (the picker reads block_size and
+  // num_gpu_blocks; the rest say how blocks are hashed: kv_events.hash_seed is not shown).
+  p.gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig (vLLM name).",
+          {{{{"block_size", std::to_string(s.kv_block_size)},
+             {"num_gpu_blocks", std::to_string(s.kv_blocks_total)},
+             {"enable_prefix_caching", s.prefix_caching ? "True" : "False"},
+             {"prefix_caching_hash_algo", "sha256_cbor"}},
+            1.0}});
+  p.counter("troupe:kv_events_published_total", "KV-cache events sent to routers.",
+            double(s.kv_events_published));
+  p.counter("troupe:kv_events_dropped_total",
+            "KV-cache events dropped because the publisher's queue was full.",
+            double(s.kv_events_dropped));
+}
+
 }  // namespace
 
 std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& serving,
@@ -304,11 +337,7 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
               double(connections->num_accept_failures.load(std::memory_order_relaxed)));
   }
   render_kv_transfer(p, s.kv_transfer);
-  p.gauge("vllm:num_requests_running", "Requests in a running batch (vLLM name).", s.num_running);
-  p.gauge("vllm:num_requests_waiting", "Requests waiting (vLLM name).", s.num_waiting);
-  p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (vLLM name).", s.kv_usage_ratio);
-  p.gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = full (older vLLM name).",
-          s.kv_usage_ratio);
+  render_router_metrics(p, s);
   return p.str();
 }
 

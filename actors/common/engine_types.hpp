@@ -217,7 +217,11 @@ struct EngineStats {
   int64_t kv_blocks_used = 0;     // referenced by a sequence
   int64_t kv_blocks_cached = 0;   // cached prefix, unreferenced (evictable)
   int64_t kv_blocks_free = 0;
+  int32_t kv_block_size = 0;      // tokens per KV block
+  bool prefix_caching = false;
   double kv_usage_ratio = 0;
+  uint64_t kv_events_published = 0;  // KV-cache events sent to routers (issue 20)
+  uint64_t kv_events_dropped = 0;    // ... dropped because the publisher fell behind
   uint64_t prefix_cache_queries = 0;
   uint64_t prefix_cache_hits = 0;
   double prefix_cache_hit_rate = 0;

@@ -62,6 +62,7 @@ struct KvCacheSnapshot {
   kv_cache::KvCacheStats stats;
   uint64_t num_loans = 0;  // ticks the scheduler borrowed the manager for
   KvTransferStats transfer;
+  kv_cache::KvEventStats events;  // KV events published / dropped (zero when off)
 };
 
 struct LiveRequestSummary {

@@ -28,6 +28,7 @@
 #include "actors/common/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
 #include "actors/ingress/ingress_actor.hpp"
+#include "actors/kv_cache/events/kv_event_publisher.hpp"
 #include "actors/kv_cache/kv_cache_actor.hpp"
 #include "actors/runtime/executor_threads.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
@@ -231,8 +232,20 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   ingress::PromptLimits limits{policy.max_model_len, config.default_max_tokens, config.max_stop_strings};
   const auto capacity = static_cast<size_t>(config.mailbox_capacity);
   gpu_worker_ = std::make_shared<gpu_worker::GpuWorkerActor>(std::move(built.backend));
-  kv_cache_ = std::make_shared<kv_cache::KvCacheActor>(
-      scheduler::Scheduler::kv_cache_config(policy), board_, capacity);
+  kv_cache::KvCacheConfig kv_config = scheduler::Scheduler::kv_cache_config(policy);
+  kv_config.emit_events = config.kv_events.enabled;
+  kv_config.event_hash_seed = config.kv_events.hash_seed;
+  kv_cache_ = std::make_shared<kv_cache::KvCacheActor>(kv_config, board_, capacity);
+  if (config.kv_events.enabled) {
+    // "GPU" is vLLM's name for device memory; on the CPU backend the blocks live in host memory.
+    const std::string medium = card_.backend == "cuda" ? "GPU" : "CPU";
+    kv_cache_->set_event_sink(std::make_shared<kv_cache::KvEventPublisher>(config.kv_events, medium));
+    spdlog::info("KV events: {} {} (topic '{}', replay {}, hash seed '{}', {} format)",
+                 kv_cache::kv_event_endpoint_binds(config.kv_events.endpoint) ? "bound to" : "connected to",
+                 config.kv_events.endpoint, config.kv_events.topic,
+                 config.kv_events.replay_endpoint.empty() ? "off" : config.kv_events.replay_endpoint,
+                 config.kv_events.hash_seed, kv_cache::to_string(config.kv_events.format));
+  }
   scheduler_ = std::make_shared<scheduler::SchedulerActor>(
       policy, step_cost_fitter_config(card_.info), board_, capacity);
   // One thread each: a long prompt delays other prompts' building, never a running stream's
@@ -345,6 +358,10 @@ EngineStats EngineImpl::stats() const {
   out.kv_blocks_used = kv.num_referenced;
   out.kv_blocks_cached = kv.num_cached_unreferenced;
   out.kv_blocks_free = kv.num_free;
+  out.kv_block_size = kv.block_size;
+  out.prefix_caching = kv.prefix_caching;
+  out.kv_events_published = kv_home->events.published_events;
+  out.kv_events_dropped = kv_home->events.dropped_events;
   out.kv_usage_ratio = kv.usage_ratio;
   out.prefix_cache_queries = kv.prefix.num_queries;
   out.prefix_cache_hits = kv.prefix.num_hits;

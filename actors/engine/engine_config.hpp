@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/disagg/disagg_config.hpp"
+#include "actors/kv_cache/events/kv_events_config.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
 
 namespace troupe::engine {
@@ -71,6 +72,7 @@ struct EngineConfig {
   disagg::DisaggConfig disagg;
   // UCX transports for KV movement ("tcp", "posix,cma"); empty: UCX_TLS or UCX's choice.
   std::string kv_transport_tls;
+  kv_cache::KvEventsConfig kv_events;  // KV-cache events for prefix-aware routers (issue 20)
 };
 
 }  // namespace troupe::engine

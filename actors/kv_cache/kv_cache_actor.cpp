@@ -115,6 +115,7 @@ void KvCacheActor::take_back(ReturnKvCache& returned) {
   for (size_t i = 0; i < waiting_flushes_.size(); ++i) {
     flushed.push_back(home_->flush_unreferenced_cache());
   }
+  forward_events();
   publish_stats();  // before answering a flush: its caller may read stats() right away
   for (size_t i = 0; i < waiting_flushes_.size(); ++i) waiting_flushes_[i]->set_value(flushed[i]);
   waiting_flushes_.clear();
@@ -126,6 +127,7 @@ void KvCacheActor::flush(FlushPrefixCache& request) {
     return;
   }
   const int64_t flushed = home_->flush_unreferenced_cache();
+  forward_events();
   publish_stats();  // before answering: the caller may read stats() right away
   request.reply->set_value(flushed);
 }
@@ -149,6 +151,14 @@ void KvCacheActor::abandon(KvCacheMessage message) {
   waiting_flushes_.clear();
 }
 
+void KvCacheActor::forward_events() {
+  std::vector<KvEvent> events = home_->take_events();
+  if (events.empty() || events_ == nullptr) return;
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  (void)events_->publish(KvEventBatch{now, std::move(events)});  // a drop is counted there
+}
+
 void KvCacheActor::publish_stats() {
   engine::KvCacheSnapshot snapshot;
   // While lent, the last figures stand (the scheduler owns the manager for that tick).
@@ -158,6 +168,7 @@ void KvCacheActor::publish_stats() {
     snapshot.stats = last->stats;
   }
   if (agent_ != nullptr) snapshot.transfer = agent_->snapshot();
+  if (events_ != nullptr) snapshot.events = events_->stats();
   snapshot.num_loans = num_loans_;
   board_->publish_kv_cache(std::move(snapshot));
 }

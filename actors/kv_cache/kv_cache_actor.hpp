@@ -23,7 +23,12 @@
 // scheduler set aside and tells it when they are resident. Allocation stays synchronous with
 // the policy (the reason for the loan) and the network stays off the tick.
 //
-// Thread-safety: set_transfer_agent() from the wiring thread before start(); start()/
+// KV events (issue 20): the manager collects them while the scheduler uses it; this actor takes
+// them when the manager comes home (once per tick) and after a flush, and hands them to the
+// event sink (events/kv_event_publisher.hpp) as one batch — one lock-free push, no encoding or
+// I/O on the engine thread.
+//
+// Thread-safety: set_transfer_agent() and set_event_sink() from the wiring thread before start(); start()/
 // try_send()/deliver()/shutdown() as for every Actor; the rest runs on the actor's executor
 // (the engine thread, shared with the scheduler actor by default).
 #pragma once
@@ -46,6 +51,7 @@ class KvCacheActor final : public actors::runtime::Actor<KvCacheMessage> {
                size_t mailbox_capacity);
 
   void set_transfer_agent(std::unique_ptr<KvTransferAgent> agent) { agent_ = std::move(agent); }
+  void set_event_sink(std::shared_ptr<KvEventSink> sink) { events_ = std::move(sink); }
   // After start(): a timer on this actor's executor sends SweepKvLeases every `period` until
   // the mailbox closes.
   void start_lease_clock(std::chrono::milliseconds period);
@@ -64,6 +70,8 @@ class KvCacheActor final : public actors::runtime::Actor<KvCacheMessage> {
   void take_back(ReturnKvCache& returned);
   void flush(FlushPrefixCache& request);
   void publish_stats();
+  // The manager's collected KV events, as one batch to the sink.
+  void forward_events();
   // KV movement between servers: the transfer agent's messages (PullKv ... SweepKvLeases).
   template <typename Message>
   void move_kv(Message& m);
@@ -73,6 +81,7 @@ class KvCacheActor final : public actors::runtime::Actor<KvCacheMessage> {
   uint64_t num_loans_ = 0;
   std::shared_ptr<engine::StatsBoard> board_;
   std::unique_ptr<KvTransferAgent> agent_;  // null in tests that move no KV
+  std::shared_ptr<KvEventSink> events_;     // null: KV events are off
 };
 
 }  // namespace troupe::kv_cache

@@ -12,7 +12,38 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : block_size_(config.block_size),
       enable_prefix_caching_(config.enable_prefix_caching),
       pool_(config.num_blocks),
-      cache_(config.num_blocks, config.block_size) {}
+      cache_(config.num_blocks, config.block_size) {
+  if (config.emit_events && config.enable_prefix_caching) {
+    hasher_.emplace(config.event_hash_seed);
+    digests_.resize(static_cast<size_t>(config.num_blocks));
+  }
+}
+
+void KvCacheManager::note_stored(BlockStored& run, BlockId parent, BlockId block,
+                                 std::span<const int32_t> block_tokens) {
+  const BlockDigest& parent_digest =
+      parent == kNoBlock ? hasher_->root() : digests_[static_cast<size_t>(parent)];
+  BlockDigest& digest = digests_[static_cast<size_t>(block)];
+  digest = hasher_->block(parent_digest, block_tokens);
+  if (run.block_hashes.empty() && parent != kNoBlock) {
+    run.parent_block_hash = KvBlockHasher::engine_key(parent_digest);
+  }
+  run.block_hashes.push_back(KvBlockHasher::engine_key(digest));
+  run.token_ids.insert(run.token_ids.end(), block_tokens.begin(), block_tokens.end());
+}
+
+void KvCacheManager::flush_stored(BlockStored& run) {
+  if (run.block_hashes.empty()) return;
+  run.block_size = block_size_;
+  events_.emplace_back(std::exchange(run, BlockStored{}));
+}
+
+std::vector<uint64_t> KvCacheManager::keys_of(const std::vector<BlockId>& blocks) const {
+  std::vector<uint64_t> keys;
+  keys.reserve(blocks.size());
+  for (BlockId b : blocks) keys.push_back(KvBlockHasher::engine_key(digests_[static_cast<size_t>(b)]));
+  return keys;
+}
 
 PrefixMatch KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens) const {
   PrefixMatch match;
@@ -46,6 +77,9 @@ bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& pref
   if (num_new <= 0) return true;
   auto allocation = pool_.allocate(num_new);
   if (!allocation) throw std::logic_error("block pool refused an allocation it had room for");
+  if (hasher_ && !allocation->evicted.empty()) {
+    events_.emplace_back(BlockRemoved{keys_of(allocation->evicted)});
+  }
   for (BlockId evicted : allocation->evicted) cache_.erase(evicted);
   seq.blocks.insert(seq.blocks.end(), allocation->blocks.begin(), allocation->blocks.end());
   return true;
@@ -53,14 +87,29 @@ bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& pref
 
 int32_t KvCacheManager::flush_unreferenced_cache() {
   const int32_t num_cached = pool_.num_cached_unreferenced();
-  if (num_cached == 0) return 0;
+  if (num_cached == 0) {
+    // An empty cache stays empty; say so, as vLLM does on every reset, so a router that
+    // missed events starts over in step with us.
+    if (hasher_ && cache_.num_cached_blocks() == 0) events_.emplace_back(AllBlocksCleared{});
+    return 0;
+  }
   // Allocating everything allocatable takes the free blocks first, then evicts every cached,
   // unreferenced one (the pool reports them so the tree forgets them); freeing the whole
   // allocation returns all of it to the free list, uncached.
   auto allocation = pool_.allocate(pool_.num_allocatable());
   if (!allocation) throw std::logic_error("block pool refused an allocation it had room for");
+  std::vector<uint64_t> removed;
+  if (hasher_) removed = keys_of(allocation->evicted);
   for (BlockId evicted : allocation->evicted) cache_.erase(evicted);
   for (BlockId block : allocation->blocks) pool_.free(block);
+  // Blocks a running sequence holds stay cached: then only the flushed ones are removed.
+  if (hasher_) {
+    if (cache_.num_cached_blocks() == 0) {
+      events_.emplace_back(AllBlocksCleared{});
+    } else {
+      events_.emplace_back(BlockRemoved{std::move(removed)});
+    }
+  }
   return static_cast<int32_t>(allocation->evicted.size());
 }
 
@@ -70,14 +119,17 @@ void KvCacheManager::cache_full_blocks(SequenceBlocks& seq, std::span<const int3
   const auto bs = static_cast<size_t>(block_size_);
   const int32_t num_full = std::min<int32_t>(num_computed_tokens / block_size_,
                                              static_cast<int32_t>(seq.blocks.size()));
+  BlockStored run;  // KV events: the blocks this call inserts, as consecutive runs
   for (int32_t i = seq.num_cached_blocks; i < num_full; ++i) {
     const auto index = static_cast<size_t>(i);
     const BlockId parent = i == 0 ? kNoBlock : seq.blocks[index - 1];
     const BlockId own = seq.blocks[index];
-    const InsertResult result = cache_.insert(parent, tokens.subspan(index * bs, bs), own);
+    const auto block_tokens = tokens.subspan(index * bs, bs);
+    const InsertResult result = cache_.insert(parent, block_tokens, own);
     switch (result.outcome) {
       case InsertOutcome::kInserted:
         pool_.mark_cached(own);
+        if (hasher_) note_stored(run, parent, own, block_tokens);
         break;
       case InsertOutcome::kAlreadyCached:
         // Same tokens under the same prefix, computed concurrently: share the cached block
@@ -85,13 +137,16 @@ void KvCacheManager::cache_full_blocks(SequenceBlocks& seq, std::span<const int3
         pool_.touch(result.block);
         pool_.free(own);
         seq.blocks[index] = result.block;
+        flush_stored(run);  // the next run's parent is the shared block
         break;
       case InsertOutcome::kCollision:
         seq.caching_stopped = true;
+        flush_stored(run);
         return;
     }
     seq.num_cached_blocks = i + 1;
   }
+  flush_stored(run);
 }
 
 void KvCacheManager::free_sequence(SequenceBlocks& seq) {
@@ -104,6 +159,8 @@ void KvCacheManager::free_sequence(SequenceBlocks& seq) {
 KvCacheStats KvCacheManager::stats() const {
   KvCacheStats s;
   s.num_blocks = pool_.num_blocks();
+  s.block_size = block_size_;
+  s.prefix_caching = enable_prefix_caching_;
   s.num_free = pool_.num_free();
   s.num_cached_unreferenced = pool_.num_cached_unreferenced();
   s.num_referenced = pool_.num_referenced();

@@ -8,6 +8,12 @@
 //                                 └ cached ┘ └ private ┘      [i*bs, (i+1)*bs)
 //                                 num_cached_blocks = 2
 //
+// KV events (issue 20): with KvCacheConfig::emit_events, every block that enters the prefix
+// cache gets the router's hash (kv_block_hash.hpp) once, when it is inserted, and the manager
+// collects BlockStored / BlockRemoved / AllBlocksCleared values (kv_events.hpp) as it inserts,
+// evicts and flushes; the kv-cache actor takes them once per tick (take_events()). Off: no
+// hashing, no events, nothing allocated.
+//
 // Thread-safety: not thread-safe; one thread at a time (the kv-cache/scheduler actor's executor).
 #pragma once
 
@@ -15,9 +21,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/kv_cache/block_pool.hpp"
+#include "actors/kv_cache/kv_block_hash.hpp"
+#include "actors/kv_cache/kv_events.hpp"
 #include "actors/kv_cache/prefix_cache.hpp"
 
 namespace troupe::kv_cache {
@@ -26,6 +35,9 @@ struct KvCacheConfig {
   int32_t num_blocks = 4096;
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
+  // Collect KV events with the router's block hashes (needs prefix caching to emit anything).
+  bool emit_events = false;
+  std::string event_hash_seed;  // vLLM's PYTHONHASHSEED / llm-d's hashSeed
 };
 
 // The KV blocks one sequence holds (one reference each).
@@ -43,6 +55,8 @@ struct PrefixMatch {
 
 struct KvCacheStats {
   int32_t num_blocks = 0;
+  int32_t block_size = 0;
+  bool prefix_caching = false;
   int32_t num_free = 0;                  // hold nothing
   int32_t num_cached_unreferenced = 0;   // evictable prefix-cache blocks
   int32_t num_referenced = 0;            // held by sequences
@@ -92,6 +106,14 @@ class KvCacheManager {
     cache_.record_query(num_query_tokens, num_hit_tokens);
   }
 
+  // The events collected since the last call, oldest first (empty unless emit_events).
+  std::vector<KvEvent> take_events() { return std::exchange(events_, {}); }
+  bool emits_events() const { return hasher_.has_value(); }
+  // The router's key of a cached block (emit_events only): for tests.
+  uint64_t event_key_of(BlockId block) const {
+    return KvBlockHasher::engine_key(digests_[static_cast<size_t>(block)]);
+  }
+
   KvCacheStats stats() const;
   const BlockPool& pool() const { return pool_; }
   const PrefixCache& prefix_cache() const { return cache_; }
@@ -101,10 +123,21 @@ class KvCacheManager {
   std::optional<std::string> check_invariants() const;
 
  private:
+  // KV events: hash a newly cached block and add it to `run` (consecutive blocks of one
+  // sequence, parent first); queue a finished run; note evicted blocks before the tree forgets
+  // them.
+  void note_stored(BlockStored& run, BlockId parent, BlockId block,
+                   std::span<const int32_t> block_tokens);
+  void flush_stored(BlockStored& run);
+  std::vector<uint64_t> keys_of(const std::vector<BlockId>& blocks) const;
+
   int32_t block_size_;
   bool enable_prefix_caching_;
   BlockPool pool_;
   PrefixCache cache_;
+  std::optional<KvBlockHasher> hasher_;  // set with emit_events
+  std::vector<BlockDigest> digests_;     // per block: its router hash while it is cached
+  std::vector<KvEvent> events_;
 };
 
 }  // namespace troupe::kv_cache

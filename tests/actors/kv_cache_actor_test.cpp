@@ -23,7 +23,7 @@ using actors::runtime::ExecutorThreads;
 using actors::runtime::SendStatus;
 using namespace std::chrono_literals;
 
-constexpr KvCacheConfig kConfig{.num_blocks = 16, .block_size = 4, .enable_prefix_caching = true};
+const KvCacheConfig kConfig{.num_blocks = 16, .block_size = 4, .enable_prefix_caching = true};
 
 asio::awaitable<std::optional<KvLease>> await_lease(std::shared_ptr<CompletionSlot<KvLease>> slot) {
   auto waiting = slot->wait();  // named: g++ 12.2 co_await temporaries

@@ -177,6 +177,13 @@ TEST(Config, FlagsOverrideTheFileAndAreValidated) {
   EXPECT_EQ(c.http.port, 4321);
   EXPECT_EQ(c.backend, BackendChoice::kCpu);
   EXPECT_EQ(c.model, model);
+  // Per-pod values a Deployment passes as flags ($(POD_IP)), not in the shared ConfigMap.
+  options.kv_events_topic = "kv@10.0.0.7@m";
+  options.advertise_host = "10.0.0.7";
+  const ServerConfig pod = resolve_config(options);
+  EXPECT_EQ(pod.kv_events.topic, "kv@10.0.0.7@m");
+  EXPECT_EQ(pod.disagg.advertise_host, "10.0.0.7");
+  EXPECT_EQ(engine_config_of(pod).disagg.advertise_host, "10.0.0.7");
 
   options.port = "80x";
   EXPECT_THROW((void)resolve_config(options), ConfigError);
@@ -227,6 +234,13 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.api.default_max_tokens, built_in.api.default_max_tokens);
   EXPECT_EQ(preset.api.max_logit_bias_entries, built_in.api.max_logit_bias_entries);
   EXPECT_EQ(preset.api.max_n, built_in.api.max_n);
+  EXPECT_EQ(preset.kv_events.enabled, built_in.kv_events.enabled);
+  EXPECT_EQ(preset.kv_events.endpoint, built_in.kv_events.endpoint);
+  EXPECT_EQ(preset.kv_events.hash_seed, built_in.kv_events.hash_seed);
+  EXPECT_EQ(preset.kv_events.format, built_in.kv_events.format);
+  EXPECT_EQ(preset.kv_events.buffer_steps, built_in.kv_events.buffer_steps);
+  EXPECT_EQ(preset.kv_events.hwm, built_in.kv_events.hwm);
+  EXPECT_EQ(preset.kv_events.max_queue_batches, built_in.kv_events.max_queue_batches);
   EXPECT_EQ(preset.http.port, built_in.http.port);
   EXPECT_EQ(preset.http.ws_close_timeout, built_in.http.ws_close_timeout);
   EXPECT_EQ(preset.http.ws_idle_timeout, built_in.http.ws_idle_timeout);
@@ -236,6 +250,34 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.http.keep_alive_timeout, built_in.http.keep_alive_timeout);
   EXPECT_EQ(preset.admin.max_connections, built_in.admin.max_connections);
   EXPECT_EQ(preset.admin.idle_timeout, built_in.admin.idle_timeout);
+}
+
+// kv_events (issue 20): every key read, off by default, bad keys and values named.
+TEST(Config, KvEventsSection) {
+  const ServerConfig defaults = parse_config("{}");
+  EXPECT_FALSE(defaults.kv_events.enabled);
+  EXPECT_EQ(defaults.kv_events.endpoint, "tcp://*:5557");
+  EXPECT_EQ(defaults.kv_events.format, kv_cache::KvEventFormat::kMap);
+  const ServerConfig c = parse_config(R"({"kv_events": {"enabled": true,
+    "endpoint": "tcp://indexer:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv@p@m",
+    "buffer_steps": 50, "hwm": 60, "max_queue_batches": 70, "hash_seed": "42",
+    "format": "array"}})");
+  EXPECT_TRUE(c.kv_events.enabled);
+  EXPECT_EQ(c.kv_events.endpoint, "tcp://indexer:5557");
+  EXPECT_EQ(c.kv_events.replay_endpoint, "tcp://*:5558");
+  EXPECT_EQ(c.kv_events.topic, "kv@p@m");
+  EXPECT_EQ(c.kv_events.buffer_steps, 50);
+  EXPECT_EQ(c.kv_events.hwm, 60);
+  EXPECT_EQ(c.kv_events.max_queue_batches, 70);
+  EXPECT_EQ(c.kv_events.hash_seed, "42");
+  EXPECT_EQ(c.kv_events.format, kv_cache::KvEventFormat::kArray);
+  EXPECT_EQ(engine_config_of(c).kv_events.hash_seed, "42");
+  EXPECT_TRUE(engine_config_of(c).kv_events.enabled);
+  expect_config_error(R"({"kv_events": {"enable": true}})", "kv_events.enable: unknown config key");
+  expect_config_error(R"({"kv_events": {"enabled": 1}})", "kv_events.enabled: expected true or false");
+  expect_config_error(R"({"kv_events": {"hwm": 0}})", "kv_events.hwm: 0 is outside");
+  expect_config_error(R"({"kv_events": {"format": "json"}})", "kv_events.format: 'json' is not one of");
+  expect_config_error(R"({"kv_events": {"endpoint": ""}})", "kv_events.endpoint: must not be empty");
 }
 
 }  // namespace
