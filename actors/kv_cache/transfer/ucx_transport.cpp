@@ -308,9 +308,10 @@ void UcxTransport::shut_down_on_progress_thread() {
     if (!retiring_peers_.empty()) wait_for_events(/*busy=*/true);
   }
   if (!retiring_peers_.empty()) {
-    spdlog::warn("kv-transfer: {} endpoints still closing after {} ms; destroying the UCX worker "
-                 "anyway",
-                 retiring_peers_.size(), config_.shutdown_timeout.count());
+    spdlog::warn(
+        "kv-transfer: {} endpoints still closing after {} ms; destroying the UCX worker "
+        "anyway",
+        retiring_peers_.size(), config_.shutdown_timeout.count());
   }
   for (std::unique_ptr<Peer>& peer : retiring_peers_) {
     if (peer->close_request != nullptr) ucp_request_free(peer->close_request);

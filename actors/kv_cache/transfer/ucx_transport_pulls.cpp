@@ -126,9 +126,9 @@ void UcxTransport::send_read_request(Pull* pull, Peer* peer) {
   if (UCS_PTR_IS_ERR(request)) {
     // The endpoint refused it: it is unusable, so this pull fails and the next one reconnects.
     retire_peer(peer, Status::failure(StatusCode::kPeerFailed,
-                                      describe_ucx_failure("cannot send a read request to peer '" +
-                                                               peer->key + "'",
-                                                           UCS_PTR_STATUS(request))));
+                                      describe_ucx_failure(
+                                          "cannot send a read request to peer '" + peer->key + "'",
+                                          UCS_PTR_STATUS(request))));
     return;
   }
   if (request == nullptr) return;  // sent in place; the callback will not run

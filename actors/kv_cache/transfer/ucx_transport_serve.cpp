@@ -40,11 +40,13 @@ ucs_status_t UcxTransport::read_request_callback(void* arg, const void* header,
 
 void UcxTransport::serve_read_request(const ReadRequestHeader& request, const void* data,
                                       size_t length, ucp_ep_h reply_endpoint) {
-  std::vector<ReadRange> ranges(request.num_reads);
-  bool valid = length == ranges.size() * sizeof(ReadRange);
+  // The count must match the data before anything is sized by it.
+  bool valid = length % sizeof(ReadRange) == 0 && length / sizeof(ReadRange) == request.num_reads;
+  std::vector<ReadRange> ranges(valid ? request.num_reads : 0);
   if (valid) std::memcpy(ranges.data(), data, length);
   for (const ReadRange& range : ranges) {
-    valid = valid && range.bytes <= region_bytes_ && range.remote_offset <= region_bytes_ - range.bytes;
+    valid =
+        valid && range.bytes <= region_bytes_ && range.remote_offset <= region_bytes_ - range.bytes;
   }
   auto owned = std::make_unique<SendBuffers>();
   SendBuffers* buffers = owned.get();
