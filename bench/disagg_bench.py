@@ -51,11 +51,13 @@ Scenarios
             /metrics deltas: KV bytes and blocks pulled, pull seconds, GB/s. The prefill server's
             GET /v1/kv/metadata layout is recorded (block_bytes = one layer's K or V of one
             block). troupe pulls 2 x layers segments of block_bytes per block and coalesces
-            segments whose block ids are consecutive on both sides, then issues all of a pull's
-            gets at once. Beside it, on the same cores as the pair, ucx_perftest ucp_get over
-            UCX_TLS=tcp on loopback (server on --prefill-cpus, client on --decode-cpus) with
-            -O 2 x layers outstanding, for a message of block_bytes (no coalescing) and of
-            blocks x block_bytes (one coalesced get of that prompt); ucx_perftest's MB/s are
+            segments whose block ids are consecutive on both sides, then asks for all of a
+            pull's reads in one request, answered in active messages of up to 64 KiB (since
+            f8c8c7b; gets before). Beside it, on the same cores as the pair, ucx_perftest
+            ucp_get over UCX_TLS=tcp on loopback (server on --prefill-cpus, client on
+            --decode-cpus) with -O 2 x layers outstanding, for a message of block_bytes (no
+            coalescing) and of blocks x block_bytes (one coalesced get of that prompt);
+            ucx_perftest's MB/s are
             MiB/s (it divides by 1024^2), shown converted to GB/s (1e9) too.
 
 Every run records `uptime`, the load average and CPU steal before and after, and the servers' warn

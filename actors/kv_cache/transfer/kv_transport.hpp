@@ -131,6 +131,9 @@ class KvTransport {
     uint64_t bytes_pulled = 0;  // bytes of successful pulls
     uint64_t segments = 0;      // caller segments of successful pulls, before coalescing
     uint64_t gets_issued = 0;   // transport read operations issued, after coalescing
+    uint64_t bytes_served = 0;  // bytes that peers read from us (sent, not known delivered)
+    uint64_t serves_failed = 0;  // peers' read requests whose answer could not be sent (the
+                                 // peer died or dropped its endpoint mid-read)
     int32_t peers = 0;          // peers with an endpoint right now
     int32_t in_flight = 0;      // pulls accepted whose done has not run yet
   };

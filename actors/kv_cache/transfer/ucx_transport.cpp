@@ -1,9 +1,10 @@
 // UcxTransport's lifecycle: the UCX context and the region's registration, start and
 // destruction, the caller-side entry points (pull, forget_peer, stats) and the command queue
 // they feed, the progress thread's loop and its shutdown; plus check_transport_list() and
-// make_ucx_transport(). The pull machinery (endpoints, gets, completions, timeouts, retiring
-// peers) is in ucx_transport_pulls.cpp. Who may touch what, and the lifetimes of pulls and
-// peers: ucx_transport_internal.hpp.
+// make_ucx_transport(). The pull machinery (endpoints, read requests and replies, timeouts,
+// retiring peers) is in ucx_transport_pulls.cpp, the answering of peers' reads in
+// ucx_transport_serve.cpp. Who may touch what, the wire format, and the lifetimes of pulls,
+// peers and send buffers: ucx_transport_internal.hpp.
 #include "actors/kv_cache/transfer/ucx_transport.hpp"
 
 #include <poll.h>
@@ -81,7 +82,9 @@ std::string UcxTransport::init_context_and_register_region() {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  // AM carries the data (ucx_transport.hpp says why not RMA); RMA only so that the packed rkey
+  // in our descriptor is a usable one.
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   status = ucp_init(&params, ucx_config, &context_);
   ucp_config_release(ucx_config);
   if (status != UCS_OK) return describe_ucx_failure("ucp_init", status);
@@ -141,6 +144,8 @@ KvTransport::Stats UcxTransport::stats() const {
                .bytes_pulled = num_bytes_pulled_.load(),
                .segments = num_segments_pulled_.load(),
                .gets_issued = num_gets_issued_.load(),
+               .bytes_served = num_bytes_served_.load(),
+               .serves_failed = num_serves_failed_.load(),
                .peers = num_peers_.load(),
                .in_flight = num_pulls_in_flight_.load()};
 }
@@ -198,6 +203,25 @@ std::string UcxTransport::create_worker() {
   ucp_worker_release_address(worker_, address);
 
   if (ucp_worker_get_efd(worker_, &worker_event_fd_) != UCS_OK) worker_event_fd_ = -1;
+  return set_am_handlers();
+}
+
+std::string UcxTransport::set_am_handlers() {
+  const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
+      {kReadRequestAmId, &UcxTransport::read_request_callback},
+      {kReadReplyAmId, &UcxTransport::read_reply_callback},
+  };
+  for (const auto& [id, callback] : handlers) {
+    ucp_am_handler_param_t params{};
+    params.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    params.id = id;
+    params.flags = UCP_AM_FLAG_WHOLE_MSG;  // 1.13 supports nothing else
+    params.cb = callback;
+    params.arg = this;
+    const ucs_status_t status = ucp_worker_set_am_recv_handler(worker_, &params);
+    if (status != UCS_OK) return describe_ucx_failure("ucp_worker_set_am_recv_handler", status);
+  }
   return {};
 }
 
@@ -272,33 +296,31 @@ void UcxTransport::wait_for_events(bool busy) {
 void UcxTransport::shut_down_on_progress_thread() {
   std::vector<Peer*> connected;
   for (auto& [key, peer] : peers_) connected.push_back(peer.get());
-  for (Peer* peer : connected) {
-    retire_peer(peer,
-                Status::failure(StatusCode::kShuttingDown, "the UCX transport is shutting down"));
-  }
-  // Wait for the force closes to purge every outstanding get, so no done runs while UCX may
-  // still write into the caller's memory.
+  const Status shutting_down =
+      Status::failure(StatusCode::kShuttingDown, "the UCX transport is shutting down");
+  for (Peer* peer : connected) retire_peer(peer, shutting_down);  // finishes every pull
+  // Let the force closes finish, so the worker is destroyed with no endpoint half closed.
   const Clock::time_point give_up = Clock::now() + config_.shutdown_timeout;
-  while ((!retiring_peers_.empty() || !pulls_in_flight_.empty()) && Clock::now() < give_up) {
+  while (!retiring_peers_.empty() && Clock::now() < give_up) {
     progress_once();
     free_closed_peers();
     run_finished_pull_callbacks();
-    if (!retiring_peers_.empty() || !pulls_in_flight_.empty()) wait_for_events(/*busy=*/true);
+    if (!retiring_peers_.empty()) wait_for_events(/*busy=*/true);
   }
-  if (!retiring_peers_.empty() || !pulls_in_flight_.empty()) {
+  if (!retiring_peers_.empty()) {
     spdlog::warn(
-        "kv-transfer: {} endpoints and {} pulls still open after {} ms; destroying the "
-        "UCX worker anyway",
-        retiring_peers_.size(), pulls_in_flight_.size(), config_.shutdown_timeout.count());
+        "kv-transfer: {} endpoints still closing after {} ms; destroying the UCX worker "
+        "anyway",
+        retiring_peers_.size(), config_.shutdown_timeout.count());
   }
   for (std::unique_ptr<Peer>& peer : retiring_peers_) {
     if (peer->close_request != nullptr) ucp_request_free(peer->close_request);
-    if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
   }
-  ucp_worker_destroy(worker_);  // from here on UCX writes nothing into our region
+  ucp_worker_destroy(worker_);  // from here on UCX reads none of our send buffers
   worker_ = nullptr;
   retiring_peers_.clear();
-  for (auto& [raw, pull] : pulls_in_flight_) {
+  send_buffers_.clear();
+  for (auto& [id, pull] : pulls_in_flight_) {  // none expected: each belonged to a peer
     pull->status = Status::failure(StatusCode::kShuttingDown, "the UCX transport shut down");
     finished_pulls_.push_back(std::move(pull));
   }

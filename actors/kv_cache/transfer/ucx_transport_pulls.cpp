@@ -1,9 +1,10 @@
 // UcxTransport's pull machinery, all of it on the progress thread: starting a pull (checks,
-// coalescing), finding or connecting the peer's endpoint, issuing the gets and taking their
-// completions, timeouts, finished pulls' callbacks, and retiring and freeing peers whose endpoint
-// failed, timed out or was forgotten. The lifecycle (context, commands, the loop, shutdown) is in
-// ucx_transport.cpp; the lifetimes of Pull and Peer, and the NOTEs they rest on, in
-// ucx_transport_internal.hpp.
+// coalescing), finding or connecting the peer's endpoint, sending the READ_REQUEST and taking
+// the READ_REPLY chunks into place, timeouts, finished pulls' callbacks, and retiring and freeing
+// peers whose endpoint failed, timed out or was forgotten. The lifecycle (context, commands, the
+// loop, shutdown) is in ucx_transport.cpp, the answering side in ucx_transport_serve.cpp; the
+// wire format and the lifetimes of Pull, Peer and SendBuffers in ucx_transport_internal.hpp.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,7 +21,7 @@ namespace troupe::kv_transfer::detail {
 
 void UcxTransport::start_pull(PullCommand command) {
   auto pull = std::make_unique<Pull>();
-  pull->owner = this;
+  pull->id = next_pull_id_++;
   pull->peer_key = command.peer_key;
   pull->done = std::move(command.done);
   pull->deadline = command.deadline;
@@ -41,9 +42,9 @@ void UcxTransport::start_pull(PullCommand command) {
     finish_now(std::move(pull), std::move(in_range));
     return;
   }
-  const std::vector<Segment> gets = coalesce_adjacent_segments(command.segments);
-  for (const Segment& get : gets) pull->num_bytes += get.bytes;
-  if (gets.empty()) {
+  pull->reads = coalesce_adjacent_segments(command.segments);
+  for (const Segment& read : pull->reads) pull->num_bytes += read.bytes;
+  if (pull->reads.empty()) {
     finish_now(std::move(pull), Status::success());
     return;
   }
@@ -53,9 +54,9 @@ void UcxTransport::start_pull(PullCommand command) {
     finish_now(std::move(pull), std::move(connect_failure));
     return;
   }
-  Pull* issued = pull.get();
-  pulls_in_flight_.emplace(issued, std::move(pull));
-  issue_gets(issued, peer, gets);
+  Pull* started = pull.get();
+  pulls_in_flight_.emplace(started->id, std::move(pull));
+  send_read_request(started, peer);
 }
 
 Peer* UcxTransport::find_or_connect_peer(const std::string& peer_key,
@@ -94,94 +95,122 @@ Peer* UcxTransport::find_or_connect_peer(const std::string& peer_key,
   Peer* connected = peer.get();
   peers_.emplace(peer_key, std::move(peer));
   publish_peer_count();
-
-  status = ucp_ep_rkey_unpack(connected->endpoint, descriptor.rkey.data(), &connected->rkey);
-  if (status != UCS_OK) {
-    *failure = Status::failure(
-        StatusCode::kInvalidRequest,
-        describe_ucx_failure("cannot unpack the rkey of peer '" + peer_key + "'", status));
-    retire_peer(connected, *failure);
-    return nullptr;
-  }
   return connected;
 }
 
-void UcxTransport::issue_gets(Pull* pull, Peer* peer, const std::vector<Segment>& gets) {
+void UcxTransport::send_read_request(Pull* pull, Peer* peer) {
   pull->peer = peer;
-  peer->pulls_with_gets_in_flight.insert(pull);
-  for (const Segment& get : gets) {
-    ucp_request_param_t params{};
-    params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    params.cb.send = &UcxTransport::get_completed_callback;
-    params.user_data = pull;
-    ucs_status_ptr_t request =
-        ucp_get_nbx(peer->endpoint, region_base_ + get.local_offset, get.bytes,
-                    peer->descriptor.base_address + get.remote_offset, peer->rkey, &params);
-    num_gets_issued_.fetch_add(1);
-    if (request == nullptr) continue;  // completed in place; the callback will not run
-    if (UCS_PTR_IS_ERR(request)) {
-      pull->status = Status::failure(
-          StatusCode::kPeerFailed, describe_ucx_failure("ucp_get_nbx from peer '" + peer->key + "'",
-                                                        UCS_PTR_STATUS(request)));
-      break;
-    }
-    ++pull->gets_in_flight;
+  peer->pulls.insert(pull->id);
+  auto owned = std::make_unique<SendBuffers>();
+  SendBuffers* buffers = owned.get();
+  buffers->owner = this;
+  buffers->pull_id = pull->id;
+  buffers->request_header.pull_id = pull->id;
+  buffers->request_header.num_reads = static_cast<uint32_t>(pull->reads.size());
+  buffers->ranges.reserve(pull->reads.size());
+  for (const Segment& read : pull->reads) {
+    buffers->ranges.push_back({.remote_offset = read.remote_offset, .bytes = read.bytes});
   }
-  pull->all_gets_issued = true;
-  const Status refused = pull->status;
-  if (pull->gets_in_flight == 0) {
-    peer->pulls_with_gets_in_flight.erase(pull);
-    move_to_finished(pull);
+  ucp_request_param_t params{};
+  params.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  params.cb.send = &UcxTransport::send_completed_callback;
+  params.user_data = buffers;
+  // REPLY: the owner answers on the endpoint this arrives on. EAGER: no rendezvous (its control
+  // messages can abort a process whose peer died, ucx_transport.hpp).
+  params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  const ucs_status_ptr_t request = ucp_am_send_nbx(
+      peer->endpoint, kReadRequestAmId, &buffers->request_header, sizeof(ReadRequestHeader),
+      buffers->ranges.data(), buffers->ranges.size() * sizeof(ReadRange), &params);
+  num_gets_issued_.fetch_add(pull->reads.size());
+  if (UCS_PTR_IS_ERR(request)) {
+    // The endpoint refused it: it is unusable, so this pull fails and the next one reconnects.
+    retire_peer(peer, Status::failure(StatusCode::kPeerFailed,
+                                      describe_ucx_failure(
+                                          "cannot send a read request to peer '" + peer->key + "'",
+                                          UCS_PTR_STATUS(request))));
+    return;
   }
-  // The endpoint refused a get: it is unusable, so the next pull must reconnect. Closing may
-  // complete this pull's other gets, so it comes after the completion check above.
-  if (!refused.ok()) retire_peer(peer, refused);
+  if (request == nullptr) return;  // sent in place; the callback will not run
+  buffers->sends_in_flight = 1;
+  buffers->all_issued = true;
+  send_buffers_.emplace(buffers, std::move(owned));
 }
 
-void UcxTransport::get_completed_callback(void* request, ucs_status_t status, void* user_data) {
-  ucp_request_free(request);  // allowed inside the callback: UCX releases it when we return
-  auto* pull = static_cast<Pull*>(user_data);
-  pull->owner->on_get_completed(pull, status);
+ucs_status_t UcxTransport::read_reply_callback(void* arg, const void* header, size_t header_length,
+                                               void* data, size_t length,
+                                               const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  if (header_length != sizeof(ReadReplyHeader)) return UCS_OK;  // not ours: drop it
+  ReadReplyHeader reply;
+  std::memcpy(&reply, header, sizeof(reply));  // UCX does not align the header
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    // Our peers send eagerly; a rendezvous reply would need ucp_am_recv_data_nbx. Fail the pull
+    // rather than wait for bytes that will not come.
+    self->finish_pull(reply.pull_id, Status::failure(StatusCode::kInvalidRequest,
+                                                     "a read reply came by rendezvous"));
+    return UCS_OK;
+  }
+  self->on_read_reply(reply, data, length);
+  return UCS_OK;  // copied: UCX may reuse `data`
 }
 
-void UcxTransport::on_get_completed(Pull* pull, ucs_status_t status) {
-  --pull->gets_in_flight;
-  if (status != UCS_OK && pull->status.ok()) {
-    pull->status = Status::failure(
-        StatusCode::kPeerFailed,
-        describe_ucx_failure("read from peer '" + pull->peer_key + "' failed", status));
+void UcxTransport::on_read_reply(const ReadReplyHeader& reply, const void* data, size_t length) {
+  auto found = pulls_in_flight_.find(reply.pull_id);
+  if (found == pulls_in_flight_.end()) return;  // it finished already (failed or timed out)
+  Pull& pull = *found->second;
+  if (reply.status == ReadReplyHeader::kRefused) {
+    finish_pull(pull.id, Status::failure(StatusCode::kInvalidRequest,
+                                         "peer '" + pull.peer_key +
+                                             "' refused the read: a range is outside its region"));
+    return;
   }
-  // Still issuing (UCX may complete an earlier get inside a later ucp_get_nbx): issue_gets
-  // finishes the pull itself.
-  if (pull->gets_in_flight > 0 || !pull->all_gets_issued) return;
-  pull->peer->pulls_with_gets_in_flight.erase(pull);
-  move_to_finished(pull);
+  // Where the bytes land comes from our own record of the pull, never from the wire alone.
+  const bool fits = reply.read_index < pull.reads.size() &&
+                    reply.offset <= pull.reads[reply.read_index].bytes &&
+                    length <= pull.reads[reply.read_index].bytes - reply.offset &&
+                    length <= pull.num_bytes - pull.bytes_arrived;
+  if (!fits) {
+    finish_pull(pull.id, Status::failure(StatusCode::kInvalidRequest,
+                                         "peer '" + pull.peer_key +
+                                             "' sent a read reply outside the pull's reads"));
+    return;
+  }
+  const Segment& read = pull.reads[reply.read_index];
+  std::memcpy(region_base_ + read.local_offset + reply.offset, data, length);
+  pull.bytes_arrived += length;
+  if (pull.bytes_arrived == pull.num_bytes) finish_pull(pull.id, Status::success());
+}
+
+void UcxTransport::finish_pull(uint64_t pull_id, Status status) {
+  auto found = pulls_in_flight_.find(pull_id);
+  if (found == pulls_in_flight_.end()) return;
+  std::unique_ptr<Pull> pull = std::move(found->second);
+  pulls_in_flight_.erase(found);
+  if (pull->peer != nullptr) pull->peer->pulls.erase(pull_id);
+  finish_now(std::move(pull), std::move(status));
 }
 
 void UcxTransport::expire_timed_out_pulls(Clock::time_point now) {
-  std::vector<Peer*> peers_to_drop;
-  for (auto& [raw, pull] : pulls_in_flight_) {
-    if (pull->timed_out || now < pull->deadline) continue;
-    pull->timed_out = true;
-    if (pull->status.ok()) {
-      pull->status = Status::failure(StatusCode::kTimedOut,
-                                     "pull from peer '" + pull->peer_key + "' did not finish in " +
-                                         std::to_string(pull->timeout.count()) + " ms");
-    }
-    peers_to_drop.push_back(pull->peer);
+  std::vector<uint64_t> expired;
+  for (auto& [id, pull] : pulls_in_flight_) {
+    if (now >= pull->deadline) expired.push_back(id);
   }
-  // Closing can complete gets (and erase pulls) synchronously, so not inside the loop above.
+  std::vector<Peer*> peers_to_drop;
+  for (uint64_t id : expired) {
+    Pull& pull = *pulls_in_flight_.at(id);
+    peers_to_drop.push_back(pull.peer);
+    finish_pull(id, Status::failure(StatusCode::kTimedOut,
+                                    "pull from peer '" + pull.peer_key + "' did not finish in " +
+                                        std::to_string(pull.timeout.count()) + " ms"));
+  }
+  // Its replies may still be on the way; dropping the endpoint stops the peer sending them (and
+  // a peer that stopped answering is not worth keeping).
   for (Peer* peer : peers_to_drop) {
     retire_peer(peer, Status::failure(StatusCode::kPeerFailed,
                                       "the endpoint to peer '" + peer->key +
                                           "' was dropped because a pull from it timed out"));
   }
-}
-
-void UcxTransport::move_to_finished(Pull* pull) {
-  auto found = pulls_in_flight_.find(pull);
-  finished_pulls_.push_back(std::move(found->second));
-  pulls_in_flight_.erase(found);
 }
 
 void UcxTransport::finish_now(std::unique_ptr<Pull> pull, Status status) {
@@ -204,6 +233,38 @@ void UcxTransport::run_finished_pull_callbacks() {
     num_pulls_in_flight_.fetch_sub(1);
     if (pull->done) pull->done(std::move(pull->status));
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress thread: sends of either kind (read requests here, replies in ucx_transport_serve.cpp)
+
+void UcxTransport::send_completed_callback(void* request, ucs_status_t status, void* user_data) {
+  ucp_request_free(request);  // allowed inside the callback: UCX releases it when we return
+  auto* buffers = static_cast<SendBuffers*>(user_data);
+  buffers->owner->on_send_completed(buffers, status);
+}
+
+void UcxTransport::on_send_completed(SendBuffers* buffers, ucs_status_t status) {
+  --buffers->sends_in_flight;
+  if (status != UCS_OK && !buffers->failed) {
+    buffers->failed = true;
+    if (buffers->pull_id == 0) {
+      num_serves_failed_.fetch_add(1);  // the reader is gone: nothing to tell anyone
+    } else if (auto found = pulls_in_flight_.find(buffers->pull_id);
+               found != pulls_in_flight_.end()) {
+      // Our request never left: the endpoint is unusable (its error callback may follow).
+      Peer* peer = found->second->peer;
+      retire_peer(peer, Status::failure(
+                            StatusCode::kPeerFailed,
+                            describe_ucx_failure(
+                                "the read request to peer '" + peer->key + "' failed", status)));
+    }
+  }
+  release_if_done(buffers);
+}
+
+void UcxTransport::release_if_done(SendBuffers* buffers) {
+  if (buffers->sends_in_flight == 0 && buffers->all_issued) send_buffers_.erase(buffers);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,21 +292,18 @@ void UcxTransport::retire_failed_endpoints() {
 void UcxTransport::retire_peer(Peer* peer, const Status& reason) {
   if (peer->retiring) return;
   peer->retiring = true;
-  for (Pull* pull : peer->pulls_with_gets_in_flight) {
-    if (pull->status.ok()) pull->status = reason;
-  }
+  // Nothing writes into a finished pull's bytes (only our reply handler does, for pulls in
+  // flight), so its done may run before the endpoint is closed.
+  const std::vector<uint64_t> pulls(peer->pulls.begin(), peer->pulls.end());
+  for (uint64_t pull_id : pulls) finish_pull(pull_id, reason);
   auto found = peers_.find(peer->key);
   if (found != peers_.end() && found->second.get() == peer) {
     retiring_peers_.push_back(std::move(found->second));
     peers_.erase(found);
     publish_peer_count();
   }
-  if (peer->rkey != nullptr && peer->pulls_with_gets_in_flight.empty()) {
-    ucp_rkey_destroy(peer->rkey);  // nothing uses it: destroy before the endpoint, as UCX asks
-    peer->rkey = nullptr;
-  }
   // FORCE: do not wait for the peer (it may be dead or stopped); UCX completes every outstanding
-  // get on this endpoint with an error, possibly before ucp_ep_close_nbx returns.
+  // send on this endpoint with an error, possibly before ucp_ep_close_nbx returns.
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   params.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -263,8 +321,6 @@ void UcxTransport::free_closed_peers() {
       ucp_request_free(peer->close_request);
       peer->close_request = nullptr;
     }
-    if (!peer->pulls_with_gets_in_flight.empty()) return false;
-    if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
     return true;
   });
 }
