@@ -48,19 +48,27 @@ Error read_name(dom::object o, const std::string& param, std::string& out) {
   return std::nullopt;
 }
 
-Error read_tool(dom::element e, const std::string& param, model::ToolDefinition& tool) {
-  if (!e.is_object()) return bad_type(param, "an object");
-  const dom::object o(e);
-  const auto type = field(o, "type");
-  if (!type) return missing(param + ".type");
-  if (!type->is_string() || std::string_view(*type) != "function") {
+// The `{"type": "function", "function": {...}}` shape a tool and a tool call share: `type`, when
+// present, must be "function"; `function` must be an object (returned in f).
+Error read_function_object(dom::object o, const std::string& param, dom::object& f) {
+  if (const auto type = field(o, "type");
+      type && !(type->is_string() && std::string_view(*type) == "function")) {
     return invalid(param + ".type", fmt::format("Invalid value for '{}.type': only 'function' is "
                                                 "supported.", param));
   }
   const auto function = field(o, "function");
   if (!function) return missing(param + ".function");
   if (!function->is_object()) return bad_type(param + ".function", "an object");
-  const dom::object f(*function);
+  f = dom::object(*function);
+  return std::nullopt;
+}
+
+Error read_tool(dom::element e, const std::string& param, model::ToolDefinition& tool) {
+  if (!e.is_object()) return bad_type(param, "an object");
+  const dom::object o(e);
+  if (!field(o, "type")) return missing(param + ".type");
+  dom::object f;
+  if (auto err = read_function_object(o, param, f)) return err;
   if (auto err = read_name(f, param + ".function.name", tool.name)) return err;
   if (const auto description = field(f, "description"); description && !description->is_string()) {
     return bad_type(param + ".function.description", "a string");
@@ -159,15 +167,8 @@ Error read_call(dom::element e, const std::string& param, model::ToolCall& call)
     if (!id->is_string()) return bad_type(param + ".id", "a string");
     call.id = std::string(std::string_view(*id));
   }
-  if (const auto type = field(o, "type");
-      type && !(type->is_string() && std::string_view(*type) == "function")) {
-    return invalid(param + ".type", fmt::format("Invalid value for '{}.type': only 'function' is "
-                                                "supported.", param));
-  }
-  const auto function = field(o, "function");
-  if (!function) return missing(param + ".function");
-  if (!function->is_object()) return bad_type(param + ".function", "an object");
-  const dom::object f(*function);
+  dom::object f;
+  if (auto err = read_function_object(o, param, f)) return err;
   const auto name = field(f, "name");
   if (!name) return missing(param + ".function.name");
   if (!name->is_string()) return bad_type(param + ".function.name", "a string");

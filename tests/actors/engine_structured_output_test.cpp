@@ -26,19 +26,6 @@ GenerateRequest constrained_chat(std::string user, GrammarSpec spec, int32_t max
   return request;
 }
 
-struct Answer {
-  std::string text;
-  std::string finish_reason;
-  std::optional<RequestError> error;
-};
-
-Answer run(Engine& engine, GenerateRequest request) {
-  auto sink = std::make_shared<RecordingSink>();
-  engine.submit(std::move(request), sink);
-  EXPECT_TRUE(sink->wait());
-  Answer answer{sink->text(), sink->completion() ? sink->completion()->finish_reason : "", sink->error()};
-  return answer;
-}
 
 const char* kPersonSchema = R"({"type":"object","properties":{
   "name":{"type":"string","maxLength":24},"age":{"type":"integer"},"city":{"type":"string","maxLength":24}},
@@ -73,20 +60,20 @@ TEST(EngineStructuredOutput, JsonSchemaGreedyAndSampledParseAndMatch) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
   const std::string prompt = "Describe a fictional person as JSON with their name, age and city.";
-  const Answer greedy = run(*engine, constrained_chat(prompt, GrammarSpec::json_schema(kPersonSchema), 120));
+  const Answer greedy = run_to_end(*engine, constrained_chat(prompt, GrammarSpec::json_schema(kPersonSchema), 120));
   ASSERT_FALSE(greedy.error) << greedy.error->message;
   EXPECT_EQ(greedy.finish_reason, "stop") << greedy.text;
   expect_person(greedy.text);
   for (uint64_t seed : {1u, 2u, 3u}) {
     const Answer sampled =
-        run(*engine, constrained_chat(prompt, GrammarSpec::json_schema(kPersonSchema), 120, 1.0f, seed));
+        run_to_end(*engine, constrained_chat(prompt, GrammarSpec::json_schema(kPersonSchema), 120, 1.0f, seed));
     ASSERT_FALSE(sampled.error) << sampled.error->message;
     EXPECT_EQ(sampled.finish_reason, "stop") << sampled.text;
     expect_person(sampled.text);
   }
   // Any JSON object: this 135M model tends to nest objects until max_tokens, so the check is
   // that the output is an object from its first byte, and parses whenever it ended by itself.
-  const Answer object = run(*engine, constrained_chat("Describe a cat as a JSON object.",
+  const Answer object = run_to_end(*engine, constrained_chat("Describe a cat as a JSON object.",
                                                       GrammarSpec::json_object(), 60));
   ASSERT_FALSE(object.error) << object.error->message;
   ASSERT_FALSE(object.text.empty());
@@ -115,7 +102,7 @@ TEST(EngineStructuredOutput, RegexGivesExactlyThreeDigitsGreedyAndSampled) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
   for (float temperature : {0.0f, 1.0f}) {
-    const Answer answer = run(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("[0-9]{3}"),
+    const Answer answer = run_to_end(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("[0-9]{3}"),
                                                         16, temperature, 42));
     ASSERT_FALSE(answer.error) << answer.error->message;
     EXPECT_TRUE(three_digits(answer.text)) << "'" << answer.text << "'";
@@ -128,7 +115,7 @@ TEST(EngineStructuredOutput, ChoiceGivesOneOfTheChoicesForEveryChoiceOfN) {
   auto engine = Engine::start(test_config());
   const std::vector<std::string> colors = {"red", "green", "blue"};
   const std::set<std::string> allowed(colors.begin(), colors.end());
-  const Answer greedy = run(*engine, constrained_chat("What color is the sky?", GrammarSpec::choice(colors), 16));
+  const Answer greedy = run_to_end(*engine, constrained_chat("What color is the sky?", GrammarSpec::choice(colors), 16));
   ASSERT_FALSE(greedy.error) << greedy.error->message;
   EXPECT_TRUE(allowed.count(greedy.text)) << "'" << greedy.text << "'";
   EXPECT_EQ(greedy.finish_reason, "stop");
@@ -151,7 +138,7 @@ TEST(EngineStructuredOutput, WithIgnoreEosTheGrammarsEndStillEndsTheOutput) {
   auto engine = Engine::start(test_config());
   GenerateRequest request = constrained_chat("Pick a number.", GrammarSpec::regex("[0-9]{3}"), 32);
   request.stop.ignore_eos = true;
-  const Answer answer = run(*engine, std::move(request));
+  const Answer answer = run_to_end(*engine, std::move(request));
   ASSERT_FALSE(answer.error) << answer.error->message;
   EXPECT_TRUE(three_digits(answer.text)) << "'" << answer.text << "'";
   EXPECT_EQ(answer.finish_reason, "stop");
@@ -290,16 +277,16 @@ TEST(EngineStructuredOutput, AGrammarThatDoesNotCompileIsA400NamingTheField) {
   auto engine = Engine::start(test_config());
   GenerateRequest request = constrained_chat("x", GrammarSpec::regex("[0-9"), 8);
   request.structured_output_field = "guided_regex";
-  const Answer bad_regex = run(*engine, std::move(request));
+  const Answer bad_regex = run_to_end(*engine, std::move(request));
   ASSERT_TRUE(bad_regex.error);
   EXPECT_EQ(bad_regex.error->code, ErrorCode::kInvalidRequest);
   EXPECT_EQ(bad_regex.error->param, "guided_regex");
-  const Answer bad_schema = run(*engine, constrained_chat("x", GrammarSpec::json_schema("{\"type\":"), 8));
+  const Answer bad_schema = run_to_end(*engine, constrained_chat("x", GrammarSpec::json_schema("{\"type\":"), 8));
   ASSERT_TRUE(bad_schema.error);
   EXPECT_EQ(bad_schema.error->param, "structured_outputs");
   GenerateRequest with_min_tokens = constrained_chat("x", GrammarSpec::regex("[0-9]{3}"), 8);
   with_min_tokens.sampling.min_tokens = 2;
-  const Answer min_tokens = run(*engine, std::move(with_min_tokens));
+  const Answer min_tokens = run_to_end(*engine, std::move(with_min_tokens));
   ASSERT_TRUE(min_tokens.error);
   EXPECT_EQ(min_tokens.error->param, "min_tokens");
   EXPECT_TRUE(wait_idle(*engine));
@@ -312,9 +299,9 @@ TEST(EngineStructuredOutput, TheGrammarSizeBoundComesFromTheConfig) {
   EngineConfig config = test_config();
   config.structured_output.max_grammar_bytes = 16;
   auto engine = Engine::start(config);
-  const Answer small = run(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("[0-9]{3}"), 8));
+  const Answer small = run_to_end(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("[0-9]{3}"), 8));
   ASSERT_FALSE(small.error) << small.error->message;
-  const Answer large = run(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("(one|two|three|four)"), 8));
+  const Answer large = run_to_end(*engine, constrained_chat("Pick a number.", GrammarSpec::regex("(one|two|three|four)"), 8));
   ASSERT_TRUE(large.error);
   EXPECT_EQ(large.error->param, "structured_outputs");
   EXPECT_NE(large.error->message.find("too large"), std::string::npos) << large.error->message;
@@ -326,7 +313,7 @@ TEST(EngineStructuredOutput, TheGrammarSizeBoundComesFromTheConfig) {
 TEST(EngineStructuredOutput, WithoutXgrammarAConstrainedRequestIsA400NamingTheField) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
-  const Answer answer = run(*engine, constrained_chat("x", GrammarSpec::regex("[0-9]{3}"), 8));
+  const Answer answer = run_to_end(*engine, constrained_chat("x", GrammarSpec::regex("[0-9]{3}"), 8));
   ASSERT_TRUE(answer.error);
   EXPECT_EQ(answer.error->param, "structured_outputs");
   EXPECT_NE(answer.error->message.find("not built"), std::string::npos);

@@ -139,6 +139,21 @@ inline GenerateRequest greedy_chat(std::string user, int32_t max_tokens) {
   return request;
 }
 
+// What one request ended with: its text, finish reason, or error.
+struct Answer {
+  std::string text;
+  std::string finish_reason;
+  std::optional<RequestError> error;
+};
+
+// Submits one request and waits for its end.
+inline Answer run_to_end(Engine& engine, GenerateRequest request) {
+  auto sink = std::make_shared<RecordingSink>();
+  engine.submit(std::move(request), sink);
+  EXPECT_TRUE(sink->wait());
+  return {sink->text(), sink->completion() ? sink->completion()->finish_reason : "", sink->error()};
+}
+
 // Runs each prompt alone, then all of them at once, and expects every request to give the same
 // greedy tokens both ways (continuous batching must not change anyone's output).
 inline void expect_batched_equals_solo(Engine& engine, const std::vector<std::string>& prompts,

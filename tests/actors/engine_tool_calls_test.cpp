@@ -42,18 +42,6 @@ GenerateRequest tool_chat(ToolChoiceMode mode, std::string name = {}, bool paral
   return request;
 }
 
-struct Answer {
-  std::string text;
-  std::string finish_reason;
-  std::optional<RequestError> error;
-};
-
-Answer run(Engine& engine, GenerateRequest request) {
-  auto sink = std::make_shared<RecordingSink>();
-  engine.submit(std::move(request), sink);
-  EXPECT_TRUE(sink->wait());
-  return {sink->text(), sink->completion() ? sink->completion()->finish_reason : "", sink->error()};
-}
 
 void expect_valid_call(const model::ParsedToolCall& call) {
   simdjson::dom::parser parser;
@@ -89,7 +77,7 @@ TEST(EngineToolCalls, RequiredAndNamedGiveParseableCallsMatchingTheSchema) {
   cases.push_back({tool_chat(ToolChoiceMode::kNamed, "get_time"), "get_time"});
   cases.push_back({tool_chat(ToolChoiceMode::kNamed, "get_weather", false, 1.0f, 5), "get_weather"});
   for (Case& c : cases) {
-    const Answer answer = run(*engine, std::move(c.request));
+    const Answer answer = run_to_end(*engine, std::move(c.request));
     ASSERT_FALSE(answer.error) << answer.error->message;
     EXPECT_EQ(answer.finish_reason, "stop") << answer.text;
     EXPECT_TRUE(answer.text.starts_with("<tool_call>\n{\"name\": \"")) << answer.text;
@@ -107,7 +95,7 @@ TEST(EngineToolCalls, AutoGivesTextOrWellFormedCalls) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());
   for (uint64_t seed : {1u, 2u, 3u, 4u}) {
-    const Answer answer = run(*engine, tool_chat(ToolChoiceMode::kAuto, "", true, 1.0f, seed));
+    const Answer answer = run_to_end(*engine, tool_chat(ToolChoiceMode::kAuto, "", true, 1.0f, seed));
     ASSERT_FALSE(answer.error) << answer.error->message;
     const model::ParsedToolOutput parsed =
         model::parse_tool_calls(model::ToolCallFormat::kHermes, answer.text);
@@ -125,16 +113,16 @@ TEST(EngineToolCalls, BadToolInputIsA400NamingTheField) {
   auto engine = Engine::start(test_config());
   GenerateRequest bad_schema = tool_chat(ToolChoiceMode::kRequired);
   bad_schema.tools[1].parameters = R"({"type":"nonsense"})";
-  const Answer schema = run(*engine, std::move(bad_schema));
+  const Answer schema = run_to_end(*engine, std::move(bad_schema));
   ASSERT_TRUE(schema.error);
   EXPECT_EQ(schema.error->param, "tools[1].function.parameters") << schema.error->message;
   GenerateRequest with_min_tokens = tool_chat(ToolChoiceMode::kAuto);
   with_min_tokens.sampling.min_tokens = 2;
-  const Answer min_tokens = run(*engine, std::move(with_min_tokens));
+  const Answer min_tokens = run_to_end(*engine, std::move(with_min_tokens));
   ASSERT_TRUE(min_tokens.error);
   EXPECT_EQ(min_tokens.error->param, "min_tokens");
   // tool_choice none: the tools are rendered, nothing is constrained.
-  const Answer none = run(*engine, tool_chat(ToolChoiceMode::kNone));
+  const Answer none = run_to_end(*engine, tool_chat(ToolChoiceMode::kNone));
   EXPECT_FALSE(none.error);
   EXPECT_TRUE(wait_idle(*engine));
 }
@@ -146,7 +134,7 @@ TEST(EngineToolCalls, AFamilyWithoutAToolFormatRefusesTools) {
   EngineConfig config = test_config();
   config.chat_template = "mistral-v3";
   auto engine = Engine::start(config);
-  const Answer answer = run(*engine, tool_chat(ToolChoiceMode::kNone));
+  const Answer answer = run_to_end(*engine, tool_chat(ToolChoiceMode::kNone));
   ASSERT_TRUE(answer.error);
   EXPECT_EQ(answer.error->code, ErrorCode::kInvalidRequest);
   EXPECT_EQ(answer.error->param, "tools");
