@@ -55,6 +55,7 @@ StepShape shape_of(const gpu::StepBatch& batch) {
   StepShape shape;
   for (const gpu::SequenceSlice& slice : batch.seqs) {
     shape += span_shape(slice.context_len - slice.num_tokens, slice.num_tokens, slice.sample);
+    shape.num_sampled += slice.num_draft_tokens;  // a verify span: a logits row per draft
   }
   return shape;
 }

@@ -9,3 +9,6 @@ troupe_add_tests(LIBS troupe_actors LABELS "unit;actors"
   TESTS ngram_proposer_test scheduler_speculative_test)
 troupe_add_tests(LIBS troupe_actors simdjson::simdjson LABELS "unit;actors;engine"
   TESTS speculative_model_test)
+#   engine_speculative_test: the whole engine with drafts on and off (text, stop strings,
+#     max_tokens, n > 1 seeded choices, counters).
+troupe_add_tests(LIBS troupe_actors LABELS "unit;actors;engine" TESTS engine_speculative_test)
