@@ -276,6 +276,13 @@ std::optional<std::string> Scheduler::check_invariants() const {
       return fmt::format("request {} computed {} tokens but holds {} blocks", id,
                          seq->num_computed_tokens, seq->kv.blocks.size());
     }
+    // A block reaches the prefix cache only once full of computed, kept tokens (never the KV
+    // of a rejected draft).
+    if (seq->state == SequenceState::kRunning &&
+        seq->kv.num_cached_blocks * kv().block_size() > seq->num_computed_tokens) {
+      return fmt::format("request {} has {} cached blocks but only {} computed tokens", id,
+                         seq->kv.num_cached_blocks, seq->num_computed_tokens);
+    }
     if (seq->state == SequenceState::kWaiting && (!seq->kv.blocks.empty() || seq->num_computed_tokens != 0)) {
       return fmt::format("waiting request {} holds KV", id);
     }
