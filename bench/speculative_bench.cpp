@@ -112,8 +112,9 @@ int main(int argc, char** argv) {
   const int rounds = argc > 6 ? std::stoi(argv[6]) : 1;
   std::printf("speculative decoding on %s: greedy, max_tokens %d, ngram k %d, lookup [%d, %d]\n",
               model.filename().c_str(), max_tokens, k, lookup_min, lookup_max);
-  std::printf("%-7s %7s %-6s %7s %8s %9s %12s %12s %10s\n", "load", "streams", "drafts", "wall s",
-              "tokens", "tok/s", "ITL mean ms", "gap p99 ms", "accepted");
+  std::printf("%-7s %7s %-6s %7s %8s %9s %12s %12s %9s  %s\n", "load", "streams", "drafts", "wall s",
+              "tokens", "tok/s", "ITL mean ms", "gap p99 ms", "accepted",
+              "fitted ms: fixed/token/logits row");
   for (int round = 0; round < rounds; ++round) {
     for (const bool repeat : {true, false}) {
       for (const int streams : {1, 16}) {
@@ -144,12 +145,15 @@ int main(int argc, char** argv) {
             run->cv.wait(lock, [&] { return run->remaining == 0; });
           }
           const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-          const engine::SpeculativeStats s = eng->stats().speculative;
-          std::printf("%-7s %7d %-6s %7.2f %8lld %9.1f %12.2f %12.2f %9.0f%%%s\n",
+          const engine::EngineStats stats = eng->stats();
+          const engine::SpeculativeStats& s = stats.speculative;
+          std::printf("%-7s %7d %-6s %7.2f %8lld %9.1f %12.2f %12.2f %8.0f%%  %.2f/%.3f/%.3f%s\n",
                       repeat ? "repeat" : "chat", streams, spec ? "ngram" : "off", wall,
                       static_cast<long long>(run->completion_tokens), run->completion_tokens / wall,
                       percentile(run->mean_itl_ms, 0.5), percentile(run->gaps_ms, 0.99),
-                      100 * s.acceptance_rate(), run->num_errors > 0 ? "  (errors!)" : "");
+                      100 * s.acceptance_rate(), stats.step_cost.fixed_ms,
+                      stats.step_cost.per_token_ms, stats.step_cost.per_sampled_ms,
+                      run->num_errors > 0 ? "  (errors!)" : "");
           std::fflush(stdout);
         }
       }

@@ -134,15 +134,10 @@ int32_t Scheduler::fit_drafts_to_time_budget(const Draft& draft, const Scheduled
   if (prefills_pending) {
     limit_ms = base_ms + std::max(0.0, limit_ms - base_ms) * kRunningPrefillShareWhileOthersWait;
   }
-  const Sequence& seq = *entry.seq;
-  const StepShape own = span_shape(seq.num_computed_tokens, entry.num_tokens, true);
+  const int32_t position = entry.seq->num_computed_tokens;
   return largest_fitting(num_drafts, [&](int32_t n) {
     StepShape shape = base;
-    StepShape grown = span_shape(seq.num_computed_tokens, entry.num_tokens + n, true);
-    grown.num_sampled += n;
-    shape.num_tokens += grown.num_tokens - own.num_tokens;
-    shape.num_context_pairs += grown.num_context_pairs - own.num_context_pairs;
-    shape.num_sampled += grown.num_sampled - own.num_sampled;
+    shape += draft_shape(position, n);
     return step_cost_.predict_ms(shape) <= limit_ms;
   });
 }
