@@ -76,7 +76,8 @@ int32_t Scheduler::max_drafts(Sequence& seq, int32_t token_budget) {
 }
 
 void Scheduler::schedule_drafts(Draft& draft) {
-  if (!config_.speculative.enabled()) return;
+  // After a preemption for KV the blocks just freed are for the victim's betters, not drafts.
+  if (!config_.speculative.enabled() || !draft.preempted.empty()) return;
   const SpeculativeConfig& spec = config_.speculative;
   const int32_t block_size = kv().block_size();
   // The step as planned so far, and the tokens it is expected to produce (one per decode,

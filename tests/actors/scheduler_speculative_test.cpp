@@ -49,6 +49,20 @@ void expect_no_draft_blocks_held(const Scheduler& scheduler, const std::vector<R
   }
 }
 
+TEST(SchedulerSpeculative, ConfigIsValidated) {
+  EXPECT_FALSE(validate(speculative_config(4)).has_value());
+  EXPECT_TRUE(validate(speculative_config(0)).has_value());
+  EXPECT_TRUE(validate(speculative_config(kMaxSpeculativeTokens + 1)).has_value());
+  SchedulerConfig config = speculative_config(4);
+  config.speculative.prompt_lookup_min = 0;
+  EXPECT_TRUE(validate(config).has_value());
+  config.speculative.prompt_lookup_min = 5;  // above max (4)
+  EXPECT_TRUE(validate(config).has_value());
+  EXPECT_THROW(Scheduler{config}, std::invalid_argument);
+  config.speculative = {};  // "none": nothing else is looked at
+  EXPECT_FALSE(validate(config).has_value());
+}
+
 TEST(SchedulerSpeculative, SameTokensAsPlainDecodingInFewerSteps) {
   SchedulerHarness plain(small_config(), 1ULL << 62, kPeriod);
   SchedulerHarness spec(speculative_config(), 1ULL << 62, kPeriod);
