@@ -172,8 +172,13 @@ ObjectReader scheduler_reader(scheduler::SchedulerConfig& s) {
 }
 
 // vLLM's speculative_config: "method", "num_speculative_tokens", "prompt_lookup_min",
-// "prompt_lookup_max" (unset lookup bounds: 5 and 5, or the one that is set). The object is
+// "prompt_lookup_max" (unset lookup bounds: 5 and 5, or the one that is set),
+// "disable_by_batch_size" (0: never). The object is
 // read whole each time: a later config file or flag replaces it, never half of it.
+// A batch of more decoding sequences than this verifies no drafts unless the config says
+// otherwise: on the CPU backend a large batch is bound by arithmetic (bench/RESULTS.md).
+constexpr int32_t kDefaultDisableByBatchSize = 4;
+
 void read_speculative(element value, scheduler::SpeculativeConfig& spec) {
   scheduler::SpeculativeConfig read;
   std::optional<int32_t> min_n;
@@ -195,6 +200,10 @@ void read_speculative(element value, scheduler::SpeculativeConfig& spec) {
   });
   reader.on("prompt_lookup_max", [&max_n](element v, const std::string& p) {
     max_n = read_int32(v, p, 1, 1024);
+  });
+  read.disable_by_batch_size = kDefaultDisableByBatchSize;
+  reader.on("disable_by_batch_size", [&read](element v, const std::string& p) {
+    read.disable_by_batch_size = read_int32(v, p, 0, 1 << 20);
   });
   reader.read(value);
   if (read.method == scheduler::SpeculativeMethod::kNgram && !has_k) {

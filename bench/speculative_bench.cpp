@@ -7,6 +7,7 @@
 // the p99 gap between two deltas a client receives, and the draft acceptance. Asserts nothing.
 //
 //   speculative_bench [model.gguf] [max_tokens] [k] [lookup_min] [lookup_max] [rounds]
+//                     [disable_by_batch_size (default 4, the config's; 0: never)]
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -110,8 +111,10 @@ int main(int argc, char** argv) {
   const int lookup_min = argc > 4 ? std::stoi(argv[4]) : 2;
   const int lookup_max = argc > 5 ? std::stoi(argv[5]) : 4;
   const int rounds = argc > 6 ? std::stoi(argv[6]) : 1;
-  std::printf("speculative decoding on %s: greedy, max_tokens %d, ngram k %d, lookup [%d, %d]\n",
-              model.filename().c_str(), max_tokens, k, lookup_min, lookup_max);
+  const int disable_by_batch_size = argc > 7 ? std::stoi(argv[7]) : 4;  // the config's default
+  std::printf("speculative decoding on %s: greedy, max_tokens %d, ngram k %d, lookup [%d, %d], "
+              "disable_by_batch_size %d\n",
+              model.filename().c_str(), max_tokens, k, lookup_min, lookup_max, disable_by_batch_size);
   std::printf("%-7s %7s %-6s %7s %8s %9s %12s %12s %9s  %s\n", "load", "streams", "drafts", "wall s",
               "tokens", "tok/s", "ITL mean ms", "gap p99 ms", "accepted",
               "fitted ms: fixed/token/logits row");
@@ -126,7 +129,8 @@ int main(int argc, char** argv) {
             config.scheduler.speculative = {.method = scheduler::SpeculativeMethod::kNgram,
                                             .num_speculative_tokens = k,
                                             .prompt_lookup_min = lookup_min,
-                                            .prompt_lookup_max = lookup_max};
+                                            .prompt_lookup_max = lookup_max,
+                                            .disable_by_batch_size = disable_by_batch_size};
           }
           auto eng = engine::Engine::start(config);
           auto run = std::make_shared<Run>();

@@ -209,10 +209,6 @@ class Scheduler {
   // How many of num_drafts drafts fit the step-time budget (all when it does not apply).
   int32_t fit_drafts_to_time_budget(const Draft& draft, const Scheduled& entry,
                                     int32_t num_drafts) const;
-  // How many of num_drafts drafts pay for their step time (all when no cost model is usable):
-  // `step` is the step planned so far, expected to yield step_tokens tokens.
-  int32_t worth_drafting(const Sequence& seq, int32_t num_drafts, const StepShape& step,
-                         double step_tokens) const;
   // After the step: counts and the adaptive rule (pause a sequence whose drafts fail).
   void settle_drafts(Sequence& seq, int32_t num_drafts, int32_t num_accepted);
 

@@ -26,6 +26,9 @@ std::optional<std::string> validate(const SchedulerConfig& config) {
                          kMaxSpeculativeTokens);
     }
     if (spec.prompt_lookup_min < 1) return std::string("speculative.prompt_lookup_min must be >= 1");
+    if (spec.disable_by_batch_size < 0) {
+      return std::string("speculative.disable_by_batch_size must be >= 0");
+    }
     if (spec.prompt_lookup_max < spec.prompt_lookup_min) {
       return std::string("speculative.prompt_lookup_max must be >= prompt_lookup_min");
     }

@@ -42,6 +42,11 @@ struct SpeculativeConfig {
   // the other's value when one is).
   int32_t prompt_lookup_min = 5;
   int32_t prompt_lookup_max = 5;
+  // No drafts in a step that decodes more sequences than this (vLLM's disable_by_batch_size):
+  // a large batch is bound by arithmetic, and there a draft row costs about what a decoded
+  // token brings. 0: never disabled (vLLM's default); troupe's config default is 4 (measured
+  // on the CPU backend, bench/RESULTS.md).
+  int32_t disable_by_batch_size = 0;
 
   bool enabled() const { return method != SpeculativeMethod::kNone && num_speculative_tokens > 0; }
 };

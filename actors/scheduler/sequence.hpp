@@ -113,9 +113,9 @@ struct Sequence {
   // on_step_complete() takes back the rejected ones.
   bool may_draft = true;  // false: grammar-constrained, or its KV is held for a transfer
   std::vector<int32_t> draft_token_ids;  // the drafts of the step in flight
-  // Recent accepted / drafted (exponential average), starting even: a sequence earns more
-  // drafts by having them accepted.
-  double draft_acceptance = 0.5;
+  // Recent accepted / drafted (exponential average). Optimistic at first, so every sequence
+  // tries drafts whatever the cost model says; its verifies then set it.
+  double draft_acceptance = 1.0;
   int32_t draft_pause_steps = 0;   // decode steps left without drafts (acceptance was low)
 
   int32_t num_preemptions = 0;

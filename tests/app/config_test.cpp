@@ -26,7 +26,11 @@ TEST(Config, SpeculativeDecoding) {
   EXPECT_EQ(c.scheduler.speculative.num_speculative_tokens, 4);
   EXPECT_EQ(c.scheduler.speculative.prompt_lookup_min, 5);  // vLLM's defaults
   EXPECT_EQ(c.scheduler.speculative.prompt_lookup_max, 5);
+  EXPECT_EQ(c.scheduler.speculative.disable_by_batch_size, 4);  // troupe's CPU default
   EXPECT_TRUE(c.scheduler.speculative.enabled());
+  c = parse_config(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 3,
+                                       "disable_by_batch_size": 0}})");
+  EXPECT_EQ(c.scheduler.speculative.disable_by_batch_size, 0);
   c = parse_config(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 3,
                                        "prompt_lookup_max": 4}})");
   EXPECT_EQ(c.scheduler.speculative.prompt_lookup_min, 4);  // the one set, for both
