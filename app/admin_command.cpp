@@ -234,6 +234,11 @@ std::vector<std::string> stats_lines(dom::element r) {
   row("fairness", fmt::format("{} clients waiting, {} fair-share preemptions",
                               integer(r, "/fairness/waiting_clients"),
                               integer(r, "/fairness/preemptions")));
+  if (const int64_t drafts = integer(r, "/speculative/drafts"); drafts > 0) {
+    row("speculative", fmt::format("{:.1f}% of {} draft tokens accepted ({} verify spans)",
+                                   100 * number(r, "/speculative/acceptance_rate"),
+                                   integer(r, "/speculative/draft_tokens"), drafts));
+  }
   if (const std::string role = text(r, "/disagg/role"); !role.empty() && role != "combined") {
     row("disagg", fmt::format("{} ({}), {} peers, {} leases held, {} transfers in flight, {} ok, "
                               "{} failed, {} remote prefills, {} fallbacks",

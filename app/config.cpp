@@ -171,6 +171,53 @@ ObjectReader scheduler_reader(scheduler::SchedulerConfig& s) {
   return reader;
 }
 
+// vLLM's speculative_config: "method", "num_speculative_tokens", "prompt_lookup_min",
+// "prompt_lookup_max" (unset lookup bounds: 5 and 5, or the one that is set),
+// "disable_by_batch_size" (0: never). The object is
+// read whole each time: a later config file or flag replaces it, never half of it.
+// A batch of more decoding sequences than this verifies no drafts unless the config says
+// otherwise: on the CPU backend a large batch is bound by arithmetic (bench/RESULTS.md).
+constexpr int32_t kDefaultDisableByBatchSize = 4;
+
+void read_speculative(element value, scheduler::SpeculativeConfig& spec) {
+  scheduler::SpeculativeConfig read;
+  std::optional<int32_t> min_n;
+  std::optional<int32_t> max_n;
+  bool has_k = false;
+  ObjectReader reader("speculative");
+  reader.on("method", [&read](element v, const std::string& p) {
+    const std::string text = read_string(v, p);
+    const auto method = scheduler::parse_speculative_method(text);
+    if (!method) throw ConfigError(fmt::format("{}: \"{}\" is not \"none\" or \"ngram\"", p, text));
+    read.method = *method;
+  });
+  reader.on("num_speculative_tokens", [&read, &has_k](element v, const std::string& p) {
+    read.num_speculative_tokens = read_int32(v, p, 1, scheduler::kMaxSpeculativeTokens);
+    has_k = true;
+  });
+  reader.on("prompt_lookup_min", [&min_n](element v, const std::string& p) {
+    min_n = read_int32(v, p, 1, 1024);
+  });
+  reader.on("prompt_lookup_max", [&max_n](element v, const std::string& p) {
+    max_n = read_int32(v, p, 1, 1024);
+  });
+  read.disable_by_batch_size = kDefaultDisableByBatchSize;
+  reader.on("disable_by_batch_size", [&read](element v, const std::string& p) {
+    read.disable_by_batch_size = read_int32(v, p, 0, 1 << 20);
+  });
+  reader.read(value);
+  if (read.method == scheduler::SpeculativeMethod::kNgram && !has_k) {
+    throw ConfigError("speculative.num_speculative_tokens: required with method \"ngram\"");
+  }
+  read.prompt_lookup_min = min_n.value_or(max_n.value_or(5));
+  read.prompt_lookup_max = max_n.value_or(min_n.value_or(5));
+  if (read.prompt_lookup_max < read.prompt_lookup_min) {
+    throw ConfigError(fmt::format("speculative.prompt_lookup_max: {} is below prompt_lookup_min {}",
+                                  read.prompt_lookup_max, read.prompt_lookup_min));
+  }
+  spec = read;
+}
+
 ObjectReader cpu_reader(engine::CpuBackendOptions& cpu) {
   ObjectReader reader("cpu");
   reader.on("threads", [&cpu](element v, const std::string& p) {
@@ -450,6 +497,9 @@ ServerConfig parse_config(std::string_view json, ServerConfig base) {
   reader.on("log", [&config](element v, const std::string&) { log_reader(config.log).read(v); });
   reader.on("scheduler", [&config](element v, const std::string&) {
     scheduler_reader(config.scheduler).read(v);
+  });
+  reader.on("speculative", [&config](element v, const std::string&) {
+    read_speculative(v, config.scheduler.speculative);
   });
   reader.on("cpu", [&config](element v, const std::string&) { cpu_reader(config.cpu).read(v); });
   reader.on("structured_output", [&config](element v, const std::string&) {

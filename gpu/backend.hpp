@@ -63,6 +63,10 @@ class Backend {
   // schedules a sequence only once its pulled KV is resident).
   virtual std::optional<KvHostMemory> kv_host_memory() { return std::nullopt; }
 
+  // Whether launch() verifies draft tokens (SequenceSlice::num_draft_tokens > 0). A backend
+  // that does not is never sent drafts: the engine turns speculative decoding off for it.
+  virtual bool supports_speculation() const { return false; }
+
   // Enqueues one step; returns at once. `done` runs exactly once when the step's results are
   // ready (after the device's completion event on CUDA).
   virtual void launch(StepBatch batch, Completion done) = 0;

@@ -34,6 +34,14 @@ struct SequenceSlice {
   // prompt was chunked (a 1-token remainder after a prefix-cache hit, say) nor on whether its
   // sequence was preempted and recomputed. -1 (hand-built batches): decided by span size.
   int32_t num_prompt_tokens = -1;
+  // Speculative decoding: the span's last num_draft_tokens tokens are drafts, guesses of what
+  // follows the token before them (then 0 < num_draft_tokens < num_tokens and sample is true).
+  // The backend computes logits at each of the span's last 1 + num_draft_tokens positions and
+  // samples them in order, as if each earlier draft had been generated; it keeps draft i while
+  // the token sampled at the position before it equals it, and stops at the first token that
+  // differs (or the one sampled after the last draft). StepResult::tokens then holds every
+  // token kept, that last one included: 1 + (drafts accepted) tokens for this slice.
+  int32_t num_draft_tokens = 0;
 };
 
 // Sampling inputs of one sampling sequence.
@@ -42,7 +50,10 @@ struct SamplingSlot {
   // Number of tokens this sequence generated before this step: with params.seed it fixes the
   // random stream, so a sequence samples the same token whether or not it was preempted.
   int32_t num_generated = 0;
-  int32_t recent_offset = 0;  // its penalty window in StepBatch::recent_tokens
+  // Its penalty window in StepBatch::recent_tokens. With drafts the window is followed there
+  // by the slice's draft tokens (not counted in recent_count): the position after draft i
+  // sees the window plus drafts 0..i.
+  int32_t recent_offset = 0;
   int32_t recent_count = 0;
   // The ids that end generation (the model's EOS unless ignore_eos, then the request's
   // stop_token_ids). The backend masks them while num_generated < params.min_tokens; the
@@ -53,8 +64,10 @@ struct SamplingSlot {
   // when the grammar allows every token at this point).
   int32_t bitmask_row = -1;
 
-  bool masks_end_tokens() const {
-    return num_generated < params.min_tokens && !end_token_ids.empty();
+  // `ahead`: tokens generated after num_generated before the one sampled (verify spans: the
+  // drafts accepted before that position).
+  bool masks_end_tokens(int32_t ahead = 0) const {
+    return num_generated + ahead < params.min_tokens && !end_token_ids.empty();
   }
 };
 
@@ -101,7 +114,9 @@ struct SampledToken {
 
 struct StepResult {
   uint64_t step_id = 0;
-  std::vector<SampledToken> tokens;  // one per sampling sequence, in StepBatch::seqs order
+  // One per sampling sequence, in StepBatch::seqs order; a slice with drafts has its kept
+  // tokens consecutively, in order (SequenceSlice::num_draft_tokens).
+  std::vector<SampledToken> tokens;
 };
 
 }  // namespace troupe::gpu

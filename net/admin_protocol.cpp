@@ -177,6 +177,13 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
       .field("per_context_ms", cost.per_context_ms)
       .field("per_sampled_ms", cost.per_sampled_ms);
   json.end_object().end_object();
+  const engine::SpeculativeStats& spec = stats.speculative;
+  json.key("speculative").begin_object();
+  json.field("drafts", spec.num_drafts)
+      .field("draft_tokens", spec.num_draft_tokens)
+      .field("accepted_tokens", spec.num_accepted_tokens)
+      .field("acceptance_rate", spec.acceptance_rate());
+  json.end_object();
   json.key("fairness").begin_object();
   json.field("waiting_clients", stats.num_waiting_clients)
       .field("preemptions", stats.num_fairness_preemptions);

@@ -320,6 +320,16 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   p.counter("troupe:structured_output_mask_fill_seconds_total",
             "Time the scheduler spent filling grammar bitmasks before steps.",
             so.mask_fill_ms_total / 1000.0);
+  // Speculative decoding, as vLLM v1 exports it: its counters vllm:spec_decode_num_drafts,
+  // ..._num_draft_tokens and ..._num_accepted_tokens, whose samples prometheus_client names
+  // with the _total suffix (what dashboards query).
+  const engine::SpeculativeStats& spec = s.speculative;
+  p.counter("vllm:spec_decode_num_drafts_total",
+            "Verify spans: sequences that had drafts in a step.", double(spec.num_drafts));
+  p.counter("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed and verified.",
+            double(spec.num_draft_tokens));
+  p.counter("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+            double(spec.num_accepted_tokens));
   p.gauge("troupe:num_waiting_clients", "Clients with a request waiting.", s.num_waiting_clients);
   p.counter("troupe:fairness_preemptions_total",
             "Preemptions that made room for a client running fewer sequences.",

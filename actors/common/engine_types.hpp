@@ -182,6 +182,17 @@ struct StructuredOutputStats {
   double mask_fill_ms_max = 0;    // the slowest step's fill
 };
 
+// Speculative decoding (vLLM's spec_decode counters): verify spans, the drafts in them, and
+// the drafts accepted.
+struct SpeculativeStats {
+  uint64_t num_drafts = 0;
+  uint64_t num_draft_tokens = 0;
+  uint64_t num_accepted_tokens = 0;
+  double acceptance_rate() const {
+    return num_draft_tokens == 0 ? 0.0 : static_cast<double>(num_accepted_tokens) / num_draft_tokens;
+  }
+};
+
 inline constexpr std::array<double, 11> kPullMsBuckets{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
 
 struct KvTransferStats {
@@ -238,6 +249,7 @@ struct EngineStats {
   LatencySummary step_time;       // a whole tick: schedule, device step, bookkeeping
   StepCostStats step_cost;
   StructuredOutputStats structured_output;
+  SpeculativeStats speculative;
   // Time the engine spent outside the backend, as a share of all tick time since start
   // (DESIGN.md: the scheduler must stay a rounding error next to a forward pass).
   double engine_overhead_ratio = 0;

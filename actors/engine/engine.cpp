@@ -217,6 +217,12 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   gpu::BuiltBackend built = gpu::make_backend(file_, backend_options);
   spdlog::info("{}", built.note);
   card_.backend = std::string(built.backend->name());
+  if (policy.speculative.enabled() && !built.backend->supports_speculation()) {
+    // The CUDA backend samples one position per sequence; verify spans are not built there.
+    spdlog::warn("speculative decoding ({}) is not supported by the {} backend: turned off",
+                 scheduler::to_string(policy.speculative.method), built.backend->name());
+    policy.speculative = {};
+  }
   const gpu::KvCacheGeometry geometry = built.backend->kv_geometry();
   policy.num_blocks = geometry.num_blocks;
   policy.block_size = geometry.block_size;
@@ -375,6 +381,9 @@ EngineStats EngineImpl::stats() const {
   out.prompt_tokens_total = s.num_prompt_tokens;
   out.generation_tokens_total = s.num_generated_tokens;
   out.num_steps = s.num_steps;
+  out.speculative.num_drafts = s.num_spec_drafts;
+  out.speculative.num_draft_tokens = s.num_spec_draft_tokens;
+  out.speculative.num_accepted_tokens = s.num_spec_accepted_tokens;
   out.tokens_per_s_10s = front->tokens_per_s;
   out.step_time = sched->step_time;
   out.step_cost = sched->step_cost;

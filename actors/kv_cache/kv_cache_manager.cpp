@@ -149,6 +149,17 @@ void KvCacheManager::cache_full_blocks(SequenceBlocks& seq, std::span<const int3
   flush_stored(run);
 }
 
+void KvCacheManager::release_tail(SequenceBlocks& seq, int32_t num_tokens) {
+  const auto keep = static_cast<size_t>(std::max(blocks_for_tokens(num_tokens, block_size_), 0));
+  if (keep < static_cast<size_t>(seq.num_cached_blocks)) {
+    throw std::logic_error("release_tail would release a cached block");
+  }
+  while (seq.blocks.size() > keep) {
+    pool_.free(seq.blocks.back());
+    seq.blocks.pop_back();
+  }
+}
+
 void KvCacheManager::free_sequence(SequenceBlocks& seq) {
   for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) pool_.free(*it);
   seq.blocks.clear();

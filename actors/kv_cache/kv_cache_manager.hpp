@@ -95,6 +95,11 @@ class KvCacheManager {
   void cache_full_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens,
                          int32_t num_computed_tokens);
 
+  // Releases the blocks past those num_tokens tokens need, last first (speculative decoding:
+  // blocks only rejected drafts used). They were never cached: a block is cached only once
+  // full of computed tokens, and these hold none that were kept.
+  void release_tail(SequenceBlocks& seq, int32_t num_tokens);
+
   // Releases every block, last first, so a sequence's tail is evicted before its head.
   void free_sequence(SequenceBlocks& seq);
 

@@ -120,6 +120,9 @@ void Scheduler::admit(NewRequest request) {
   seq->arrival_step = num_steps_;
   seq->hold_kv_when_finished = request.hold_kv_when_finished;
   seq->remote_kv = std::move(request.remote_kv);
+  // No drafts for a grammar's rows (each token must pass the matcher before the next is
+  // masked) nor for KV another server will take (its length must be what was generated).
+  seq->may_draft = request.grammar == nullptr && !request.hold_kv_when_finished;
   waiting_.push_back(seq.get());
   ++num_requests_accepted_;
   num_prompt_tokens_ += static_cast<uint64_t>(seq->num_prompt_tokens);
@@ -204,6 +207,9 @@ SchedulerStats Scheduler::stats() const {
   s.num_requests_finished = num_requests_finished_;
   s.num_prompt_tokens = num_prompt_tokens_;
   s.num_generated_tokens = num_generated_tokens_;
+  s.num_spec_drafts = num_spec_drafts_;
+  s.num_spec_draft_tokens = num_spec_draft_tokens_;
+  s.num_spec_accepted_tokens = num_spec_accepted_tokens_;
   return s;
 }
 
@@ -217,7 +223,8 @@ SlotInfo slot_of(const Sequence& seq, SlotPhase phase) {
   slot.client = seq.client;
   slot.num_prompt_tokens = seq.num_prompt_tokens;
   slot.num_tokens = seq.num_tokens();
-  slot.num_computed_tokens = seq.num_computed_tokens;
+  // Drafts in flight count as computed until the step settles them.
+  slot.num_computed_tokens = std::min(seq.num_computed_tokens, seq.num_tokens());
   slot.num_generated_tokens = seq.num_generated_tokens();
   slot.max_tokens = seq.stop.max_tokens;
   slot.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
@@ -268,6 +275,13 @@ std::optional<std::string> Scheduler::check_invariants() const {
     if (static_cast<int32_t>(seq->kv.blocks.size()) < needed) {
       return fmt::format("request {} computed {} tokens but holds {} blocks", id,
                          seq->num_computed_tokens, seq->kv.blocks.size());
+    }
+    // A block reaches the prefix cache only once full of computed, kept tokens (never the KV
+    // of a rejected draft).
+    if (seq->state == SequenceState::kRunning &&
+        seq->kv.num_cached_blocks * kv().block_size() > seq->num_computed_tokens) {
+      return fmt::format("request {} has {} cached blocks but only {} computed tokens", id,
+                         seq->kv.num_cached_blocks, seq->num_computed_tokens);
     }
     if (seq->state == SequenceState::kWaiting && (!seq->kv.blocks.empty() || seq->num_computed_tokens != 0)) {
       return fmt::format("waiting request {} holds KV", id);

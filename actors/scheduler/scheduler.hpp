@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -142,7 +143,8 @@ class Scheduler {
 
   struct Scheduled {
     Sequence* seq;
-    int32_t num_tokens;
+    int32_t num_tokens;           // drafts included
+    int32_t num_draft_tokens = 0; // the last ones of the span (seq->draft_token_ids)
   };
   // A step being planned.
   struct Draft {
@@ -159,6 +161,7 @@ class Scheduler {
   struct InFlightEntry {
     RequestId request_id;
     bool samples;
+    int32_t num_draft_tokens = 0;
   };
   struct InFlightStep {
     uint64_t step_id = 0;
@@ -198,13 +201,27 @@ class Scheduler {
   void insert_running(Sequence* seq);
   void erase_running(const Sequence* seq);
 
+  // scheduler_speculative.cpp
+  // Extends this step's decode entries with n-gram drafts (config.speculative), within the
+  // token budget, the step-time budget and the free KV blocks.
+  void schedule_drafts(Draft& draft);
+  int32_t max_drafts(Sequence& seq, int32_t token_budget);
+  // How many of num_drafts drafts fit the step-time budget (all when it does not apply).
+  int32_t fit_drafts_to_time_budget(const Draft& draft, const Scheduled& entry,
+                                    int32_t num_drafts) const;
+  // After the step: counts and the adaptive rule (pause a sequence whose drafts fail).
+  void settle_drafts(Sequence& seq, int32_t num_drafts, int32_t num_accepted);
+
   // scheduler_step.cpp
   StepPlan build_plan(Draft& draft);
   void append_slice(StepPlan& plan, const Scheduled& entry, int32_t row);
-  void complete_sequence(StepUpdate& update, Sequence& seq, const gpu::SampledToken* sampled,
-                         uint64_t step_id);
-  const gpu::SampledToken* find_sampled(const gpu::StepResult& result, size_t& cursor,
-                                        RequestId request_id) const;
+  // `sampled`: the step's tokens for the sequence (empty when its span did not sample).
+  void complete_sequence(StepUpdate& update, Sequence& seq, std::span<const gpu::SampledToken> sampled,
+                         int32_t num_draft_tokens, uint64_t step_id);
+  // The sequence's tokens in the result: one, or with drafts up to 1 + num_draft_tokens.
+  std::span<const gpu::SampledToken> find_sampled(const gpu::StepResult& result, size_t& cursor,
+                                                  RequestId request_id,
+                                                  int32_t num_draft_tokens) const;
 
   // scheduler_transfer.cpp
   AddResult check_transferable(const PrefillHandoff& handoff) const;
@@ -258,6 +275,9 @@ class Scheduler {
   uint64_t num_requests_finished_ = 0;
   uint64_t num_prompt_tokens_ = 0;
   uint64_t num_generated_tokens_ = 0;
+  uint64_t num_spec_drafts_ = 0;           // verify spans (sequences with >= 1 draft)
+  uint64_t num_spec_draft_tokens_ = 0;
+  uint64_t num_spec_accepted_tokens_ = 0;
   int32_t last_step_num_tokens_ = 0;
   int32_t last_step_num_seqs_ = 0;
 };

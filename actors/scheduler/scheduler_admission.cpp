@@ -25,6 +25,9 @@ StepPlan Scheduler::schedule() {
   // then running prefills continue, then new requests fill what is left.
   schedule_running(draft, /*decode_pass=*/true);
   start_time_budget(draft);
+  // Drafts next (speculative decoding): cheap extra tokens for the running streams, cut to
+  // what the step's budgets leave.
+  schedule_drafts(draft);
   schedule_running(draft, /*decode_pass=*/false);
   // NOTE: after a preemption for KV the pool is exhausted; admitting now would only preempt
   // again (vLLM v1 does the same).

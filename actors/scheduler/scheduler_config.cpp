@@ -19,6 +19,20 @@ std::optional<std::string> validate(const SchedulerConfig& config) {
   if (config.num_blocks <= 0) return std::string("num_blocks must be positive");
   if (config.max_waiting_per_client < 0) return std::string("max_waiting_per_client must be >= 0");
   if (!(config.max_step_ms >= 0)) return std::string("max_step_ms must be >= 0");
+  const SpeculativeConfig& spec = config.speculative;
+  if (spec.method != SpeculativeMethod::kNone) {
+    if (spec.num_speculative_tokens < 1 || spec.num_speculative_tokens > kMaxSpeculativeTokens) {
+      return fmt::format("speculative.num_speculative_tokens must be in [1, {}]",
+                         kMaxSpeculativeTokens);
+    }
+    if (spec.prompt_lookup_min < 1) return std::string("speculative.prompt_lookup_min must be >= 1");
+    if (spec.disable_by_batch_size < 0) {
+      return std::string("speculative.disable_by_batch_size must be >= 0");
+    }
+    if (spec.prompt_lookup_max < spec.prompt_lookup_min) {
+      return std::string("speculative.prompt_lookup_max must be >= prompt_lookup_min");
+    }
+  }
   for (int32_t id : config.eos_token_ids) {
     if (id < 0) return fmt::format("eos token id {} is negative", id);
   }
@@ -39,6 +53,20 @@ std::string_view to_string(Fairness fairness) {
     case Fairness::kClient: return "client";
   }
   return "unknown";
+}
+
+std::string_view to_string(SpeculativeMethod method) {
+  switch (method) {
+    case SpeculativeMethod::kNone: return "none";
+    case SpeculativeMethod::kNgram: return "ngram";
+  }
+  return "unknown";
+}
+
+std::optional<SpeculativeMethod> parse_speculative_method(std::string_view text) {
+  if (text == "none") return SpeculativeMethod::kNone;
+  if (text == "ngram") return SpeculativeMethod::kNgram;
+  return std::nullopt;
 }
 
 std::optional<Fairness> parse_fairness(std::string_view text) {

@@ -23,6 +23,38 @@ enum class SchedulerRole : uint8_t { kPrefillAndDecode, kPrefillOnly };
 //            few running sequences may preempt one of a client with many (fair share).
 enum class Fairness : uint8_t { kFifo, kClient };
 
+// Speculative decoding (issue 21), vLLM's `speculative_config` names: with method kNgram a
+// decoding sequence proposes up to num_speculative_tokens draft tokens by prompt lookup
+// (ngram_proposer.hpp) and the step verifies them, emitting every accepted draft plus one
+// token sampled by the model. Only a backend that verifies spans may get drafts
+// (gpu::Backend::supports_speculation(); the engine turns speculation off otherwise).
+enum class SpeculativeMethod : uint8_t { kNone, kNgram };
+
+// A verify span computes logits at each of its 1 + k positions; past a few drafts prompt
+// lookup rarely stays right, so a larger k only spends compute.
+inline constexpr int32_t kMaxSpeculativeTokens = 16;
+
+struct SpeculativeConfig {
+  SpeculativeMethod method = SpeculativeMethod::kNone;
+  int32_t num_speculative_tokens = 0;  // k: drafts per step at most (required with kNgram)
+  // The n-gram lengths matched against the sequence's own tokens: the longest match in
+  // [prompt_lookup_min, prompt_lookup_max] wins (vLLM's defaults: 5 and 5 when both are unset,
+  // the other's value when one is).
+  int32_t prompt_lookup_min = 5;
+  int32_t prompt_lookup_max = 5;
+  // No drafts in a step that decodes more sequences than this (vLLM's disable_by_batch_size):
+  // a large batch is bound by arithmetic, and there a draft row costs about what a decoded
+  // token brings. 0: never disabled (vLLM's default); troupe's config default is 4 (measured
+  // on the CPU backend, bench/RESULTS.md).
+  int32_t disable_by_batch_size = 0;
+
+  bool enabled() const { return method != SpeculativeMethod::kNone && num_speculative_tokens > 0; }
+};
+
+std::string_view to_string(SpeculativeMethod method);
+// "none" | "ngram"; nullopt for anything else.
+std::optional<SpeculativeMethod> parse_speculative_method(std::string_view text);
+
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // sequences in one step
   int32_t max_num_batched_tokens = 8192;  // tokens in one step (decode + prefill)
@@ -48,6 +80,7 @@ struct SchedulerConfig {
   // StopConditions::stop_token_ids finish it regardless.
   std::vector<int32_t> eos_token_ids;
   SchedulerRole role = SchedulerRole::kPrefillAndDecode;
+  SpeculativeConfig speculative;
 };
 
 // nullopt when the config is usable, else what is wrong with it.

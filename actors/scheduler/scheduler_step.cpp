@@ -71,7 +71,7 @@ StepPlan Scheduler::build_plan(Draft& draft) {
     // Token-centric bookkeeping happens at planning time, as in vLLM v1: the KV of the span
     // counts as computed from here on (the step is committed to run).
     entry.seq->num_computed_tokens += entry.num_tokens;
-    flight.entries.push_back({entry.seq->request_id, batch.seqs.back().sample});
+    flight.entries.push_back({entry.seq->request_id, batch.seqs.back().sample, entry.num_draft_tokens});
   }
   in_flight_ = std::move(flight);
   last_step_num_tokens_ = static_cast<int32_t>(num_tokens);
@@ -84,6 +84,7 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
   const Sequence& seq = *entry.seq;
   const int32_t begin = seq.num_computed_tokens;
   const int32_t end = begin + entry.num_tokens;
+  const int32_t end_of_known = end - entry.num_draft_tokens;  // drafts follow the known tokens
 
   gpu::SequenceSlice slice;
   slice.seq_id = seq.request_id;
@@ -91,11 +92,15 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
   slice.num_tokens = entry.num_tokens;
   slice.context_len = end;
   slice.block_table_row = row;
-  slice.sample = end == seq.num_tokens();
+  slice.sample = end_of_known == seq.num_tokens();
   slice.num_prompt_tokens = seq.num_prompt_tokens;
+  slice.num_draft_tokens = entry.num_draft_tokens;
+  const auto drafts = std::span<const int32_t>(seq.draft_token_ids).first(
+      static_cast<size_t>(entry.num_draft_tokens));
 
   batch.token_ids.insert(batch.token_ids.end(), seq.token_ids.begin() + begin,
-                         seq.token_ids.begin() + end);
+                         seq.token_ids.begin() + end_of_known);
+  batch.token_ids.insert(batch.token_ids.end(), drafts.begin(), drafts.end());
   for (int32_t position = begin; position < end; ++position) batch.positions.push_back(position);
   std::copy(seq.kv.blocks.begin(), seq.kv.blocks.end(),
             batch.block_tables.begin() +
@@ -118,26 +123,38 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
       slot.recent_count = window;
       batch.recent_tokens.insert(batch.recent_tokens.end(), seq.token_ids.end() - window,
                                  seq.token_ids.end());
+      // The positions after draft i penalize it as generated (gpu/step.hpp).
+      batch.recent_tokens.insert(batch.recent_tokens.end(), drafts.begin(), drafts.end());
     }
     batch.sampling.push_back(std::move(slot));
   }
-  if (slice.sample && slice.num_tokens == 1) {
-    plan.num_decode_tokens += 1;
+  if (slice.sample && slice.num_tokens - slice.num_draft_tokens == 1) {
+    plan.num_decode_tokens += slice.num_tokens;  // a decode, or a decode and its drafts
   } else {
     plan.num_prefill_tokens += slice.num_tokens;
   }
   batch.seqs.push_back(slice);
 }
 
-const gpu::SampledToken* Scheduler::find_sampled(const gpu::StepResult& result, size_t& cursor,
-                                                 RequestId request_id) const {
+std::span<const gpu::SampledToken> Scheduler::find_sampled(const gpu::StepResult& result,
+                                                          size_t& cursor, RequestId request_id,
+                                                          int32_t num_draft_tokens) const {
   // Tokens come in StepBatch::seqs order; fall back to a search if a backend reorders them.
-  if (cursor < result.tokens.size() && result.tokens[cursor].seq_id == request_id) {
-    return &result.tokens[cursor++];
+  const auto& tokens = result.tokens;
+  size_t first = cursor;
+  if (first >= tokens.size() || tokens[first].seq_id != request_id) {
+    const auto it = std::find_if(tokens.begin(), tokens.end(),
+                                 [request_id](const gpu::SampledToken& t) { return t.seq_id == request_id; });
+    if (it == tokens.end()) return {};
+    first = static_cast<size_t>(it - tokens.begin());
   }
-  const auto it = std::find_if(result.tokens.begin(), result.tokens.end(),
-                               [request_id](const gpu::SampledToken& t) { return t.seq_id == request_id; });
-  return it == result.tokens.end() ? nullptr : &*it;
+  size_t count = 1;
+  while (count < static_cast<size_t>(1 + num_draft_tokens) && first + count < tokens.size() &&
+         tokens[first + count].seq_id == request_id) {
+    ++count;
+  }
+  if (first == cursor) cursor += count;
+  return {tokens.data() + first, count};
 }
 
 StepUpdate Scheduler::on_step_complete(const gpu::StepResult& result) {
@@ -153,38 +170,64 @@ StepUpdate Scheduler::on_step_complete(const gpu::StepResult& result) {
   update.tokens.reserve(result.tokens.size());
   size_t cursor = 0;
   for (const InFlightEntry& entry : flight.entries) {
-    const gpu::SampledToken* sampled =
-        entry.samples ? find_sampled(result, cursor, entry.request_id) : nullptr;
+    const std::span<const gpu::SampledToken> sampled =
+        entry.samples ? find_sampled(result, cursor, entry.request_id, entry.num_draft_tokens)
+                      : std::span<const gpu::SampledToken>{};
     const auto it = sequences_.find(entry.request_id);
     // Cancelled or finished while the step ran (or the id was reused since): drop its token.
     if (it == sequences_.end()) continue;
     Sequence& seq = *it->second;
     if (seq.state != SequenceState::kRunning || seq.last_scheduled_step != flight.step_id) continue;
-    if (entry.samples && sampled == nullptr) {
+    if (entry.samples && sampled.empty()) {
       throw std::logic_error(fmt::format("step {} result has no token for request {}",
                                          flight.step_id, entry.request_id));
     }
-    complete_sequence(update, seq, sampled, flight.step_id);
+    complete_sequence(update, seq, sampled, entry.num_draft_tokens, flight.step_id);
   }
   return update;
 }
 
 void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,
-                                  const gpu::SampledToken* sampled, uint64_t step_id) {
-  // The span's KV now exists: publish every block it filled, before the sequence may finish
-  // (so the blocks outlive it as evictable cache).
-  kv().cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
-  if (sampled == nullptr) return;
-  seq.token_ids.push_back(sampled->token_id);
-  ++num_generated_tokens_;
-  if (seq.first_token_step == 0) seq.first_token_step = step_id;
-  update.tokens.push_back(GeneratedToken{seq.request_id, sampled->token_id, sampled->logprob,
-                                         sampled->top_logprobs, seq.num_generated_tokens()});
-  if (const auto reason =
-          check_stop_after_min_tokens(seq, config_.eos_token_ids, config_.max_model_len)) {
+                                  std::span<const gpu::SampledToken> sampled,
+                                  int32_t num_draft_tokens, uint64_t step_id) {
+  if (sampled.empty()) {
+    // A prefill chunk: its KV now exists, so every block it filled goes to the prefix cache.
+    kv().cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
+    return;
+  }
+  // Verify span: the backend kept draft i only if its own sample there equals it.
+  const auto num_accepted = static_cast<int32_t>(sampled.size()) - 1;
+  for (int32_t i = 0; i < num_accepted; ++i) {
+    if (sampled[static_cast<size_t>(i)].token_id != seq.draft_token_ids[static_cast<size_t>(i)]) {
+      throw std::logic_error(fmt::format("step {}: request {} kept draft {} but sampled another token",
+                                         step_id, seq.request_id, i));
+    }
+  }
+  // The KV of rejected drafts is garbage: those positions count as not computed again.
+  seq.num_computed_tokens -= num_draft_tokens - num_accepted;
+  settle_drafts(seq, num_draft_tokens, num_accepted);
+  std::optional<FinishReason> reason;
+  for (const gpu::SampledToken& token : sampled) {
+    seq.token_ids.push_back(token.token_id);
+    ++num_generated_tokens_;
+    if (seq.first_token_step == 0) seq.first_token_step = step_id;
+    update.tokens.push_back(GeneratedToken{seq.request_id, token.token_id, token.logprob,
+                                           token.top_logprobs, seq.num_generated_tokens()});
+    // A stop inside an accepted run ends the sequence there: what follows is dropped.
+    reason = check_stop_after_min_tokens(seq, config_.eos_token_ids, config_.max_model_len);
+    if (reason) break;
+  }
+  // Publish every block the span filled with kept tokens, before the sequence may finish (so
+  // the blocks outlive it as evictable cache). Only positions below both counts hold the KV of
+  // the tokens now in token_ids; a rejected draft's never reaches the cache.
+  kv().cache_full_blocks(seq.kv, seq.token_ids,
+                         std::min(seq.num_computed_tokens, seq.num_tokens()));
+  if (reason) {
     update.finished.push_back(retire(seq, *reason));
     return;
   }
+  // Blocks only rejected drafts needed go back now (the next step allocates what it needs).
+  kv().release_tail(seq.kv, seq.num_computed_tokens);
   if (config_.role == SchedulerRole::kPrefillOnly) {
     erase_running(&seq);
     seq.state = SequenceState::kPrefillDone;

@@ -81,8 +81,10 @@ StepShape Scheduler::shape_of(const Draft& draft) const {
   StepShape shape;
   for (const Scheduled& entry : draft.entries) {
     const Sequence& seq = *entry.seq;
-    const bool samples = seq.num_computed_tokens + entry.num_tokens == seq.num_tokens();
+    const bool samples =
+        seq.num_computed_tokens + entry.num_tokens - entry.num_draft_tokens == seq.num_tokens();
     shape += span_shape(seq.num_computed_tokens, entry.num_tokens, samples);
+    shape.num_sampled += entry.num_draft_tokens;  // a logits row per draft
   }
   return shape;
 }
@@ -115,6 +117,29 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
   }
   if (fitting < num_tokens) draft.time_cut = true;
   return fitting;
+}
+
+// Drafts come after the decodes and before prefill chunks; while prefills are pending they
+// may take only a share of the time left, so speculation never starves a prompt.
+int32_t Scheduler::fit_drafts_to_time_budget(const Draft& draft, const Scheduled& entry,
+                                             int32_t num_drafts) const {
+  if (!draft.time_bound || num_drafts <= 0) return num_drafts;
+  const StepShape base = shape_of(draft);
+  const double base_ms = step_cost_.predict_ms(base);
+  double limit_ms = config_.max_step_ms / (1.0 + step_cost_.margin);
+  const bool prefills_pending =
+      !waiting_.empty() || std::any_of(running_.begin(), running_.end(), [](const Sequence* s) {
+        return s->num_remaining_tokens() > 1;
+      });
+  if (prefills_pending) {
+    limit_ms = base_ms + std::max(0.0, limit_ms - base_ms) * kRunningPrefillShareWhileOthersWait;
+  }
+  const int32_t position = entry.seq->num_computed_tokens;
+  return largest_fitting(num_drafts, [&](int32_t n) {
+    StepShape shape = base;
+    shape += draft_shape(position, n);
+    return step_cost_.predict_ms(shape) <= limit_ms;
+  });
 }
 
 }  // namespace troupe::scheduler

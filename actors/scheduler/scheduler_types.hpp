@@ -107,6 +107,11 @@ struct SchedulerStats {
   uint64_t num_requests_finished = 0;
   uint64_t num_prompt_tokens = 0;     // of accepted requests
   uint64_t num_generated_tokens = 0;  // sampled, over all requests
+  // Speculative decoding (vLLM's spec_decode counters): verify spans, drafts in them, drafts
+  // accepted. Acceptance rate = accepted / draft tokens.
+  uint64_t num_spec_drafts = 0;
+  uint64_t num_spec_draft_tokens = 0;
+  uint64_t num_spec_accepted_tokens = 0;
 };
 
 enum class SlotPhase : uint8_t { kWaiting, kPreempted, kPrefill, kDecode, kAwaitingTransfer };

@@ -108,6 +108,16 @@ struct Sequence {
   bool recompute_last_prompt_token = false;  // remote KV without a first token
   std::vector<kv_cache::BlockId> pull_destinations;  // kAwaitingKv: the blocks being filled
 
+  // Speculative decoding (scheduler_speculative.cpp). While a step verifies drafts,
+  // num_computed_tokens counts them (their KV is being written) and may pass num_tokens();
+  // on_step_complete() takes back the rejected ones.
+  bool may_draft = true;  // false: grammar-constrained, or its KV is held for a transfer
+  std::vector<int32_t> draft_token_ids;  // the drafts of the step in flight
+  // Recent accepted / drafted (exponential average). Optimistic at first, so every sequence
+  // tries drafts whatever the cost model says; its verifies then set it.
+  double draft_acceptance = 1.0;
+  int32_t draft_pause_steps = 0;   // decode steps left without drafts (acceptance was low)
+
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
   // Scheduler step counters (no clocks here; the actor stamps wall time on these events).

@@ -51,10 +51,18 @@ StepShape span_shape(int64_t first_position, int64_t num_tokens, bool samples) {
   return shape;
 }
 
+StepShape draft_shape(int64_t position, int64_t num_drafts) {
+  const StepShape grown = span_shape(position, 1 + num_drafts, true);
+  const StepShape alone = span_shape(position, 1, true);
+  return {grown.num_tokens - alone.num_tokens, grown.num_context_pairs - alone.num_context_pairs,
+          num_drafts};
+}
+
 StepShape shape_of(const gpu::StepBatch& batch) {
   StepShape shape;
   for (const gpu::SequenceSlice& slice : batch.seqs) {
     shape += span_shape(slice.context_len - slice.num_tokens, slice.num_tokens, slice.sample);
+    shape.num_sampled += slice.num_draft_tokens;  // a verify span: a logits row per draft
   }
   return shape;
 }

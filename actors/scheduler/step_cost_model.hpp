@@ -41,6 +41,9 @@ struct StepShape {
 
 // The shape of a span of `num_tokens` tokens whose first token is at `first_position`.
 StepShape span_shape(int64_t first_position, int64_t num_tokens, bool samples);
+// What num_drafts draft tokens add to a decode span whose token is at `position`
+// (speculative decoding): their tokens, their attention pairs, and a logits row each.
+StepShape draft_shape(int64_t position, int64_t num_drafts);
 // The shape of a whole planned step.
 StepShape shape_of(const gpu::StepBatch& batch);
 

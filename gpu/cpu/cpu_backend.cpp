@@ -92,26 +92,62 @@ std::vector<float> CpuBackend::compute_logits(const StepBatch& batch) {
 StepResult CpuBackend::run_locked(const StepBatch& batch) {
   const std::vector<float>& logits = forward_.forward(batch, pool_);
   const int64_t V = forward_.config().n_vocab;
-  std::vector<const SequenceSlice*> sampling;
+  // Each sampling slice's first logits row; with drafts it also owns that many more rows, and
+  // as many places in result.tokens (compacted below to the tokens kept).
+  struct Sampling {
+    const SequenceSlice* slice;
+    int64_t first_row;
+    int32_t num_kept;
+  };
+  std::vector<Sampling> sampling;
+  int64_t num_rows = 0;
   for (const SequenceSlice& s : batch.seqs) {
-    if (s.sample) sampling.push_back(&s);
+    if (!s.sample) continue;
+    sampling.push_back({&s, num_rows, 1});
+    num_rows += 1 + s.num_draft_tokens;
   }
   StepResult result;
   result.step_id = batch.step_id;
-  result.tokens.resize(sampling.size());
+  result.tokens.resize(static_cast<size_t>(num_rows));
   pool_.parallel_for(static_cast<int64_t>(sampling.size()), [&](int64_t b, int64_t e, int t) {
     for (int64_t i = b; i < e; ++i) {
-      const SequenceSlice& s = *sampling[i];
+      Sampling& job = sampling[static_cast<size_t>(i)];
+      const SequenceSlice& s = *job.slice;
       const SamplingSlot& slot = batch.sampling[s.sampling_index];
-      const std::span<const int32_t> recent(batch.recent_tokens.data() + slot.recent_offset,
-                                            static_cast<size_t>(slot.recent_count));
-      SampledToken tok = samplers_[t].sample(
-          std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), slot, recent,
-          batch.bitmask_of(slot));
-      tok.seq_id = s.seq_id;
-      result.tokens[i] = std::move(tok);
+      const int32_t* recent = batch.recent_tokens.data() + slot.recent_offset;
+      SampledToken* out = result.tokens.data() + job.first_row;
+      const float* rows = logits.data() + job.first_row * V;
+      if (s.num_draft_tokens == 0) {
+        *out = samplers_[t].sample(std::span<const float>(rows, static_cast<size_t>(V)), slot,
+                                   std::span<const int32_t>(recent, static_cast<size_t>(slot.recent_count)),
+                                   batch.bitmask_of(slot));
+      } else {
+        const auto num_rows_here = static_cast<size_t>(1 + s.num_draft_tokens);
+        const std::span<const int32_t> drafts(
+            batch.token_ids.data() + s.token_offset + s.num_tokens - s.num_draft_tokens,
+            static_cast<size_t>(s.num_draft_tokens));
+        const size_t window = slot.recent_count > 0 ? slot.recent_count + drafts.size() : 0;
+        job.num_kept = samplers_[t].sample_verified(
+            std::span<const float>(rows, num_rows_here * static_cast<size_t>(V)), V, slot,
+            std::span<const int32_t>(recent, window), slot.recent_count, batch.bitmask_of(slot),
+            drafts, std::span<SampledToken>(out, num_rows_here));
+      }
+      for (int32_t k = 0; k < job.num_kept; ++k) out[k].seq_id = s.seq_id;
     }
   });
+  if (num_rows != static_cast<int64_t>(sampling.size())) {
+    // Verify spans: keep each slice's accepted run, in order.
+    size_t kept = 0;
+    for (const Sampling& job : sampling) {
+      for (int32_t k = 0; k < job.num_kept; ++k) {
+        if (kept != static_cast<size_t>(job.first_row + k)) {
+          result.tokens[kept] = std::move(result.tokens[static_cast<size_t>(job.first_row + k)]);
+        }
+        ++kept;
+      }
+    }
+    result.tokens.resize(kept);
+  }
   return result;
 }
 

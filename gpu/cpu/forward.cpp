@@ -160,6 +160,19 @@ void LlamaForward::validate(const StepBatch& b) const {
     if (q.sample && (q.sampling_index < 0 || static_cast<size_t>(q.sampling_index) >= b.sampling.size())) {
       bad_batch(who + "sampling_index out of range");
     }
+    if (q.num_draft_tokens < 0 || (q.num_draft_tokens > 0 && (!q.sample || q.num_draft_tokens >= q.num_tokens))) {
+      bad_batch(who + "num_draft_tokens out of range");
+    }
+    if (q.num_draft_tokens > 0) {
+      // Drafts are verified in order against the unconstrained chain (structured output plans
+      // none), and their penalty window follows the slot's in recent_tokens.
+      const SamplingSlot& slot = b.sampling[static_cast<size_t>(q.sampling_index)];
+      if (slot.bitmask_row >= 0) bad_batch(who + "drafts on a grammar-constrained slot");
+      if (slot.recent_count > 0 && static_cast<size_t>(slot.recent_offset) + slot.recent_count +
+                                           q.num_draft_tokens > b.recent_tokens.size()) {
+        bad_batch(who + "drafts missing from the penalty window");
+      }
+    }
   }
   if (covered != T) bad_batch("sequence spans do not cover token_ids exactly");
   for (const SamplingSlot& slot : b.sampling) {
@@ -420,9 +433,13 @@ const std::vector<float>& LlamaForward::logits(const StepBatch& b, ThreadPool& p
   int64_t S = 0;
   for (const SequenceSlice& s : b.seqs) {
     if (!s.sample) continue;
-    const int64_t row = s.token_offset + s.num_tokens - 1;
-    rmsnorm(x_.data() + row * E, weights_.output_norm().as_f32(), h_.data() + S * E, E, c.rms_eps, config_.isa);
-    ++S;
+    // The last position, and before it one per draft (a verify span).
+    for (int64_t row = s.token_offset + s.num_tokens - 1 - s.num_draft_tokens;
+         row < s.token_offset + s.num_tokens; ++row) {
+      rmsnorm(x_.data() + row * E, weights_.output_norm().as_f32(), h_.data() + S * E, E,
+              c.rms_eps, config_.isa);
+      ++S;
+    }
   }
   logits_.resize(S * c.n_vocab);
   observe("result_norm", -1, h_.data(), S, E, E);

@@ -58,8 +58,8 @@ class LlamaForward {
   // Throws std::invalid_argument when the batch is malformed (offsets, positions, block ids).
   void validate(const StepBatch& batch) const;
 
-  // Runs the batch; returns logits [num sampling seqs][n_vocab], in StepBatch::seqs order of the
-  // seqs with sample = true.
+  // Runs the batch; returns logits [rows][n_vocab]: for each seq with sample = true, in
+  // StepBatch::seqs order, 1 + num_draft_tokens rows (its last positions, in order).
   const std::vector<float>& forward(const StepBatch& batch, ThreadPool& pool);
 
  private:

@@ -83,12 +83,12 @@ struct ByValueDesc {
 // greedy/random split, so they move greedy argmax too). A bias on a masked id cannot revive it:
 // the mask writes -inf last. Ids outside the row are skipped: admission rejects them, and a
 // backend must not write out of bounds if one slips through.
-void apply_bias_and_mask(std::span<float> z, const SamplingSlot& slot) {
+void apply_bias_and_mask(std::span<float> z, const SamplingSlot& slot, int32_t ahead) {
   const int64_t n = static_cast<int64_t>(z.size());
   for (const model::LogitBias& b : slot.params.logit_bias) {
     if (b.token_id >= 0 && b.token_id < n) z[b.token_id] += b.bias;
   }
-  if (!slot.masks_end_tokens()) return;
+  if (!slot.masks_end_tokens(ahead)) return;
   for (int32_t id : slot.end_token_ids) {
     if (id >= 0 && id < n) z[id] = -std::numeric_limits<float>::infinity();
   }
@@ -103,22 +103,23 @@ double sampling_uniform(uint64_t seed, int32_t num_generated) {
 }
 
 SampledToken Sampler::sample(std::span<const float> logits, const SamplingSlot& slot,
-                             std::span<const int32_t> recent, std::span<const uint32_t> bitmask) {
+                             std::span<const int32_t> recent, std::span<const uint32_t> bitmask,
+                             int32_t ahead) {
   const model::SamplingParams& p = slot.params;
   SampledToken out;
   // A constrained row never takes the in-place greedy path: the grammar's mask comes first.
-  const bool adjusts = !p.logit_bias.empty() || slot.masks_end_tokens() || !bitmask.empty();
+  const bool adjusts = !p.logit_bias.empty() || slot.masks_end_tokens(ahead) || !bitmask.empty();
   if (p.greedy() && !adjusts) {
     out.token_id = argmax(logits);  // the common greedy case reads the row in place
   } else {
     work_.assign(logits.begin(), logits.end());
     if (!bitmask.empty()) apply_token_bitmask(work_, bitmask);
-    apply_bias_and_mask(work_, slot);
+    apply_bias_and_mask(work_, slot, ahead);
     if (p.greedy()) {
       out.token_id = argmax(work_);
     } else {
       apply_penalties(p, recent);
-      out.token_id = draw(slot);
+      out.token_id = draw(slot, ahead);
     }
   }
   // From the raw row, before bias, mask and penalties: vLLM v1's default logprobs_mode
@@ -151,7 +152,27 @@ void Sampler::apply_penalties(const model::SamplingParams& p, std::span<const in
   }
 }
 
-int32_t Sampler::draw(const SamplingSlot& slot) {
+int32_t Sampler::sample_verified(std::span<const float> logits, int64_t vocab,
+                                 const SamplingSlot& slot,
+                                 std::span<const int32_t> recent_with_drafts, int32_t recent_count,
+                                 std::span<const uint32_t> bitmask,
+                                 std::span<const int32_t> drafts, std::span<SampledToken> out) {
+  const auto num_drafts = static_cast<int32_t>(drafts.size());
+  for (int32_t i = 0; i <= num_drafts; ++i) {
+    const auto row = logits.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab));
+    // Penalties see the drafts before this position as generated (they are, if we get here).
+    const auto recent = recent_count > 0
+                            ? recent_with_drafts.first(static_cast<size_t>(recent_count + i))
+                            : std::span<const int32_t>{};
+    out[static_cast<size_t>(i)] = sample(row, slot, recent, bitmask, i);
+    if (i == num_drafts || out[static_cast<size_t>(i)].token_id != drafts[static_cast<size_t>(i)]) {
+      return i + 1;
+    }
+  }
+  return num_drafts + 1;  // not reached
+}
+
+int32_t Sampler::draw(const SamplingSlot& slot, int32_t ahead) {
   const model::SamplingParams& p = slot.params;
   const float* z = work_.data();
   const int32_t n = static_cast<int32_t>(work_.size());
@@ -206,7 +227,7 @@ int32_t Sampler::draw(const SamplingSlot& slot) {
   for (int32_t i = 0; i < count; ++i) {
     sum += (probs_[ids_[i]] = static_cast<float>(std::exp((z[ids_[i]] - zmax) * inv_t)));
   }
-  const double target = sampling_uniform(p.seed, slot.num_generated) * sum;
+  const double target = sampling_uniform(p.seed, slot.num_generated + ahead) * sum;
   double cum = 0.0;
   for (int32_t i = 0; i < count; ++i) {
     cum += probs_[ids_[i]];

@@ -26,6 +26,9 @@ struct FakeModelConfig {
   int32_t vocab_size = 1000;
   int32_t eos_token_id = 2;
   uint64_t eos_one_in = 40;  // roughly how often the fake "model" chooses to stop
+  // > 0: a text that repeats itself (speculative decoding tests): three times in four the
+  // next token is the one copy_period tokens back, so prompt-lookup drafts are mostly right.
+  int32_t copy_period = 0;
 };
 
 class FakeStepModel {
@@ -45,6 +48,10 @@ class FakeStepModel {
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ULL;
     h ^= h >> 32;
+    const auto n = static_cast<int32_t>(context.size());
+    if (config.copy_period > 0 && n >= config.copy_period && (h >> 40) % 4 != 0) {
+      return context[static_cast<size_t>(n - config.copy_period)];
+    }
     if (h % config.eos_one_in == 0) return config.eos_token_id;
     return 3 + static_cast<int32_t>((h >> 8) % static_cast<uint64_t>(config.vocab_size - 3));
   }
@@ -75,8 +82,17 @@ class FakeStepModel {
     for (const gpu::SequenceSlice& slice : batch.seqs) write_span(batch, slice);
     for (const gpu::SequenceSlice& slice : batch.seqs) {
       if (!slice.sample) continue;
-      const std::vector<int32_t> context = read_context(batch, slice);
-      result.tokens.push_back({slice.seq_id, next_token(context, config_), -0.5f, {}});
+      std::vector<int32_t> context = read_context(batch, slice);
+      // A verify span (speculative decoding): the position before each draft predicts it; keep
+      // drafts while the prediction agrees, and emit the first prediction that does not (or
+      // the one after the last draft), as gpu/step.hpp says.
+      const int32_t first_row = slice.context_len - 1 - slice.num_draft_tokens;
+      for (int32_t row = 0; row <= slice.num_draft_tokens; ++row) {
+        const auto seen = std::span<const int32_t>(context).first(static_cast<size_t>(first_row + row + 1));
+        const int32_t token = next_token(seen, config_);
+        result.tokens.push_back({slice.seq_id, token, -0.5f - static_cast<float>(row), {}});
+        if (row == slice.num_draft_tokens || token != context[static_cast<size_t>(first_row + row + 1)]) break;
+      }
     }
     return result;
   }

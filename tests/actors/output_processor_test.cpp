@@ -139,6 +139,21 @@ TEST_F(OutputProcessorTest, AStopStringSpanningDeltasIsHeldThenEndsTheChoice) {
   EXPECT_EQ(confirmed.forgotten, std::vector<engine::RequestId>{kId});
 }
 
+// Speculative decoding: one step may bring several tokens of a sequence (accepted drafts and
+// the token after them). A stop string inside the run ends the choice there; the tokens after
+// it, which the scheduler generated and counts until it learns of the stop, reach nobody.
+TEST_F(OutputProcessorTest, AStopStringInsideAMultiTokenStepCutsTheRest) {
+  add({.stop_strings = {"EN"}});
+  const OutputProcessor::Outputs out =
+      step({token(kId, "o"), token(kId, "E"), token(kId, "N"), token(kId, "k"), token(kId, "z")});
+  EXPECT_EQ(texts(out), "o|");
+  EXPECT_EQ(out.sequences_to_finish, std::vector<engine::RequestId>{kId});
+  ASSERT_NE(completion(out), nullptr);
+  EXPECT_EQ(completion(out)->usage.completion_tokens, 3);  // o E N: as far as the client saw
+  const OutputProcessor::Outputs confirmed = step({}, {ended(kId, FinishReason::kStopString)});
+  EXPECT_TRUE(confirmed.outputs.empty());
+}
+
 TEST_F(OutputProcessorTest, AStopStringInsideTheLastTokenCutsItsText) {
   add({.stop_strings = {"END"}});
   const OutputProcessor::Outputs out = step({token(kId, "aENDb")});

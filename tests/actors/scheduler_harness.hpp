@@ -16,8 +16,10 @@
 
 namespace troupe::scheduler::testing {
 
-inline FakeModelConfig fake_config_for(const SchedulerConfig& config, uint64_t eos_one_in) {
+inline FakeModelConfig fake_config_for(const SchedulerConfig& config, uint64_t eos_one_in,
+                                       int32_t copy_period = 0) {
   FakeModelConfig fake;
+  fake.copy_period = copy_period;
   fake.num_blocks = config.num_blocks;
   fake.block_size = config.block_size;
   fake.eos_token_id = config.eos_token_ids.empty() ? 2 : config.eos_token_ids.front();
@@ -40,8 +42,10 @@ inline SchedulerConfig small_config() {
 class SchedulerHarness {
  public:
   // eos_one_in: how often the fake model stops by itself; huge = practically never.
-  explicit SchedulerHarness(const SchedulerConfig& config, uint64_t eos_one_in = 1ULL << 62)
-      : scheduler(config), model(fake_config_for(config, eos_one_in)) {}
+  // copy_period: see FakeModelConfig (a repeating text, for speculative decoding).
+  explicit SchedulerHarness(const SchedulerConfig& config, uint64_t eos_one_in = 1ULL << 62,
+                            int32_t copy_period = 0)
+      : scheduler(config), model(fake_config_for(config, eos_one_in, copy_period)) {}
 
   AddResult add(RequestId id, std::vector<int32_t> prompt, int32_t max_tokens,
                 Priority priority = Priority::kNormal, bool ignore_eos = false,

@@ -18,6 +18,42 @@ void expect_config_error(std::string_view json, std::string_view needle) {
   }
 }
 
+// Issue 21: vLLM's speculative_config keys, their defaults, and errors naming the key.
+TEST(Config, SpeculativeDecoding) {
+  EXPECT_FALSE(parse_config("{}").scheduler.speculative.enabled());
+  ServerConfig c = parse_config(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 4}})");
+  EXPECT_EQ(c.scheduler.speculative.method, scheduler::SpeculativeMethod::kNgram);
+  EXPECT_EQ(c.scheduler.speculative.num_speculative_tokens, 4);
+  EXPECT_EQ(c.scheduler.speculative.prompt_lookup_min, 5);  // vLLM's defaults
+  EXPECT_EQ(c.scheduler.speculative.prompt_lookup_max, 5);
+  EXPECT_EQ(c.scheduler.speculative.disable_by_batch_size, 4);  // troupe's CPU default
+  EXPECT_TRUE(c.scheduler.speculative.enabled());
+  c = parse_config(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 3,
+                                       "disable_by_batch_size": 0}})");
+  EXPECT_EQ(c.scheduler.speculative.disable_by_batch_size, 0);
+  c = parse_config(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 3,
+                                       "prompt_lookup_max": 4}})");
+  EXPECT_EQ(c.scheduler.speculative.prompt_lookup_min, 4);  // the one set, for both
+  EXPECT_EQ(c.scheduler.speculative.prompt_lookup_max, 4);
+  c = parse_config(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 3,
+                                       "prompt_lookup_min": 2, "prompt_lookup_max": 6}})");
+  EXPECT_EQ(c.scheduler.speculative.prompt_lookup_min, 2);
+  EXPECT_EQ(c.scheduler.speculative.prompt_lookup_max, 6);
+  EXPECT_FALSE(parse_config(R"({"speculative": {"method": "none"}})").scheduler.speculative.enabled());
+  expect_config_error(R"({"speculative": {"method": "eagle"}})", "speculative.method: \"eagle\"");
+  expect_config_error(R"({"speculative": {"method": "ngram"}})",
+                      "speculative.num_speculative_tokens: required");
+  expect_config_error(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 0}})",
+                      "speculative.num_speculative_tokens: 0 is outside");
+  expect_config_error(R"({"speculative": {"method": "ngram", "num_speculative_tokens": "4"}})",
+                      "speculative.num_speculative_tokens: expected an unsigned integer");
+  expect_config_error(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 2,
+                                          "prompt_lookup_min": 5, "prompt_lookup_max": 3}})",
+                      "speculative.prompt_lookup_max");
+  expect_config_error(R"({"speculative": {"k": 2}})", "speculative.k: unknown config key");
+  expect_config_error(R"({"speculative": 3})", "speculative: expected an object");
+}
+
 TEST(Config, DefaultsWhenEmpty) {
   const ServerConfig c = parse_config("{}");
   EXPECT_EQ(c.http.host, "127.0.0.1");

@@ -243,3 +243,120 @@ TEST(Sampler, MinTokensMaskBeatsAPositiveBias) {
 
 }  // namespace
 }  // namespace troupe::gpu::cpu
+
+// ---- Speculative decoding: verifying drafts (issue 21) ----------------------------------------
+
+namespace troupe::gpu::cpu {
+namespace {
+
+// Rows of logits, one per verify position, each a distribution over a small vocabulary.
+std::vector<float> rows_of(const std::vector<std::vector<double>>& probs) {
+  std::vector<float> all;
+  for (const auto& p : probs) {
+    const auto row = logits_for(p);
+    all.insert(all.end(), row.begin(), row.end());
+  }
+  return all;
+}
+
+std::vector<int32_t> verify(Sampler& s, const std::vector<float>& logits, int64_t vocab,
+                            const SamplingSlot& slot, const std::vector<int32_t>& drafts,
+                            const std::vector<int32_t>& recent = {}) {
+  std::vector<SampledToken> out(drafts.size() + 1);
+  std::vector<int32_t> window = recent;
+  window.insert(window.end(), drafts.begin(), drafts.end());
+  const int32_t n = s.sample_verified(logits, vocab, slot, window,
+                                      static_cast<int32_t>(recent.size()), {}, drafts, out);
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < n; ++i) ids.push_back(out[static_cast<size_t>(i)].token_id);
+  return ids;
+}
+
+TEST(SamplerVerify, GreedyKeepsDraftsWhileTheyAreTheArgmax) {
+  Sampler s;
+  // argmax per row: 2, 1, 3, 0
+  const auto logits = rows_of({{.1, .2, .6, .1}, {.1, .7, .1, .1}, {.1, .1, .2, .6}, {.9, .05, .03, .02}});
+  const SamplingSlot greedy = slot_with(0.0f);
+  EXPECT_EQ(verify(s, logits, 4, greedy, {2, 1, 3}), (std::vector<int32_t>{2, 1, 3, 0}));  // all + bonus
+  EXPECT_EQ(verify(s, logits, 4, greedy, {2, 0, 3}), (std::vector<int32_t>{2, 1}));  // 2nd rejected
+  EXPECT_EQ(verify(s, logits, 4, greedy, {3, 1, 3}), (std::vector<int32_t>{2}));     // 1st rejected
+  // The draft after a rejection is never looked at, whatever it is.
+  EXPECT_EQ(verify(s, logits, 4, greedy, {2, 1, 2}), (std::vector<int32_t>{2, 1, 3}));
+}
+
+// Seeded sampling: the tokens kept are exactly those plain decoding draws one at a time (each
+// position's draw uses its own token index), whatever the drafts are.
+TEST(SamplerVerify, SeededVerifyEmitsWhatPlainSamplingWould) {
+  Sampler s;
+  const auto logits = rows_of({{.4, .3, .2, .1}, {.25, .25, .25, .25}, {.1, .6, .2, .1}});
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    SamplingSlot slot = slot_with(0.9f, seed, 5);
+    std::vector<int32_t> plain;
+    for (int32_t i = 0; i < 3; ++i) {
+      plain.push_back(s.sample(std::span<const float>(logits).subspan(i * 4, 4), slot, {}, {}, i).token_id);
+    }
+    const std::vector<int32_t> drafts = {static_cast<int32_t>(seed % 4), static_cast<int32_t>(seed / 4 % 4)};
+    const std::vector<int32_t> kept = verify(s, logits, 4, slot, drafts);
+    ASSERT_FALSE(kept.empty());
+    for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(kept[i], plain[i]) << "seed " << seed;
+    size_t accepted = 0;
+    while (accepted < drafts.size() && plain[accepted] == drafts[accepted]) ++accepted;
+    EXPECT_EQ(kept.size(), accepted + 1) << "seed " << seed;
+  }
+}
+
+// The acceptance rule on a 4-token vocabulary, over many seeds: draft x is accepted with
+// probability p(x), and a rejection yields y != x with probability p(y) / (1 - p(x)) (the
+// standard rule for a one-hot draft). p here is the processed distribution (temperature 0.5
+// sharpens the row, top_k 3 drops the last token): exactly what plain sampling samples.
+TEST(SamplerVerify, AcceptanceFollowsTheSpeculativeSamplingRule) {
+  Sampler s;
+  const std::vector<double> raw = {0.1, 0.2, 0.3, 0.4};
+  const auto logits = rows_of({raw, raw});
+  SamplingSlot slot = slot_with(0.5f);
+  slot.params.top_k = 3;
+  // p ~ raw^(1/T) over the top 3 ids (1, 2, 3).
+  std::vector<double> p = {0, 0.04, 0.09, 0.16};
+  const double z = p[1] + p[2] + p[3];
+  for (double& v : p) v /= z;
+  const int kSeeds = 60000;
+  for (int32_t x : {1, 3}) {
+    std::vector<int> first(4, 0);
+    for (int seed = 0; seed < kSeeds; ++seed) {
+      slot.params.seed = static_cast<uint64_t>(seed) * 7919 + 13;
+      ++first[static_cast<size_t>(verify(s, logits, 4, slot, {x}).front())];
+    }
+    EXPECT_EQ(first[0], 0);  // outside top_k: never, drafted or not
+    const double accept = static_cast<double>(first[static_cast<size_t>(x)]) / kSeeds;
+    const double sigma = std::sqrt(p[static_cast<size_t>(x)] * (1 - p[static_cast<size_t>(x)]) / kSeeds);
+    EXPECT_NEAR(accept, p[static_cast<size_t>(x)], 5 * sigma) << "draft " << x;
+    const int rejected = kSeeds - first[static_cast<size_t>(x)];
+    for (int32_t y = 1; y < 4; ++y) {
+      if (y == x) continue;
+      const double q = p[static_cast<size_t>(y)] / (1 - p[static_cast<size_t>(x)]);
+      const double got = static_cast<double>(first[static_cast<size_t>(y)]) / rejected;
+      EXPECT_NEAR(got, q, 5 * std::sqrt(q * (1 - q) / rejected)) << "draft " << x << ", token " << y;
+    }
+  }
+}
+
+// Each position sees the drafts before it as generated: penalties count them, and min_tokens
+// masks the end ids only while fewer than min_tokens tokens precede the position.
+TEST(SamplerVerify, PositionsSeeEarlierDraftsAsGenerated) {
+  Sampler s;
+  const auto logits = rows_of({{.05, .8, .1, .05}, {.05, .8, .1, .05}, {.05, .8, .1, .05}});
+  SamplingSlot penalized = slot_with(0.0f);
+  penalized.params.temperature = 1e-4f;  // sampled path (penalties apply), practically greedy
+  penalized.params.repetition_penalty = 100.0f;
+  // Row 0 has no 1 in its window: 1 wins. Row 1 sees draft 0 (a 1): penalized, 2 wins.
+  EXPECT_EQ(verify(s, logits, 4, penalized, {1, 1}, {3}), (std::vector<int32_t>{1, 2}));
+
+  SamplingSlot min_tokens = slot_with(0.0f, 1, /*generated=*/1);
+  min_tokens.params.min_tokens = 3;
+  min_tokens.end_token_ids = {1};
+  // Tokens 2 and 3 of the output (rows 0, 1) may not end it; token 4 (row 2) may.
+  EXPECT_EQ(verify(s, logits, 4, min_tokens, {2, 2}), (std::vector<int32_t>{2, 2, 1}));
+}
+
+}  // namespace
+}  // namespace troupe::gpu::cpu

@@ -75,6 +75,15 @@ TEST_F(AdminCliTest, Stats) {
   EXPECT_NE(r.out.find("12.5 tokens/s"), std::string::npos) << r.out;
 }
 
+TEST_F(AdminCliTest, StatsShowTheDraftAcceptanceRate) {
+  engine::EngineStats stats = net::testing::sample_stats();
+  stats.speculative = {.num_drafts = 5, .num_draft_tokens = 20, .num_accepted_tokens = 15};
+  engine_.set_stats(stats);
+  CliRun r = run({"--socket", socket_, "stats"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("75.0% of 20 draft tokens accepted (5 verify spans)"), std::string::npos) << r.out;
+}
+
 TEST_F(AdminCliTest, JsonPrintsTheRawReply) {
   CliRun r = run({"admin", "--json", "--socket=" + socket_, "stats"});
   EXPECT_EQ(r.status, 0) << r.err;

@@ -86,7 +86,8 @@ TEST(AdminProtocolTest, ConstantTimeEquals) {
 }
 
 TEST(AdminProtocolTest, StatsReplyHasTheSnapshotModelAndBackend) {
-  const engine::EngineStats stats = testing::sample_stats();
+  engine::EngineStats stats = testing::sample_stats();
+  stats.speculative = {.num_drafts = 2, .num_draft_tokens = 8, .num_accepted_tokens = 6};
   engine::ModelCard card;
   card.info.id = "m";
   card.backend = "cuda";
@@ -108,6 +109,9 @@ TEST(AdminProtocolTest, StatsReplyHasTheSnapshotModelAndBackend) {
   EXPECT_DOUBLE_EQ(root["step_time_ms"]["p99"].get_double().value(), 9.0);
   EXPECT_DOUBLE_EQ(root["ttft_ms"]["p50"].get_double().value(), 30.0);
   EXPECT_FALSE(root["draining"].get_bool().value());
+  EXPECT_EQ(root["speculative"]["draft_tokens"].get_int64().value(), 8);
+  EXPECT_EQ(root["speculative"]["accepted_tokens"].get_int64().value(), 6);
+  EXPECT_DOUBLE_EQ(root["speculative"]["acceptance_rate"].get_double().value(), 0.75);
 }
 
 TEST(AdminProtocolTest, ExecutesControls) {

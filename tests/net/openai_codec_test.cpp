@@ -190,6 +190,22 @@ TEST(BatchCodec, JsonFormLimitsAndEmpty) {
   EXPECT_EQ(std::get<ApiError>(broken).status, 400);
 }
 
+// Issue 21: speculative decoding's counters under vLLM's names (its prometheus_client
+// exposition: counter samples end in _total).
+TEST(Metrics, SpeculativeDecodingCounters) {
+  engine::EngineStats stats;
+  stats.speculative.num_drafts = 3;
+  stats.speculative.num_draft_tokens = 12;
+  stats.speculative.num_accepted_tokens = 9;
+  const std::string text = render_metrics(stats, ServingMetrics{}, "M");
+  for (const char* needle : {"# TYPE vllm:spec_decode_num_drafts_total counter\n",
+                             "vllm:spec_decode_num_drafts_total{model_name=\"M\"} 3\n",
+                             "vllm:spec_decode_num_draft_tokens_total{model_name=\"M\"} 12\n",
+                             "vllm:spec_decode_num_accepted_tokens_total{model_name=\"M\"} 9\n"}) {
+    EXPECT_NE(text.find(needle), std::string::npos) << needle;
+  }
+}
+
 TEST(Metrics, HistogramAndExposition) {
   Histogram h({0.1, 1.0});
   h.observe(0.05);
