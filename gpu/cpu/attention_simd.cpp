@@ -47,6 +47,18 @@ inline void eight_rows(const uint16_t* const* rows, int32_t t0, int32_t n, const
   for (int32_t i = 0; i < 8; ++i) r[i] = rows[std::min(t0 + i, n - 1)];
 }
 
+// A decode's keys sit in KV blocks scattered over an arena far larger than the caches, in runs
+// of block_size rows, too short for the hardware prefetcher to get ahead of the FMA loop:
+// requests for the rows a few 8-key groups ahead keep several misses in flight.
+inline constexpr int32_t kPrefetchKeysAhead = 32;
+inline void prefetch_rows(const uint16_t* const* rows, int32_t t0, int32_t n, int32_t hd) {
+  const int32_t end = std::min(t0 + 8, n);
+  for (int32_t t = t0; t < end; ++t) {
+    const char* p = reinterpret_cast<const char*>(rows[t]);
+    for (int32_t b = 0; b < hd * 2; b += 64) __builtin_prefetch(p + b);
+  }
+}
+
 TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 x) {
   __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -83,6 +95,7 @@ TROUPE_TARGET_AVX2 void scores_decode_avx2(const uint16_t* const* rows, int32_t 
   for (int32_t t0 = 0; t0 < n; t0 += 8) {
     const uint16_t* r[8];
     eight_rows(rows, t0, n, r);
+    prefetch_rows(rows, t0 + kPrefetchKeysAhead, n, hd);
     for (int32_t g = 0; g < group; ++g) {
       const float* qg = q + static_cast<int64_t>(g) * hd;
       __m256 x[8];
@@ -197,6 +210,7 @@ TROUPE_TARGET_AVX2 void values_decode_avx2(const uint16_t* const* rows, int32_t 
       }
     }
     for (int32_t t = 32; t < n; ++t) {
+      if ((t & 7) == 0) prefetch_rows(rows, t + kPrefetchKeysAhead, n, hd);
       float* a = acc + static_cast<int64_t>(t & 31) * hd;
       const __m256 pv = _mm256_set1_ps(pg[t]);
       for (int32_t d = 0; d < hd; d += 8) {

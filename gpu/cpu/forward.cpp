@@ -256,14 +256,34 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
   const int64_t num_tiles = attn_plan_.num_tiles;
   int64_t total_keys = 0;
   for (const AttentionWork& w : work) total_keys += w.cost;
-  // Items: [tiles x head 0 | tiles x head 1 | ... | per-token items x heads]. A thread claims a
-  // contiguous range, so its tiles mostly share one head and its converted K/V rows.
+  // Items: [tiles x KV head 0 | tiles x KV head 1 | ... | per-token items x query heads]. A
+  // thread claims a contiguous range, so its tiles mostly share one head and its converted K/V
+  // rows. A per-token item is split by query head, not KV head: each query head's scores,
+  // softmax and value sums are computed on their own in any case (the same bits), and a batch-1
+  // decode then has n_head items to share between the threads instead of n_head_kv (3 for
+  // SmolLM2: one thread would do two of them while the other waited).
+  const int64_t tiled_items = num_tiles * c.n_head_kv;
   auto run = [&](int64_t begin, int64_t end, int t) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t rest = item - num_tiles * c.n_head_kv;
-      const AttentionWork& w =
-          rest < 0 ? work[item % num_tiles] : work[num_tiles + rest / c.n_head_kv];
-      const int32_t h = static_cast<int32_t>(rest < 0 ? item / num_tiles : rest % c.n_head_kv);
+      if (item >= tiled_items) {
+        const int64_t rest = item - tiled_items;
+        const AttentionWork& w = work[num_tiles + rest / c.n_head];
+        const int32_t head = static_cast<int32_t>(rest % c.n_head);
+        const SequenceSlice& s = b.seqs[w.seq];
+        const int32_t* table =
+            b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+        const int32_t position = b.positions[w.first_token];
+        attention_group(kv, table, position + 1, head / group,
+                        qkv_.data() + w.first_token * W + static_cast<int64_t>(head) * hd,
+                        /*group=*/1, scale,
+                        attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
+                            static_cast<int64_t>(head) * hd,
+                        attn_scratch_[t].data(), config_.isa, /*fp16_probabilities=*/true,
+                        /*single_token=*/uses_decode_order(s, position));
+        continue;
+      }
+      const AttentionWork& w = work[item % num_tiles];
+      const int32_t h = static_cast<int32_t>(item / num_tiles);
       const SequenceSlice& s = b.seqs[w.seq];
       const int32_t* table =
           b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
@@ -271,12 +291,6 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
       float* out = attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
                    static_cast<int64_t>(h) * group * hd;
       const int32_t position = b.positions[w.first_token];
-      if (!w.tiled) {
-        attention_group(kv, table, position + 1, h, q, group, scale, out, attn_scratch_[t].data(),
-                        config_.isa, /*fp16_probabilities=*/true,
-                        /*single_token=*/uses_decode_order(s, position));
-        continue;
-      }
       const ConvertedHead::Rows rows =
           converted_[t].get(kv, table, h, position + w.num_tokens, config_.isa);
       const AttentionTile tile{.k = rows.k,
@@ -294,9 +308,11 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
       attention_tile(tile, tile_scratch_[t], config_.isa);
     }
   };
-  const int64_t items = static_cast<int64_t>(work.size()) * c.n_head_kv;
-  if (total_keys * c.n_head_kv < 4096) {
-    run(0, items, 0);  // decode of short contexts: not worth waking the pool
+  const int64_t items = tiled_items + static_cast<int64_t>(attn_plan_.singles.size()) * c.n_head;
+  // Under ~1k query-head x key products (~25 us of work here) waking the pool costs about what
+  // splitting saves.
+  if (total_keys * c.n_head < 1024) {
+    run(0, items, 0);
   } else {
     pool.parallel_for(items, run);
   }
