@@ -46,7 +46,9 @@ void fuzz_one(const uint8_t* data, size_t size) {
       TROUPE_FUZZ_CHECK(!item.request->stream && !item.request->include_usage, "streamed item");
       TROUPE_FUZZ_CHECK(item.request->generate.origin == engine::RequestOrigin::kBatch, "origin");
       TROUPE_FUZZ_CHECK(item.request->generate.client_label == item.custom_id, "label");
-      TROUPE_FUZZ_CHECK(item.request->n == 1, "n %d in a batch", item.request->n);
+      // Items may ask for n choices (issue 18), within the same bound as the HTTP endpoints.
+      TROUPE_FUZZ_CHECK(item.request->n >= 1 && item.request->n <= config.max_n, "n %d in a batch",
+                        item.request->n);
       line = net::batch_result_json(item, 200, "cmpl-1", R"({"ok":true})");
     } else {
       line = net::batch_failed_item_json(item);
