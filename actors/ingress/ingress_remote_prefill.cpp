@@ -28,6 +28,19 @@ scheduler::RemoteKvSource remote_source_of(const disagg::KvTransferParams& param
   return source;
 }
 
+// Requests a prefill server cannot start: its answer is the KV plus one plainly sampled token
+// (no mask, no logprobs, one choice).
+bool first_token_must_be_sampled_here(const engine::GenerateRequest& request) {
+  return request.kv_transfer || request.n > 1 ||
+         // A constrained request (a grammar, or tool calls under a structural tag): its first
+         // token must be sampled under the mask.
+         request.structured_output || request.parses_tool_calls() ||
+         // The prefill server's token carries no logprobs.
+         request.sampling.logprobs || request.sampling.top_logprobs > 0 ||
+         // No wire field carries penalty_last_n: the first token would be sampled differently.
+         request.sampling.penalty_last_n != model::SamplingParams{}.penalty_last_n;
+}
+
 }  // namespace
 
 std::optional<RequestError> IngressActor::apply_kv_transfer(scheduler::NewRequest& admit,
@@ -75,10 +88,7 @@ bool IngressActor::start_remote_prefill(LiveRequest& live, scheduler::NewRequest
                                         const engine::GenerateRequest& request) {
   const disagg::DisaggConfig& config = disagg_.config;
   if (config.role != disagg::Role::kDecode || config.prefill_peers.empty() || !disagg_.peers ||
-      // A constrained request stays here: its first token must be sampled under the mask.
-      request.kv_transfer || request.n > 1 || request.structured_output || request.parses_tool_calls() || request.sampling.logprobs || request.sampling.top_logprobs > 0 ||
-      // No wire field carries penalty_last_n: the first token would be sampled differently.
-      request.sampling.penalty_last_n != model::SamplingParams{}.penalty_last_n ||
+      first_token_must_be_sampled_here(request) ||
       static_cast<int32_t>(admit.prompt_token_ids.size()) < config.min_remote_prefill_tokens) {
     return false;
   }

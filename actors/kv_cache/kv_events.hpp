@@ -54,8 +54,8 @@ struct KvEventStats {
   uint64_t replay_requests = 0;
 };
 
-// Where the kv-cache actor sends each tick's events (events/kv_event_publisher.hpp in the
-// server, a fake in tests).
+// Where the kv-cache actor sends each tick's events: the ZeroMQ publisher
+// (events/kv_event_publisher.hpp) in the server; unit tests record them instead.
 class KvEventSink {
  public:
   virtual ~KvEventSink() = default;
