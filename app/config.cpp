@@ -173,23 +173,22 @@ ObjectReader scheduler_reader(scheduler::SchedulerConfig& s) {
 
 // vLLM's speculative_config: "method", "num_speculative_tokens", "prompt_lookup_min",
 // "prompt_lookup_max" (unset lookup bounds: 5 and 5, or the one that is set),
-// "disable_by_batch_size" (0: never). The object is
-// read whole each time: a later config file or flag replaces it, never half of it.
-// A batch of more decoding sequences than this verifies no drafts unless the config says
-// otherwise: on the CPU backend a large batch is bound by arithmetic (bench/RESULTS.md).
-constexpr int32_t kDefaultDisableByBatchSize = 4;
-
+// "disable_by_batch_size" (0: never; unset: the engine's default, 4). The object is read whole
+// each time: a later config file or flag replaces it, never half of it — so it names its method
+// (the engine's default object, ngram, applies only when there is no "speculative" at all).
 void read_speculative(element value, scheduler::SpeculativeConfig& spec) {
   scheduler::SpeculativeConfig read;
   std::optional<int32_t> min_n;
   std::optional<int32_t> max_n;
+  bool has_method = false;
   bool has_k = false;
   ObjectReader reader("speculative");
-  reader.on("method", [&read](element v, const std::string& p) {
+  reader.on("method", [&read, &has_method](element v, const std::string& p) {
     const std::string text = read_string(v, p);
     const auto method = scheduler::parse_speculative_method(text);
     if (!method) throw ConfigError(fmt::format("{}: \"{}\" is not \"none\" or \"ngram\"", p, text));
     read.method = *method;
+    has_method = true;
   });
   reader.on("num_speculative_tokens", [&read, &has_k](element v, const std::string& p) {
     read.num_speculative_tokens = read_int32(v, p, 1, scheduler::kMaxSpeculativeTokens);
@@ -201,11 +200,12 @@ void read_speculative(element value, scheduler::SpeculativeConfig& spec) {
   reader.on("prompt_lookup_max", [&max_n](element v, const std::string& p) {
     max_n = read_int32(v, p, 1, 1024);
   });
-  read.disable_by_batch_size = kDefaultDisableByBatchSize;
+  read.disable_by_batch_size = engine::EngineConfig{}.scheduler.speculative.disable_by_batch_size;
   reader.on("disable_by_batch_size", [&read](element v, const std::string& p) {
     read.disable_by_batch_size = read_int32(v, p, 0, 1 << 20);
   });
   reader.read(value);
+  if (!has_method) throw ConfigError("speculative.method: required (\"ngram\" or \"none\")");
   if (read.method == scheduler::SpeculativeMethod::kNgram && !has_k) {
     throw ConfigError("speculative.num_speculative_tokens: required with method \"ngram\"");
   }

@@ -219,7 +219,9 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   card_.backend = std::string(built.backend->name());
   if (policy.speculative.enabled() && !built.backend->supports_speculation()) {
     // The CUDA backend samples one position per sequence; verify spans are not built there.
-    spdlog::warn("speculative decoding ({}) is not supported by the {} backend: turned off",
+    // Info, not a warning: speculation is on by default, and this is the default's answer here.
+    spdlog::info("speculative decoding ({}) needs a backend that verifies draft spans; the {} "
+                 "backend does not: decoding without drafts",
                  scheduler::to_string(policy.speculative.method), built.backend->name());
     policy.speculative = {};
   }

@@ -17,11 +17,17 @@
 namespace troupe::scheduler {
 namespace {
 
-// The adaptive rule: an exponential average of each verify's accepted / drafted share. Below
-// kMinAcceptance a verify span costs more than its accepted tokens save (a span of 1 + k
-// tokens is not free: k more logits rows and attention items), so the sequence decodes plainly
-// for kPauseSteps steps, then tries again from kResumeAcceptance (a fresh chance, but one more
-// bad verify pauses it again). Cheap: two numbers per sequence, no clock.
+// The adaptive rule, two parts, a few numbers per sequence and no clock:
+// - Length (Hugging Face's assisted-generation heuristic): a verify whose drafts were all
+//   accepted lets the next carry kDraftLengthGrowth more, any rejection one fewer (down to 1).
+//   A draft row is not free on the CPU (a token through every layer and a logits row over the
+//   vocabulary; ~20 % of a batch-1 step, bench/RESULTS.md), so a sequence whose lookups keep
+//   failing at the first draft spends one row on them, not k.
+// - Pause: an exponential average of each verify's accepted / drafted share. Below
+//   kMinAcceptance even short spans cost more than they save, so the sequence decodes plainly
+//   for kPauseSteps steps, then tries again from kResumeAcceptance (a fresh chance, but one
+//   more bad verify pauses it again).
+constexpr int32_t kDraftLengthGrowth = 2;
 constexpr double kAcceptanceWeight = 0.5;
 constexpr double kMinAcceptance = 0.25;
 constexpr double kResumeAcceptance = 0.4;
@@ -39,7 +45,8 @@ int32_t Scheduler::max_drafts(Sequence& seq, int32_t token_budget) {
   // the context.
   const int32_t left = std::min(seq.stop.max_tokens - seq.num_generated_tokens(),
                                 config_.max_model_len - seq.num_tokens());
-  return std::max(0, std::min({config_.speculative.num_speculative_tokens, token_budget, left - 1}));
+  return std::max(0, std::min({config_.speculative.num_speculative_tokens, seq.draft_length,
+                               token_budget, left - 1}));
 }
 
 void Scheduler::schedule_drafts(Draft& draft) {
@@ -80,6 +87,10 @@ void Scheduler::settle_drafts(Sequence& seq, int32_t num_drafts, int32_t num_acc
   ++num_spec_drafts_;
   num_spec_draft_tokens_ += static_cast<uint64_t>(num_drafts);
   num_spec_accepted_tokens_ += static_cast<uint64_t>(num_accepted);
+  const int32_t k = config_.speculative.num_speculative_tokens;
+  seq.draft_length = num_accepted == num_drafts
+                         ? std::min(k, std::max(seq.draft_length, num_drafts + kDraftLengthGrowth))
+                         : std::max(1, std::min(seq.draft_length, num_drafts) - 1);
   const double share = static_cast<double>(num_accepted) / num_drafts;
   seq.draft_acceptance += kAcceptanceWeight * (share - seq.draft_acceptance);
   if (seq.draft_acceptance < kMinAcceptance) seq.draft_pause_steps = kPauseSteps;

@@ -22,6 +22,7 @@
 
 #include "actors/common/priority.hpp"
 #include "actors/kv_cache/kv_cache_manager.hpp"
+#include "actors/scheduler/scheduler_config.hpp"
 #include "model/sampling_params.hpp"
 
 namespace troupe::model::grammar {
@@ -117,6 +118,9 @@ struct Sequence {
   // tries drafts whatever the cost model says; its verifies then set it.
   double draft_acceptance = 1.0;
   int32_t draft_pause_steps = 0;   // decode steps left without drafts (acceptance was low)
+  // Drafts the next verify may carry (besides num_speculative_tokens): grows while whole
+  // spans are accepted, shrinks on each rejection (scheduler_speculative.cpp).
+  int32_t draft_length = kMaxSpeculativeTokens;
 
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission

@@ -18,6 +18,13 @@ using testing::greedy_chat;
 using testing::test_config;
 using testing::wait_idle;
 
+// Speculation is on by default; the reference engine decodes without drafts.
+EngineConfig plain_config() {
+  EngineConfig config = test_config();
+  config.scheduler.speculative = {};
+  return config;
+}
+
 EngineConfig speculative_config() {
   EngineConfig config = test_config();
   config.scheduler.speculative = {.method = scheduler::SpeculativeMethod::kNgram,
@@ -48,7 +55,7 @@ Answer ask(Engine& engine, GenerateRequest request) {
 
 TEST(EngineSpeculative, SameAnswersWithDrafts) {
   TROUPE_REQUIRE_MODEL();
-  auto plain = Engine::start(test_config());
+  auto plain = Engine::start(plain_config());
   auto spec = Engine::start(speculative_config());
 
   const Answer a = ask(*plain, greedy_chat(kRepeat, 48));

@@ -259,7 +259,9 @@ TEST(SchedulerSpeculative, LargeBatchesDecodeWithoutDrafts) {
     ASSERT_TRUE(plan.has_value());
     int32_t drafts = 0;
     for (const auto& slice : plan->batch.seqs) drafts += slice.num_draft_tokens;
-    if (plan->batch.seqs.size() > 2) EXPECT_EQ(drafts, 0);
+    if (plan->batch.seqs.size() > 2) {
+      EXPECT_EQ(drafts, 0);
+    }
     if (plan->batch.seqs.size() <= 2 && drafts > 0) drafted_with_two = true;
   }
   EXPECT_TRUE(drafted_with_two);  // once the first request finished
@@ -308,6 +310,51 @@ TEST(SchedulerSpeculative, LowAcceptancePausesDrafting) {
   // Paused for whole stretches while lookup had something to propose, and tried again after.
   EXPECT_GE(paused_steps_with_a_proposal, 16);
   EXPECT_LT(verify_spans, 300 / 4);
+}
+
+// The length part of the adaptive rule: a rejection shortens the next span by one draft, a
+// wholly accepted span lets the next carry two more (up to k). Hand-driven "model": plain
+// decode steps copy the token six back (the text stays periodic, so prompt lookup always has
+// k tokens to propose); the script below decides each verify's fate.
+TEST(SchedulerSpeculative, DraftLengthFollowsAcceptance) {
+  constexpr size_t kCopyBack = 6;
+  Scheduler scheduler(speculative_config(4));
+  NewRequest request;
+  request.request_id = 1;
+  for (int i = 0; i < 48; ++i) request.prompt_token_ids.push_back(10 + i % static_cast<int>(kCopyBack));
+  request.stop.max_tokens = 200;
+  request.stop.ignore_eos = true;
+  ASSERT_EQ(scheduler.add_request(request), AddResult::kAccepted);
+  const std::vector<bool> accept_all = {false, false, true, true};
+  std::vector<int32_t> span_drafts;
+  for (int step = 0; step < 200 && span_drafts.size() < accept_all.size(); ++step) {
+    std::vector<int32_t> text = scheduler.find(1)->token_ids;
+    StepPlan plan = scheduler.schedule();
+    ASSERT_FALSE(plan.empty());
+    const gpu::SequenceSlice& slice = plan.batch.seqs.front();
+    gpu::StepResult result;
+    result.step_id = plan.batch.step_id;
+    if (slice.num_draft_tokens > 0) {
+      const auto first = plan.batch.token_ids.begin() + (slice.num_tokens - slice.num_draft_tokens);
+      const std::vector<int32_t> drafts(first, first + slice.num_draft_tokens);
+      if (accept_all[span_drafts.size()]) {
+        for (int32_t draft : drafts) {
+          result.tokens.push_back({1, draft, 0.0f, {}});
+          text.push_back(draft);
+        }
+        result.tokens.push_back({1, text[text.size() - kCopyBack], 0.0f, {}});
+      } else {
+        result.tokens.push_back({1, drafts.front() + 1000, 0.0f, {}});
+      }
+      span_drafts.push_back(slice.num_draft_tokens);
+    } else if (slice.sample) {
+      result.tokens.push_back({1, text[text.size() - kCopyBack], 0.0f, {}});
+    }
+    scheduler.on_step_complete(result);
+    ASSERT_FALSE(scheduler.check_invariants().has_value());
+  }
+  // k, then one fewer after each rejection, then two more after the accepted span (capped at k).
+  EXPECT_EQ(span_drafts, (std::vector<int32_t>{4, 3, 2, 4}));
 }
 
 }  // namespace

@@ -20,7 +20,13 @@ void expect_config_error(std::string_view json, std::string_view needle) {
 
 // Issue 21: vLLM's speculative_config keys, their defaults, and errors naming the key.
 TEST(Config, SpeculativeDecoding) {
-  EXPECT_FALSE(parse_config("{}").scheduler.speculative.enabled());
+  // On by default (the engine's defaults, measured in bench/RESULTS.md).
+  const scheduler::SpeculativeConfig defaults = parse_config("{}").scheduler.speculative;
+  EXPECT_EQ(defaults.method, scheduler::SpeculativeMethod::kNgram);
+  EXPECT_EQ(defaults.num_speculative_tokens, 4);
+  EXPECT_EQ(defaults.prompt_lookup_min, 2);
+  EXPECT_EQ(defaults.prompt_lookup_max, 4);
+  EXPECT_EQ(defaults.disable_by_batch_size, 4);
   ServerConfig c = parse_config(R"({"speculative": {"method": "ngram", "num_speculative_tokens": 4}})");
   EXPECT_EQ(c.scheduler.speculative.method, scheduler::SpeculativeMethod::kNgram);
   EXPECT_EQ(c.scheduler.speculative.num_speculative_tokens, 4);
@@ -51,6 +57,9 @@ TEST(Config, SpeculativeDecoding) {
                                           "prompt_lookup_min": 5, "prompt_lookup_max": 3}})",
                       "speculative.prompt_lookup_max");
   expect_config_error(R"({"speculative": {"k": 2}})", "speculative.k: unknown config key");
+  // The object replaces the default whole, so it must say which method it means.
+  expect_config_error(R"({"speculative": {"num_speculative_tokens": 2}})", "speculative.method: required");
+  expect_config_error(R"({"speculative": {}})", "speculative.method: required");
   expect_config_error(R"({"speculative": 3})", "speculative: expected an object");
 }
 
