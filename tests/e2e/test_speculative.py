@@ -9,6 +9,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import Server
+
+MODEL_ID = "SmolLM2-135M-Instruct"
+
 COPY = ("Repeat this text exactly: The keeper climbed the stairs each evening, cleaned the "
         "glass, and wrote the weather in a small book.")
 COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
@@ -23,7 +27,7 @@ def spec_counters(server):
 
 def ask(server, stream=False, **params):
     client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
-    request = dict(model="x", messages=[{"role": "user", "content": COPY}], max_tokens=48,
+    request = dict(model=MODEL_ID, messages=[{"role": "user", "content": COPY}], max_tokens=48,
                    temperature=0)
     request.update(params)
     if not stream:
@@ -37,7 +41,6 @@ def ask(server, stream=False, **params):
 
 @pytest.fixture(scope="module")
 def plain_server(tmp_path_factory):
-    from conftest import Server
     directory = tmp_path_factory.mktemp("plain")
     config = directory / "plain.json"
     config.write_text(json.dumps({"speculative": {"method": "none"}}))
