@@ -68,7 +68,8 @@ void values_decode_avx2(const uint16_t* const* rows, int32_t n, int32_t head_dim
                         int32_t group, float* out);
 // The decode kernels (a generated token's order), AVX2 and AVX-512 (head_dim % 32 == 0 for
 // both): each K and V row is converted once for up to 4 query heads of the group. The score
-// kernels also prefetch v_rows (the V rows of the same keys) into L2 for the value pass.
+// kernels prefetch their K rows and v_rows (the V rows of the same keys, for the value pass)
+// into L2.
 void scores_decode_avx2(const uint16_t* const* rows, const uint16_t* const* v_rows, int32_t n,
                         int32_t head_dim, const float* q, int32_t group, float scale, float* s);
 void scores_decode_avx512(const uint16_t* const* rows, const uint16_t* const* v_rows, int32_t n,

@@ -54,18 +54,11 @@ inline void eight_rows(const uint16_t* const* rows, int32_t t0, int32_t n, const
 
 // A decode's keys sit in KV blocks scattered over an arena far larger than the caches, in runs
 // of block_size rows, too short for the hardware prefetcher to get ahead of the FMA loop:
-// requests for the rows a few 8-key groups ahead keep several misses in flight.
+// requests for the rows a few 8-key groups ahead keep several misses in flight. The score pass
+// requests both K rows and V rows (the value pass reads them a few microseconds later, in slot
+// order, keys 32 apart), into L2: requests into L1 (prefetcht0) ran ~30 % slower at contexts
+// 1024-2048 (decode_roofline_bench --attention-only, Zen 4), the L1's few miss buffers filling.
 inline constexpr int32_t kPrefetchKeysAhead = 32;
-inline void prefetch_rows(const uint16_t* const* rows, int32_t t0, int32_t n, int32_t hd) {
-  const int32_t end = std::min(t0 + 8, n);
-  for (int32_t t = t0; t < end; ++t) {
-    const char* p = reinterpret_cast<const char*>(rows[t]);
-    for (int32_t b = 0; b < hd * 2; b += 64) __builtin_prefetch(p + b);
-  }
-}
-
-// The V rows of the same keys, into L2 only: the decode's value pass reads them a few
-// microseconds later, in slot order (keys 32 apart), where its own prefetch has little lead.
 inline void prefetch_rows_l2(const uint16_t* const* rows, int32_t t0, int32_t n, int32_t hd) {
   const int32_t end = std::min(t0 + 8, n);
   for (int32_t t = t0; t < end; ++t) {
@@ -249,7 +242,7 @@ TROUPE_TARGET_AVX2 void scores_decode_pass_avx2(const uint16_t* const* rows,
   for (int32_t t0 = 0; t0 < n; t0 += 8) {
     const uint16_t* r[8];
     eight_rows(rows, t0, n, r);
-    prefetch_rows(rows, t0 + kPrefetchKeysAhead, n, hd);
+    prefetch_rows_l2(rows, t0 + kPrefetchKeysAhead, n, hd);
     prefetch_rows_l2(v_rows, t0 + kPrefetchKeysAhead, n, hd);
     __m256 x[G][8];
 #pragma GCC unroll 16
@@ -294,7 +287,7 @@ TROUPE_TARGET_AVX512 void scores_decode_pass_avx512(const uint16_t* const* rows,
   for (int32_t t0 = 0; t0 < n; t0 += 8) {
     const uint16_t* r[8];
     eight_rows(rows, t0, n, r);
-    prefetch_rows(rows, t0 + kPrefetchKeysAhead, n, hd);
+    prefetch_rows_l2(rows, t0 + kPrefetchKeysAhead, n, hd);
     prefetch_rows_l2(v_rows, t0 + kPrefetchKeysAhead, n, hd);
     __m256 x[G][8];
 #pragma GCC unroll 16

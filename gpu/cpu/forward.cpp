@@ -254,8 +254,9 @@ void LlamaForward::plan_head_runs(int64_t num_singles, int32_t n_head_kv, int32_
   };
   for (int64_t g = 0; g < groups - split; ++g) add(g, 0, group);
   for (int32_t first = 0; first < group; first += per_part) {
-    for (int64_t g = groups - split; g < groups; ++g)
+    for (int64_t g = groups - split; g < groups; ++g) {
       add(g, first, std::min(per_part, group - first));
+    }
   }
 }
 
