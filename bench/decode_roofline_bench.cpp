@@ -16,23 +16,31 @@
 //    run_step's time. The observer only reads the clock: it adds ~0.1 us per op.
 //
 //   decode_roofline_bench [--model PATH] [--threads N] [--context N] [--steps N] [--buffer-mib N]
+//   decode_roofline_bench --attention-only [--context N] [--layers N]
+//     5. the decode attention kernels alone, over N layers' KV (--layers 1: all in L2, what the
+//        arithmetic costs; 30: the model's KV, memory-bound at long contexts)
 #include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
-#include <memory>
-#include <string>
 #include <map>
+#include <memory>
+#include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "gpu/cpu/attention.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
+#include "model/fp16.hpp"
 #include "model/gguf.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
 
@@ -160,22 +168,100 @@ void profile_batch1(CpuBackend& backend, OpTimes& ops, int context, int steps) {
   }
 }
 
+// CPU time of the calling thread: on the shared box a descheduled thread's wall time says
+// nothing about the kernel, its CPU time does (cache misses still count).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The decode attention kernels alone (--attention-only): one layer of SmolLM2-135M's shape (3 KV
+// heads x 3 query heads, head_dim 64) at `context` keys, on one thread, over an fp16 KV arena
+// of `layers` layers in shuffled 16-key blocks (far larger than L2, like the model's), per
+// kernel level and per call shape: a query head per call (group 1, as the forward pass split
+// before) and a GQA group per call (group 3). Best of 15 passes over every layer, in thread CPU
+// time, us per layer.
+void attention_kernels(int context, int layers) {
+  using namespace troupe::gpu::cpu;
+  constexpr int32_t kKvHeads = 3, kGroup = 3, kHeadDim = 64, kBlock = 16;
+  const int32_t blocks = (context + kBlock - 1) / kBlock;
+  KvLayerView kv{.num_blocks = blocks * layers,
+                 .block_size = kBlock,
+                 .num_kv_heads = kKvHeads,
+                 .head_dim = kHeadDim};
+  std::vector<uint16_t> k(kv.block_elements() * kv.num_blocks), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = troupe::model::fp32_to_fp16(static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f);
+    v[i] = troupe::model::fp32_to_fp16(static_cast<float>((i * 104729) % 2001) / 1000.0f - 1.0f);
+  }
+  kv.k = k.data();
+  kv.v = v.data();
+  std::vector<int32_t> tables(static_cast<size_t>(blocks) * layers);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
+  std::vector<float> q(kKvHeads * kGroup * kHeadDim), out(q.size()),
+      scratch(static_cast<size_t>(kGroup) * context);
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = troupe::model::fp16_to_fp32(troupe::model::fp32_to_fp16(std::sin(0.37f * i)));
+  }
+  std::printf(
+      "decode attention kernels, context %d, %d layers' KV (%.1f MB), 1 thread, CPU us per "
+      "layer:\n",
+      context, layers, 2.0 * k.size() * 2 / 1e6);
+  for (IsaLevel isa : runnable_isas()) {
+    if (isa == IsaLevel::kScalar) continue;  // ~50x slower: the reference, not a candidate
+    for (int32_t group : {1, kGroup}) {
+      double best = 1e30;
+      for (int pass = 0; pass < 15; ++pass) {
+        const double t0 = thread_cpu_seconds();
+        for (int layer = 0; layer < layers; ++layer) {
+          const int32_t* table = tables.data() + static_cast<size_t>(layer) * blocks;
+          for (int32_t head = 0; head < kKvHeads * kGroup; head += group) {
+            attention_group(kv, table, context, head / kGroup, q.data() + head * kHeadDim, group,
+                            0.125f, out.data() + head * kHeadDim, scratch.data(), isa,
+                            /*fp16_probabilities=*/true, /*single_token=*/true);
+          }
+        }
+        best = std::min(best, (thread_cpu_seconds() - t0) / layers);
+      }
+      std::printf("  %-10s group %d per call: %8.1f us\n", std::string(to_string(isa)).c_str(),
+                  group, 1e6 * best);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::filesystem::path model =
       std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
   if (const char* env = std::getenv("TROUPE_TEST_MODEL")) model = env;
-  int threads = 0, context = 128, steps = 64;
+  int threads = 0, context = 128, steps = 64, layers = 30;
   size_t buffer_mib = 1024;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool attention_only = false;
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--attention-only") {
+      attention_only = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--model") model = argv[i + 1];
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--context") context = std::atoi(argv[i + 1]);
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (a == "--layers") layers = std::atoi(argv[i + 1]);
     else if (a == "--buffer-mib") buffer_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
+  }
+  if (attention_only) {
+    attention_kernels(context, layers);
+    return 0;
   }
   CpuBackendConfig cfg;
   cfg.num_threads = threads;

@@ -158,17 +158,37 @@ bool attention_simd(const KvLayerView& kv, const int32_t* block_table, int32_t n
       v_rows[t0 + i] = kv.v + base + static_cast<size_t>(i) * hd;
     }
   }
-  if (single_token) {
-    detail::scores_decode_avx2(k_rows, num_keys, hd, q, group, scale, scratch);
+  const bool avx512 = isa == IsaLevel::kAvx512Vnni && hd % 16 == 0;
+  if (single_token && avx512) {
+    detail::scores_decode_avx512(k_rows, v_rows, num_keys, hd, q, group, scale, scratch);
+  } else if (single_token) {
+    detail::scores_decode_avx2(k_rows, v_rows, num_keys, hd, q, group, scale, scratch);
   } else {
     detail::scores_chunk_avx2(k_rows, num_keys, hd, q, group, scale, scratch);
   }
-  for (int32_t g = 0; g < group; ++g) {
-    detail::softmax_row_avx2(scratch + static_cast<int64_t>(g) * num_keys, num_keys, fp16_probabilities);
+  if (avx512) {
+    // The group's rows together: their double sums' dependent adds overlap.
+    int32_t keys[kMaxGroup];
+    for (int32_t g0 = 0; g0 < group; g0 += kMaxGroup) {
+      const int32_t rows_now = std::min(kMaxGroup, group - g0);
+      std::fill_n(keys, rows_now, num_keys);
+      detail::softmax_rows_avx512({.num_rows = rows_now,
+                                   .keys = keys,
+                                   .s = scratch + static_cast<int64_t>(g0) * num_keys,
+                                   .s_stride = num_keys},
+                                  fp16_probabilities);
+    }
+  } else {
+    for (int32_t g = 0; g < group; ++g) {
+      detail::softmax_row_avx2(scratch + static_cast<int64_t>(g) * num_keys, num_keys,
+                               fp16_probabilities);
+    }
   }
-  if (single_token) {
+  if (single_token && avx512) {
+    detail::values_decode_avx512(v_rows, num_keys, hd, scratch, group, out);
+  } else if (single_token) {
     detail::values_decode_avx2(v_rows, num_keys, hd, scratch, group, out);
-  } else if (isa == IsaLevel::kAvx512Vnni && hd % 16 == 0) {
+  } else if (avx512) {
     detail::values_chunk_avx512(v_rows, num_keys, hd, scratch, group, out);
   } else {
     detail::values_chunk_avx2(v_rows, num_keys, hd, scratch, group, out);

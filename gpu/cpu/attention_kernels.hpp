@@ -60,14 +60,22 @@ TROUPE_TARGET_AVX2 inline __m256 hsum8_x8(const __m256* a) {
 // q: [group][head_dim]; s and p: [group][n]; out: [group][head_dim].
 void scores_chunk_avx2(const uint16_t* const* rows, int32_t n, int32_t head_dim, const float* q,
                        int32_t group, float scale, float* s);
-void scores_decode_avx2(const uint16_t* const* rows, int32_t n, int32_t head_dim, const float* q,
-                        int32_t group, float scale, float* s);
 void values_chunk_avx2(const uint16_t* const* rows, int32_t n, int32_t head_dim, const float* p,
                        int32_t group, float* out);
 void values_chunk_avx512(const uint16_t* const* rows, int32_t n, int32_t head_dim,
                          const float* p, int32_t group, float* out);
 void values_decode_avx2(const uint16_t* const* rows, int32_t n, int32_t head_dim, const float* p,
                         int32_t group, float* out);
+// The decode kernels (a generated token's order), AVX2 and AVX-512 (head_dim % 32 == 0 for
+// both): each K and V row is converted once for up to 4 query heads of the group. The score
+// kernels prefetch their K rows and v_rows (the V rows of the same keys, for the value pass)
+// into L2.
+void scores_decode_avx2(const uint16_t* const* rows, const uint16_t* const* v_rows, int32_t n,
+                        int32_t head_dim, const float* q, int32_t group, float scale, float* s);
+void scores_decode_avx512(const uint16_t* const* rows, const uint16_t* const* v_rows, int32_t n,
+                          int32_t head_dim, const float* q, int32_t group, float scale, float* s);
+void values_decode_avx512(const uint16_t* const* rows, int32_t n, int32_t head_dim, const float* p,
+                          int32_t group, float* out);
 // The softmax above over s[0, n), in place.
 void softmax_row_avx2(float* s, int32_t n, bool fp16_probabilities);
 void softmax_row_scalar(float* s, int32_t n, bool fp16_probabilities);

@@ -240,6 +240,26 @@ void LlamaForward::plan_attention(const StepBatch& b, int32_t group, bool tiled,
   plan.work.insert(plan.work.end(), plan.singles.begin(), plan.singles.end());
 }
 
+void LlamaForward::plan_head_runs(int64_t num_singles, int32_t n_head_kv, int32_t group,
+                                  int threads, std::vector<HeadRun>& runs) {
+  runs.clear();
+  const int64_t groups = num_singles * n_head_kv;
+  const int64_t split = threads > 1 ? groups % threads : 0;
+  const int32_t parts = static_cast<int32_t>(std::min<int64_t>(std::max(threads, 1), group));
+  const int32_t per_part = (group + parts - 1) / parts;
+  auto add = [&](int64_t g, int32_t first, int32_t count) {
+    runs.push_back({.single = static_cast<int32_t>(g / n_head_kv),
+                    .first_head = static_cast<int32_t>(g % n_head_kv) * group + first,
+                    .num_heads = count});
+  };
+  for (int64_t g = 0; g < groups - split; ++g) add(g, 0, group);
+  for (int32_t first = 0; first < group; first += per_part) {
+    for (int64_t g = groups - split; g < groups; ++g) {
+      add(g, first, std::min(per_part, group - first));
+    }
+  }
+}
+
 void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool) {
   const model::LlamaConfig& c = weights_.config();
   const int32_t group = c.n_head / c.n_head_kv;
@@ -256,28 +276,33 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
   const int64_t num_tiles = attn_plan_.num_tiles;
   int64_t total_keys = 0;
   for (const AttentionWork& w : work) total_keys += w.cost;
-  // Items: [tiles x KV head 0 | tiles x KV head 1 | ... | per-token items x query heads]. A
-  // thread claims a contiguous range, so its tiles mostly share one head and its converted K/V
-  // rows. A per-token item is split by query head, not KV head: each query head's scores,
-  // softmax and value sums are computed on their own in any case (the same bits), and a batch-1
-  // decode then has n_head items to share between the threads instead of n_head_kv (3 for
-  // SmolLM2: one thread would do two of them while the other waited).
+  // Under ~1k query-head x key products (~25 us of work here) waking the pool costs about what
+  // splitting saves.
+  const bool serial = total_keys * c.n_head < 1024;
+  // Items: [tiles x KV head 0 | tiles x KV head 1 | ... | per-token head runs]. A thread claims
+  // a contiguous range, so its tiles mostly share one head and its converted K/V rows. A
+  // per-token item is a run of query heads of one KV head (plan_head_runs): its K/V rows are
+  // converted once for the whole run, and the runs are cut so that a batch-1 decode (3 KV heads
+  // for SmolLM2) still keeps both threads busy. Each query head's scores, softmax and value sums
+  // are its own whatever the run (the same bits).
+  plan_head_runs(static_cast<int64_t>(attn_plan_.singles.size()), c.n_head_kv, group,
+                 serial ? 1 : pool.num_threads(), attn_plan_.head_runs);
+  const std::vector<HeadRun>& head_runs = attn_plan_.head_runs;
   const int64_t tiled_items = num_tiles * c.n_head_kv;
   auto run = [&](int64_t begin, int64_t end, int t) {
     for (int64_t item = begin; item < end; ++item) {
       if (item >= tiled_items) {
-        const int64_t rest = item - tiled_items;
-        const AttentionWork& w = work[num_tiles + rest / c.n_head];
-        const int32_t head = static_cast<int32_t>(rest % c.n_head);
+        const HeadRun& r = head_runs[item - tiled_items];
+        const AttentionWork& w = work[num_tiles + r.single];
         const SequenceSlice& s = b.seqs[w.seq];
         const int32_t* table =
             b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
         const int32_t position = b.positions[w.first_token];
-        attention_group(kv, table, position + 1, head / group,
-                        qkv_.data() + w.first_token * W + static_cast<int64_t>(head) * hd,
-                        /*group=*/1, scale,
+        attention_group(kv, table, position + 1, r.first_head / group,
+                        qkv_.data() + w.first_token * W + static_cast<int64_t>(r.first_head) * hd,
+                        r.num_heads, scale,
                         attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
-                            static_cast<int64_t>(head) * hd,
+                            static_cast<int64_t>(r.first_head) * hd,
                         attn_scratch_[t].data(), config_.isa, /*fp16_probabilities=*/true,
                         /*single_token=*/uses_decode_order(s, position));
         continue;
@@ -308,10 +333,8 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
       attention_tile(tile, tile_scratch_[t], config_.isa);
     }
   };
-  const int64_t items = tiled_items + static_cast<int64_t>(attn_plan_.singles.size()) * c.n_head;
-  // Under ~1k query-head x key products (~25 us of work here) waking the pool costs about what
-  // splitting saves.
-  if (total_keys * c.n_head < 1024) {
+  const int64_t items = tiled_items + static_cast<int64_t>(head_runs.size());
+  if (serial) {
     run(0, items, 0);
   } else {
     pool.parallel_for(items, run);

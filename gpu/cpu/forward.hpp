@@ -62,6 +62,20 @@ class LlamaForward {
   // StepBatch::seqs order, 1 + num_draft_tokens rows (its last positions, in order).
   const std::vector<float>& forward(const StepBatch& batch, ThreadPool& pool);
 
+  // Query heads [first_head, first_head + num_heads) of one KV head for the plan's
+  // singles[single]: one attention_group call, which converts the KV head's K/V rows once for
+  // all of them.
+  struct HeadRun {
+    int32_t single = 0;
+    int32_t first_head = 0;
+    int32_t num_heads = 0;
+  };
+  // The per-token items' head runs for `threads` threads (1: run serially). Whole GQA groups,
+  // except the last (groups mod threads), which are cut into min(threads, group) runs, largest
+  // first, for the threads to share: public for its test.
+  static void plan_head_runs(int64_t num_singles, int32_t n_head_kv, int32_t group, int threads,
+                             std::vector<HeadRun>& runs);
+
  private:
   // Weights that read the same input, packed as one matrix when they share a type (one pass over
   // the activations), else one part each; parts write consecutive column ranges of the output.
@@ -92,15 +106,18 @@ class LlamaForward {
     bool tiled = false;
     int64_t cost = 0;  // query tokens x keys: is the step worth waking the pool?
   };
-  // The planned work: tiles first, then the per-token items (collected in `singles` on the way).
+  // The planned work: tiles first, then the per-token items (collected in `singles` on the way),
+  // each cut into head runs.
   struct AttentionPlan {
     std::vector<AttentionWork> work;
     std::vector<AttentionWork> singles;
+    std::vector<HeadRun> head_runs;
     int64_t num_tiles = 0;
   };
 
   static void plan_attention(const StepBatch& batch, int32_t group, bool tiled,
                              AttentionPlan& plan);
+
   static Projection make_projection(const std::vector<const model::WeightView*>& views);
   Projection single(const model::WeightView& view);
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,

@@ -1,16 +1,16 @@
 // Paged attention against a float64 reference, scattered blocks against contiguous ones, GQA
 // grouping, and the tiled prefill path against the per-token one bit for bit (kernels and the
 // forward pass's mix of prompt tiles and generated tokens).
-#include "gpu/cpu/attention.hpp"
-
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 
+#include <gtest/gtest.h>
+
+#include "gpu/cpu/attention.hpp"
 #include "gpu/cpu/attention_tiled.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
 #include "gpu/cpu/forward.hpp"
@@ -146,6 +146,58 @@ TEST(Attention, SimdPathsMatchScalarBitExact) {
   }
 }
 
+// The decode kernels take a GQA group at once (each K/V row converted once for up to 4 query
+// heads, larger groups in several passes): at long contexts, lengths that no 8-, 16- or 32-key
+// group divides and scattered blocks, every level gives the scalar bits, and a group at once
+// gives the bits of its heads one by one (what lets the forward pass cut groups into runs).
+TEST(Attention, DecodeGroupKernelsMatchScalarAtLongContexts) {
+  struct Case {
+    int32_t group, hd, n, bs;
+  };
+  std::vector<Case> cases;
+  for (int32_t n : {1, 17, 33, 1024, 1031, 2049}) {
+    cases.push_back({3, 64, n, 16});
+    cases.push_back({5, 64, n, 16});
+  }
+  for (int32_t n : {47, 1000}) {
+    cases.push_back({1, 64, n, 7});
+    cases.push_back({2, 128, n, 16});
+    cases.push_back({4, 96, n, 5});
+    cases.push_back({8, 32, n, 16});
+  }
+  constexpr int32_t kKvHeads = 2;
+  for (const Case& cs : cases) {
+    const int32_t nblocks = (cs.n + cs.bs - 1) / cs.bs;
+    Cache c(nblocks + 9, cs.bs, kKvHeads, cs.hd);
+    std::vector<int32_t> table(nblocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(cs.n * 3 + cs.group));
+    for (auto& b : table) b += 5;
+    fill(c, table, cs.n, 41 + cs.n);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cs.hd));
+    const int32_t h = 1;
+    auto q = testing::random_floats(static_cast<size_t>(cs.group) * cs.hd, 300 + cs.n, 3.0f);
+    for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
+    std::vector<float> want(q.size()), s(static_cast<size_t>(cs.group) * cs.n);
+    attention_group(c.view, table.data(), cs.n, h, q.data(), cs.group, scale, want.data(), s.data(),
+                    IsaLevel::kScalar, /*fp16_probabilities=*/true, /*single_token=*/true);
+    for (IsaLevel isa : runnable_isas()) {
+      const std::string what = std::string(to_string(isa)) + " group=" + std::to_string(cs.group) +
+                               " hd=" + std::to_string(cs.hd) + " n=" + std::to_string(cs.n) +
+                               " bs=" + std::to_string(cs.bs);
+      std::vector<float> together(q.size(), -1.0f), one_by_one(q.size(), -1.0f);
+      attention_group(c.view, table.data(), cs.n, h, q.data(), cs.group, scale, together.data(),
+                      s.data(), isa, true, true);
+      for (int32_t g = 0; g < cs.group; ++g) {
+        attention_group(c.view, table.data(), cs.n, h, q.data() + g * cs.hd, 1, scale,
+                        one_by_one.data() + g * cs.hd, s.data(), isa, true, true);
+      }
+      ASSERT_EQ(0, std::memcmp(want.data(), together.data(), 4 * want.size())) << what;
+      ASSERT_EQ(0, std::memcmp(want.data(), one_by_one.data(), 4 * want.size())) << what;
+    }
+  }
+}
+
 TEST(Attention, SingleKeyReturnsItsValue) {
   Cache c(1, 16, 1, 16);
   std::vector<int32_t> table = {0};
@@ -154,6 +206,41 @@ TEST(Attention, SingleKeyReturnsItsValue) {
   std::vector<float> out(16), s(1);
   attention_group(c.view, table.data(), 1, 0, q.data(), 1, 1.0f, out.data(), s.data(), default_isa());
   for (int d = 0; d < 16; ++d) EXPECT_EQ(out[d], model::fp16_to_fp32(model::fp32_to_fp16(kv[16 + d])));
+}
+
+// The forward pass's per-token items: every query head of every token exactly once, each run
+// inside one KV head's group; whole groups when they divide evenly between the threads, and the
+// leftover groups cut for the threads to share.
+TEST(AttentionPlan, HeadRunsCoverEveryQueryHeadOnce) {
+  std::vector<LlamaForward::HeadRun> runs;
+  for (int64_t singles : {0, 1, 2, 3, 5}) {
+    for (int32_t kv_heads : {1, 3, 4}) {
+      for (int32_t group : {1, 3, 4, 7}) {
+        for (int threads : {1, 2, 3, 16}) {
+          LlamaForward::plan_head_runs(singles, kv_heads, group, threads, runs);
+          std::vector<int> seen(static_cast<size_t>(singles) * kv_heads * group, 0);
+          for (const auto& r : runs) {
+            ASSERT_GT(r.num_heads, 0);
+            ASSERT_EQ(r.first_head / group, (r.first_head + r.num_heads - 1) / group);
+            for (int32_t i = 0; i < r.num_heads; ++i) {
+              ++seen[static_cast<size_t>(r.single) * kv_heads * group + r.first_head + i];
+            }
+          }
+          for (int v : seen)
+            ASSERT_EQ(v, 1) << singles << " " << kv_heads << " " << group << " " << threads;
+          const int64_t groups = singles * kv_heads;
+          if (threads == 1 || groups % threads == 0) {
+            EXPECT_EQ(runs.size(), static_cast<size_t>(groups));
+          }
+        }
+      }
+    }
+  }
+  // SmolLM2-135M at batch 1 on two threads: 3 KV heads x 3 query heads -> runs of 3, 3, 2, 1.
+  LlamaForward::plan_head_runs(1, 3, 3, 2, runs);
+  std::vector<int32_t> sizes;
+  for (const auto& r : runs) sizes.push_back(r.num_heads);
+  EXPECT_EQ(sizes, (std::vector<int32_t>{3, 3, 2, 1}));
 }
 
 // Tiled prefill: a chunk of `num_tokens` prompt tokens at positions first, first + 1, ... of one
