@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "gpu/cpu/attention_kernels.hpp"
+#include "gpu/cpu/attention_tiled_kernels.hpp"
 #include "model/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 
@@ -58,36 +59,19 @@ inline float hsum8_strided(const float* a, int64_t stride) {
   return (v0 + v2) + (v1 + v3);
 }
 
-// Queries in the layout the kernels read: rows [rows][head_dim] for scalar and AVX2; for AVX-512
-// pairs of rows interleaved per 8 dims, [rows / 2][head_dim / 8][2][8], so one 16-float load
-// feeds both rows of a pair (rounded up to an even row count with a zero row).
-void gather_queries(const AttentionTile& tile, int32_t head_dim, int32_t padded_rows,
-                    Kernels kernels, float* out) {
+// Queries as the kernels read them: rows [rows][head_dim], row r = token r / group, head r % group.
+void gather_queries(const AttentionTile& tile, int32_t head_dim, float* out) {
   const int32_t rows = tile.num_tokens * tile.group;
   const int64_t row_bytes = static_cast<int64_t>(head_dim) * 4;
-  for (int32_t r = 0; r < padded_rows; ++r) {
+  for (int32_t r = 0; r < rows; ++r) {
     const float* q = tile.q + static_cast<int64_t>(r / tile.group) * tile.q_stride +
                      static_cast<int64_t>(r % tile.group) * head_dim;
-    if (kernels != Kernels::kAvx512) {
-      float* dst = out + static_cast<int64_t>(r) * head_dim;
-      if (r < rows) {
-        std::memcpy(dst, q, row_bytes);
-      } else {
-        std::fill(dst, dst + head_dim, 0.0f);
-      }
-      continue;
-    }
-    for (int32_t d = 0; d < head_dim; d += 8) {
-      float* dst = out + static_cast<int64_t>(r / 2) * 2 * head_dim + d * 2 + (r % 2) * 8;
-      if (r < rows) {
-        std::memcpy(dst, q + d, 8 * sizeof(float));
-      } else {
-        std::fill(dst, dst + 8, 0.0f);
-      }
-    }
+    std::memcpy(out + static_cast<int64_t>(r) * head_dim, q, row_bytes);
   }
 }
 
+// K of the block is rows [count][head_dim] at `keys`, or for the AVX-512 kernels the panels of
+// the block (attention_tiled_kernels.hpp; ConvertedHead converts to the layout the level reads).
 void tile_scores(Kernels kernels, const float* keys, int32_t first, int32_t count, int32_t hd,
                  const float* q, float scale, const detail::TileRows& rows) {
   switch (kernels) {
@@ -95,7 +79,7 @@ void tile_scores(Kernels kernels, const float* keys, int32_t first, int32_t coun
       return detail::tile_scores_scalar(keys, first, count, hd, q, scale, rows);
     case Kernels::kAvx2: return detail::tile_scores_avx2(keys, first, count, hd, q, scale, rows);
     case Kernels::kAvx512:
-      return detail::tile_scores_avx512(keys, first, count, hd, q, scale, rows);
+      return detail::tile_scores_panels_avx512(keys, first, count, hd, q, scale, rows);
   }
 }
 
@@ -118,17 +102,40 @@ void widen(const uint16_t* src, int64_t n, float* dst, IsaLevel isa) {
   }
 }
 
-// K and V rows of keys [first, first + count) of one KV head -> fp32 rows at k, v (row t at
-// (t * head_dim)). Slots of one KV block are contiguous for one head: each run is one call.
+// Keys [first, first + count) of fp16 rows src (key t at src + (t - first) * head_dim) into
+// their lanes of the panels (attention_tiled_kernels.hpp). Each row is widened whole, then
+// scattered: one pass per conversion, a small part of the scores' work over the same keys.
+void widen_to_panels(const uint16_t* src, int32_t first, int32_t count, int32_t hd, float* panels,
+                     IsaLevel isa) {
+  constexpr int32_t kChunk = 16;
+  float part[kChunk];
+  for (int32_t t = first; t < first + count; ++t) {
+    const uint16_t* row = src + static_cast<int64_t>(t - first) * hd;
+    float* dst = panels + detail::panel_offset(t, hd) + t % detail::kPanelKeys;
+    for (int32_t d0 = 0; d0 < hd; d0 += kChunk) {
+      const int32_t n = std::min(kChunk, hd - d0);
+      widen(row + d0, n, part, isa);
+      for (int32_t d = 0; d < n; ++d) dst[(d0 + d) * detail::kPanelKeys] = part[d];
+    }
+  }
+}
+
+// K and V of keys [first, first + count) of one KV head -> fp32 at k, v: V as rows (row t at
+// t * head_dim), K as rows too or as panels. Slots of one KV block are contiguous for one head:
+// each run is one call.
 void convert_keys(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head, int32_t first,
-                  int32_t count, float* k, float* v, IsaLevel isa) {
+                  int32_t count, bool k_panels, float* k, float* v, IsaLevel isa) {
   const int32_t hd = kv.head_dim;
   for (int32_t t = first; t < first + count;) {
     const int32_t slot = t % kv.block_size;
     const int32_t run = std::min(kv.block_size - slot, first + count - t);
     const size_t at = kv.offset(block_table[t / kv.block_size], kv_head, slot);
     const int64_t n = static_cast<int64_t>(run) * hd;
-    widen(kv.k + at, n, k + static_cast<int64_t>(t) * hd, isa);
+    if (k_panels) {
+      widen_to_panels(kv.k + at, t, run, hd, k, isa);
+    } else {
+      widen(kv.k + at, n, k + static_cast<int64_t>(t) * hd, isa);
+    }
     widen(kv.v + at, n, v + static_cast<int64_t>(t) * hd, isa);
     t += run;
   }
@@ -158,30 +165,39 @@ void AlignedFloats::grow(int64_t n) {
 }
 
 void AttentionTileScratch::grow(int32_t rows, int32_t num_keys, int32_t head_dim) {
-  const int64_t padded_rows = round_up(rows, 2);
-  scores_stride_ = round_up(num_keys, 16);  // 8-key groups, rows 64-byte aligned
-  scores_.grow(padded_rows * scores_stride_);
-  lanes_.grow(padded_rows * 8 * head_dim);
-  queries_.grow(padded_rows * head_dim);
-  if (static_cast<int64_t>(row_keys_.size()) < padded_rows) row_keys_.resize(padded_rows);
+  scores_stride_ = round_up(num_keys, 16);  // whole panels, rows 64-byte aligned
+  scores_.grow(rows * scores_stride_);
+  lanes_.grow(static_cast<int64_t>(rows) * 8 * head_dim);
+  queries_.grow(static_cast<int64_t>(rows) * head_dim);
+  if (static_cast<int32_t>(row_keys_.size()) < rows) row_keys_.resize(rows);
 }
 
 ConvertedHead::Rows ConvertedHead::get(const KvLayerView& kv, const int32_t* block_table,
                                        int32_t kv_head, int32_t num_keys, IsaLevel isa) {
-  if (block_table != block_table_ || kv_head != kv_head_) {
+  const int32_t hd = kv.head_dim;
+  const bool k_panels = pick_kernels(isa, hd) == Kernels::kAvx512;
+  if (block_table != block_table_ || kv_head != kv_head_ || k_panels != k_panels_) {
     block_table_ = block_table;
     kv_head_ = kv_head;
+    k_panels_ = k_panels;
     num_keys_ = 0;
   }
-  const int32_t hd = kv.head_dim;
   if (num_keys > num_keys_) {
-    const int64_t rows = round_up(num_keys, 8);
+    const int64_t rows = round_up(num_keys, k_panels ? detail::kPanelKeys : 8);
     k_.grow(rows * hd);
     v_.grow(rows * hd);
-    convert_keys(kv, block_table, kv_head, num_keys_, num_keys - num_keys_, k_.data(), v_.data(),
-                 isa);
-    // Whole 8-key groups are read: zero rows past the last key.
-    std::fill(k_.data() + static_cast<int64_t>(num_keys) * hd, k_.data() + rows * hd, 0.0f);
+    convert_keys(kv, block_table, kv_head, num_keys_, num_keys - num_keys_, k_panels, k_.data(),
+                 v_.data(), isa);
+    // Whole 8-key groups (16-key panels) are read: zero the keys past the last one.
+    if (k_panels) {
+      float* last = k_.data() + detail::panel_offset(num_keys - 1, hd);
+      for (int32_t d = 0; d < hd; ++d) {
+        std::fill(last + d * detail::kPanelKeys + (num_keys - 1) % detail::kPanelKeys + 1,
+                  last + (d + 1) * detail::kPanelKeys, 0.0f);
+      }
+    } else {
+      std::fill(k_.data() + static_cast<int64_t>(num_keys) * hd, k_.data() + rows * hd, 0.0f);
+    }
     std::fill(v_.data() + static_cast<int64_t>(num_keys) * hd, v_.data() + rows * hd, 0.0f);
     num_keys_ = num_keys;
   }
@@ -208,6 +224,22 @@ void detail::tile_scores_scalar(const float* keys, int32_t first, int32_t count,
   }
 }
 
+void detail::tile_scores_panels_scalar(const float* panels, int32_t first, int32_t count, int32_t hd,
+                                       const float* q, float scale, const TileRows& rows) {
+  for (int32_t r = 0; r < rows.num_rows; ++r) {
+    const float* qr = q + static_cast<int64_t>(r) * hd;
+    const int32_t end = std::min(first + count, rows.keys[r]);
+    for (int32_t t = first; t < end; ++t) {
+      const float* k = panels + panel_offset(t, hd) - panel_offset(first, hd) + t % kPanelKeys;
+      float acc[8] = {};
+      for (int32_t d = 0; d < hd; ++d) {
+        acc[d % 8] = std::fma(qr[d], k[d * kPanelKeys], acc[d % 8]);
+      }
+      rows.s[r * rows.s_stride + t] = hsum8_strided(acc, 1) * scale;
+    }
+  }
+}
+
 void detail::tile_values_scalar(const float* values, int32_t first, int32_t count, int32_t hd,
                                 const TileRows& rows, float* lanes) {
   for (int32_t r = 0; r < rows.num_rows; ++r) {
@@ -228,7 +260,9 @@ namespace {
 void score_pass(const AttentionTile& tile, AttentionTileScratch& scratch,
                 const detail::TileRows& rows, int32_t num_keys, Kernels kernels) {
   for (int32_t first = 0; first < num_keys; first += kScoreKeyBlock) {
-    tile_scores(kernels, tile.k + static_cast<int64_t>(first) * tile.head_dim, first,
+    const int64_t at = kernels == Kernels::kAvx512 ? detail::panel_offset(first, tile.head_dim)
+                                                   : static_cast<int64_t>(first) * tile.head_dim;
+    tile_scores(kernels, tile.k + at, first,
                 std::min(kScoreKeyBlock, num_keys - first), tile.head_dim, scratch.queries(),
                 tile.scale, rows);
   }
@@ -263,23 +297,17 @@ void value_pass(const AttentionTile& tile, AttentionTileScratch& scratch,
 void attention_tile(const AttentionTile& tile, AttentionTileScratch& scratch, IsaLevel isa) {
   const int32_t hd = tile.head_dim;
   const int32_t num_rows = tile.num_tokens * tile.group;
-  const int32_t padded_rows = static_cast<int32_t>(round_up(num_rows, 2));
   const int32_t num_keys = tile.first_position + tile.num_tokens;  // the last token's
   const Kernels kernels = pick_kernels(isa, hd);
   scratch.grow(num_rows, num_keys, hd);
   int32_t* keys = scratch.row_keys();
-  for (int32_t r = 0; r < padded_rows; ++r) {
-    keys[r] = r < num_rows ? tile.first_position + r / tile.group + 1 : 0;
-  }
-  // Scores run over the padded rows (AVX-512 pairs them); the rest over the real ones.
-  const detail::TileRows padded{.num_rows = padded_rows,
-                                .keys = keys,
-                                .s = scratch.scores(),
-                                .s_stride = scratch.scores_stride()};
-  detail::TileRows rows = padded;
-  rows.num_rows = num_rows;
-  gather_queries(tile, hd, padded_rows, kernels, scratch.queries());
-  score_pass(tile, scratch, padded, num_keys, kernels);
+  for (int32_t r = 0; r < num_rows; ++r) keys[r] = tile.first_position + r / tile.group + 1;
+  const detail::TileRows rows{.num_rows = num_rows,
+                              .keys = keys,
+                              .s = scratch.scores(),
+                              .s_stride = scratch.scores_stride()};
+  gather_queries(tile, hd, scratch.queries());
+  score_pass(tile, scratch, rows, num_keys, kernels);
   softmax_pass(rows, tile.fp16_probabilities, kernels);
   value_pass(tile, scratch, rows, num_keys, kernels);
   // out[d] = hsum8 over the 8 key lanes, as the per-token kernels end.

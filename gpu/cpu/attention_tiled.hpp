@@ -1,13 +1,16 @@
 // Tiled prefill attention: a tile of consecutive chunk-order query tokens of one sequence, for one
 // KV head and all `group` query heads that share it, against every key the tile needs. K and V
-// come as fp32 rows converted from the fp16 blocks once (ConvertedHead) and are reused by every
+// come as fp32 converted from the fp16 blocks once (ConvertedHead) and are reused by every
 // query row of the tile, and by the next tiles of the same head, where the per-token path
-// (attention_group) converts each row again for every token.
+// (attention_group) converts each row again for every token. V is kept as rows [key][head_dim];
+// K as rows too, or for the AVX-512 kernels as 16-key panels [head_dim][16] (keys in the vector
+// lanes, attention_tiled_kernels.hpp), which lets the scores skip every horizontal sum.
 //
 //   rows of a tile:  r = i * group + g  (token i, query head g); token i sits at position
 //                    first_position + i and attends keys [0, first_position + i + 1)
 //   pass 1 (QK):  per block of 64 keys (16 KiB at head_dim 64, stays in L1d): every row's
 //                 scores against the keys it may see -> scores [rows][keys] (sized for half an L2)
+//                 (AVX-512: whole 16-key panels, a row's scores past its keys are written too)
 //   pass 2:       each row's softmax over its own keys, in place
 //   pass 3 (PV):  per block of 256 keys: each row's 8 key lanes per dim (lane j sums keys
 //                 t = j mod 8) carried across blocks; then hsum8 per dim
@@ -44,8 +47,9 @@ void set_prefill_attention_path(PrefillAttentionPath path);
 PrefillAttentionPath prefill_attention_path();
 
 struct AttentionTile {
-  // Keys [0, first_position + num_tokens) as fp32 rows [key][head_dim] (ConvertedHead::get):
-  // rows rounded up to a multiple of 8 must be readable.
+  // Keys [0, first_position + num_tokens) as ConvertedHead::get returns them for the same isa:
+  // V rows [key][head_dim], K rows or panels; rows rounded up to a multiple of 8 (K panels: 16)
+  // must be readable.
   const float* k = nullptr;
   const float* v = nullptr;
   int32_t head_dim = 0;
@@ -81,8 +85,11 @@ class ConvertedHead {
   // since the last get() (the forward pass: at the start of every layer's attention).
   void reset() { num_keys_ = 0; }
 
-  // K and V rows of keys [0, num_keys) of (block_table, kv_head), converting the keys not held
-  // yet for that same pair since the last reset(); rows up to a multiple of 8 are readable.
+  // K and V of keys [0, num_keys) of (block_table, kv_head), converting the keys not held yet
+  // for that same pair since the last reset(): V rows, K in the layout attention_tile reads at
+  // the same isa (panels for its AVX-512 kernels, else rows); keys up to a multiple of 8 (K
+  // panels: 16) are readable, zero past num_keys. A get() at an isa of another K layout starts
+  // over.
   struct Rows {
     const float* k;
     const float* v;
@@ -94,6 +101,7 @@ class ConvertedHead {
   AlignedFloats k_, v_;
   const int32_t* block_table_ = nullptr;
   int32_t kv_head_ = -1;
+  bool k_panels_ = false;
   int32_t num_keys_ = 0;
 };
 
@@ -122,7 +130,8 @@ class AttentionTileScratch {
 int32_t attention_tile_tokens(int32_t group, int32_t num_keys);
 
 // Writes tile.out for every token and query head of the tile. isa picks the kernels (AVX-512
-// for head_dim % 16 == 0, AVX2 for % 8, else scalar); every choice gives the same bits.
+// for head_dim % 16 == 0, AVX2 for % 8, else scalar); every choice gives the same bits. tile.k
+// must come from ConvertedHead::get at the same isa (the K layout depends on it).
 void attention_tile(const AttentionTile& tile, AttentionTileScratch& scratch, IsaLevel isa);
 
 }  // namespace troupe::gpu::cpu

@@ -319,8 +319,9 @@ struct TileSetup {
 
 // The tile is the per-token chunk order exactly, for every kernel level: against the scalar
 // per-token path and against the SIMD per-token path at the same level. Chunks start at 0 and
-// deep in the context (up to 5,000 keys), lengths that no tile or key block divides (ragged rows,
-// odd row counts for the AVX-512 row pairs), head sizes that take each kernel level and fall back.
+// deep in the context (up to 5,000 keys), lengths that no tile, key block or 16-key panel
+// divides (ragged rows, row counts the AVX-512 kernels' 3-row blocks do not divide), head sizes
+// that take each kernel level and fall back.
 TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExact) {
   std::vector<TileCase> cases;
   for (int32_t group : {1, 3, 4}) {
