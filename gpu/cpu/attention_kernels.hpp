@@ -17,9 +17,10 @@
 // Callers check the shape conditions (head_dim % 8 for the AVX2 chunk kernels, % 32 for the
 // decode scores, % 16 for the AVX-512 ones, head_dim <= kMaxSimdHeadDim for the decode values).
 //
-// The tiled kernels (attention_tiled.hpp drives them) keep the chunk order on fp32 K/V rows
-// converted beforehand: a block of keys [first, first + count) as rows [count][head_dim], whole
-// 8-key groups readable.
+// The tiled kernels (attention_tiled.hpp drives them) keep the chunk order on fp32 K/V
+// converted beforehand: V (and K for the scalar/AVX2 kernels) as rows [count][head_dim] for a
+// block of keys [first, first + count), whole 8-key groups readable; the AVX-512 scores read K
+// as 16-key panels instead (attention_tiled_kernels.hpp).
 #pragma once
 
 #include <cstdint>
@@ -104,8 +105,6 @@ void tile_scores_scalar(const float* keys, int32_t first, int32_t count, int32_t
                         const float* q, float scale, const TileRows& rows);
 void tile_scores_avx2(const float* keys, int32_t first, int32_t count, int32_t head_dim,
                       const float* q, float scale, const TileRows& rows);
-void tile_scores_avx512(const float* keys, int32_t first, int32_t count, int32_t head_dim,
-                        const float* q, float scale, const TileRows& rows);
 
 // Adds the block's keys below each row's count to its value lanes: lanes + r * 8 * head_dim is
 // row r's [8][head_dim], lane j holding keys t = j mod 8 (zeroed by the caller before the first
