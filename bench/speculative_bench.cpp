@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
                                             .prompt_lookup_min = lookup_min,
                                             .prompt_lookup_max = lookup_max,
                                             .disable_by_batch_size = disable_by_batch_size};
+          } else {
+            config.scheduler.speculative = {};  // the engine's default drafts
           }
           auto eng = engine::Engine::start(config);
           auto run = std::make_shared<Run>();
