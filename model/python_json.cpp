@@ -6,38 +6,16 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "model/json_string.hpp"
+
 namespace troupe::model {
 namespace {
 
 namespace dom = simdjson::dom;
 
-void dump_string(std::string_view s, std::string& out) { append_json_string(s, out); }
-
-}  // namespace
-
-void append_json_string(std::string_view s, std::string& out) {
-  out.push_back('"');
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
+void dump_string(std::string_view s, std::string& out) {
+  append_json_string(out, s, JsonStringStyle::kPython);
 }
-
-namespace {
 
 void newline(int indent, int depth, std::string& out) {
   out.push_back('\n');

@@ -18,7 +18,4 @@ namespace troupe::model {
 // nullopt when `json` is not valid JSON.
 std::optional<std::string> python_json_dumps(std::string_view json, int indent = -1);
 
-// Appends `text` as a JSON string literal (quotes included; UTF-8 kept, controls escaped).
-void append_json_string(std::string_view text, std::string& out);
-
 }  // namespace troupe::model

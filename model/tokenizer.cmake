@@ -8,6 +8,7 @@ target_sources(troupe_model PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/detokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/chat_template.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/json_string.cpp
 )
 
 # Tool calling (issue 19): the tool renderings of the chat templates, the tool-call grammars and

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "model/python_json.hpp"
+#include "model/json_string.hpp"
 
 namespace troupe::model {
 
@@ -33,13 +33,12 @@ constexpr Syntax kLlama3{"{\"name\": \"", "\", \"parameters\": ", "}", "; ", "{\
 void append_tag(const Syntax& syntax, const ToolDefinition& tool,
                 std::optional<int32_t> max_whitespace, std::string& out) {
   out += R"({"type":"tag","begin":)";
-  append_json_string(std::string(syntax.begin_prefix) + tool.name + std::string(syntax.begin_suffix),
-                     out);
+  append_json_string(out, std::string(syntax.begin_prefix) + tool.name + std::string(syntax.begin_suffix));
   out += R"(,"content":{"type":"json_schema","json_schema":)";
   out += tool.parameters.empty() ? std::string(R"({"type":"object"})") : tool.parameters;
   if (max_whitespace) out += R"(,"max_whitespace_cnt":)" + std::to_string(*max_whitespace);
   out += R"(},"end":)";
-  append_json_string(syntax.end, out);
+  append_json_string(out, syntax.end);
   out += "}";
 }
 
@@ -81,14 +80,14 @@ std::optional<grammar::GrammarSpec> tool_call_grammar(ToolCallFormat format,
       out += R"({"type":"tags_with_separator",)";
       append_tags(syntax, tools, json_max_whitespace, out);
       out += R"(,"separator":)";
-      append_json_string(syntax.separator, out);
+      append_json_string(out, syntax.separator);
       out += R"(,"at_least_one":true,"stop_after_first":)";
       out += stop_after_first;
       out += "}";
       break;
     case ToolChoiceMode::kAuto:
       out += R"({"type":"triggered_tags","triggers":[)";
-      append_json_string(syntax.trigger, out);
+      append_json_string(out, syntax.trigger);
       out += "],";
       append_tags(syntax, tools, json_max_whitespace, out);
       out += R"(,"at_least_one":false,"stop_after_first":)";

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "model/json_string.hpp"
+
 namespace troupe::net {
 
 class JsonWriter {
@@ -54,7 +56,7 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-// Appends `text` to `out` as a quoted JSON string.
-void append_json_string(std::string& out, std::string_view text);
+// Appends `text` to `out` as a quoted JSON string (invalid UTF-8 -> U+FFFD, DEL escaped).
+using model::append_json_string;
 
 }  // namespace troupe::net

@@ -129,6 +129,8 @@ TEST(PythonJson, DumpsAsPythonsJsonModule) {
             R"({"a": [1, 2.5, 1.0, true, null], "b": {}, "c": [], "d": "é\n\"x\""})");
   EXPECT_EQ(python_json_dumps(R"({"a":[1],"b":{}})", 2), "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}");
   EXPECT_FALSE(python_json_dumps("{nope"));
+  // Python leaves DEL raw where the server's own JSON escapes it (model/json_string.hpp).
+  EXPECT_EQ(python_json_dumps("\"a\x7f\\u0001\""), "\"a\x7f\\u0001\"");
 }
 
 // ---- the grammar -------------------------------------------------------------------------------
