@@ -170,7 +170,8 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
       .field("predicted_ms", cost.last_predicted_ms)
       .field("actual_ms", cost.last_actual_ms)
       .field("mean_abs_error_ratio", cost.mean_abs_error_ratio)
-      .field("budgeted_steps", cost.num_time_budgeted_steps);
+      .field("budgeted_steps", cost.num_time_budgeted_steps)
+      .field("first_token_steps", cost.num_first_token_steps);
   json.key("model").begin_object();
   json.field("fixed_ms", cost.fixed_ms)
       .field("per_token_ms", cost.per_token_ms)

@@ -312,6 +312,9 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   p.counter("troupe:step_budget_cut_steps_total",
             "Steps whose prefill chunks the step-time budget cut.",
             double(cost.num_time_budgeted_steps));
+  p.counter("troupe:first_token_steps_total",
+            "Steps that ran newcomers' short prompts alone, ahead of the decodes.",
+            double(cost.num_first_token_steps));
   const engine::StructuredOutputStats& so = s.structured_output;
   p.counter("troupe:structured_output_masked_steps_total",
             "Steps with at least one grammar-constrained sampling row.", double(so.num_masked_steps));

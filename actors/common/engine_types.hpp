@@ -171,6 +171,7 @@ struct StepCostStats {
   double mean_abs_error_ratio = 0;  // |predicted - actual| / actual, over ~100 recent steps
   uint64_t num_predicted = 0;       // steps planned with a usable model
   uint64_t num_time_budgeted_steps = 0;  // steps whose prefill the budget cut
+  uint64_t num_first_token_steps = 0;    // steps of newcomers' prompts alone
 };
 
 // Structured output's cost in the step loop: filling the grammars' token bitmasks on the

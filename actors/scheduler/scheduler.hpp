@@ -28,6 +28,13 @@
 // comes before it in that order; while requests wait for admission a running prefill takes at
 // most half of the time left, so a short prompt is not queued behind a long one. With nothing decoding, prefills run at full size.
 //
+// First-token steps (kClient fairness with the budget on): when the queue's next request is of
+// a client that runs nothing, its whole prompt fits in a quarter of max_step_ms, and running it
+// alone at least halves the step its first token comes from (the decodes beside it cost more
+// than its own prompt), the step holds only such newcomers' prompts; the decodes wait that one
+// short step. Never two in a row, so decodes run at least every other step however many
+// newcomers arrive. See first_token_step_due().
+//
 // Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
 // cancel()/finish()/add_request() may come at any point, also while a step is in flight.
 //
@@ -157,6 +164,7 @@ class Scheduler {
     // first in fair order), and an admission may too if it comes before that one in fair order.
     const Sequence* min_progress_running = nullptr;
     bool admission_progressed = false;
+    bool first_tokens_only = false;   // a first-token step: newcomers' whole prompts, nothing else
   };
   struct InFlightEntry {
     RequestId request_id;
@@ -198,6 +206,14 @@ class Scheduler {
   // the budget does not apply); 0: nothing fits this step.
   int32_t fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t first_position,
                              int32_t num_tokens, bool admitting) const;
+  // Whether the next step should be a first-token step (the policy above).
+  bool first_token_step_due() const;
+  // Whether the waiting `seq` may join the first-token step being planned.
+  bool joins_first_token_step(const Draft& draft, const Sequence& seq) const;
+  // What one step of its uncached prompt alone costs, or nullopt when it is no newcomer's
+  // short prompt (its client runs something, it is pulled from elsewhere, or a decode of a
+  // higher priority would wait for it).
+  std::optional<StepShape> newcomer_prompt_shape(const Sequence& seq) const;
   void insert_running(Sequence* seq);
   void erase_running(const Sequence* seq);
 
@@ -269,6 +285,8 @@ class Scheduler {
   uint64_t num_preemptions_ = 0;
   uint64_t num_fairness_preemptions_ = 0;
   uint64_t num_time_budgeted_steps_ = 0;
+  uint64_t num_first_token_steps_ = 0;
+  uint64_t last_first_token_step_ = 0;  // its step id; 0: none yet
   uint64_t num_prefix_deferrals_ = 0;
   uint64_t num_requests_accepted_ = 0;
   uint64_t num_requests_refused_ = 0;

@@ -338,6 +338,7 @@ void SchedulerActor::publish_stats() {
   snapshot.step_cost.per_context_ms = model.per_context_ms;
   snapshot.step_cost.per_sampled_ms = model.per_sampled_ms;
   snapshot.step_cost.num_time_budgeted_steps = snapshot.stats.num_time_budgeted_steps;
+  snapshot.step_cost.num_first_token_steps = snapshot.stats.num_first_token_steps;
   board_->publish_scheduler(std::move(snapshot));
 }
 

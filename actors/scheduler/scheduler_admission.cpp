@@ -21,6 +21,12 @@ StepPlan Scheduler::schedule() {
   Draft draft;
   draft.token_budget = config_.max_num_batched_tokens;
   draft.entries.reserve(running_.size() + 1);
+  if (first_token_step_due()) {
+    draft.first_tokens_only = true;
+    schedule_waiting(draft);
+    if (!draft.entries.empty()) return build_plan(draft);
+    draft.first_tokens_only = false;  // nobody could be admitted after all: an ordinary step
+  }
   // Decode first: one token each keeps every running stream moving (inter-token latency),
   // then running prefills continue, then new requests fill what is left.
   schedule_running(draft, /*decode_pass=*/true);
@@ -129,6 +135,7 @@ void Scheduler::schedule_waiting(Draft& draft) {
         draft.preempted.end()) {
       break;
     }
+    if (draft.first_tokens_only && !joins_first_token_step(draft, *head)) break;
     const bool has_slot = num_sequence_slots_used() < config_.max_num_seqs;
     if (has_slot && head->remote_kv) {
       // Its prompt is computed elsewhere: blocks and a pull, no prefill tokens this step. Short

@@ -47,6 +47,10 @@ StepPlan Scheduler::build_plan(Draft& draft) {
   plan.time_budgeted = draft.time_cut;
   if (draft.time_cut) ++num_time_budgeted_steps_;
   const uint64_t step_id = ++num_steps_;
+  if (draft.first_tokens_only) {
+    ++num_first_token_steps_;
+    last_first_token_step_ = step_id;
+  }
   gpu::StepBatch& batch = plan.batch;
   batch.step_id = step_id;
   size_t num_tokens = 0;

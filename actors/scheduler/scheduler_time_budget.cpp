@@ -19,6 +19,13 @@ constexpr double kRunningPrefillShareWhileOthersWait = 0.5;
 // step instead of one block per step, for a bounded overrun of everyone's inter-token latency.
 constexpr double kMinProgressShareOfBudget = 0.25;
 
+// A first-token step may take this share of max_step_ms: the most the decodes it delays wait.
+constexpr double kFirstTokenStepShareOfBudget = 0.25;
+
+double first_token_step_limit_ms(const SchedulerConfig& config, const StepCostModel& model) {
+  return config.max_step_ms * kFirstTokenStepShareOfBudget / (1.0 + model.margin);
+}
+
 // The largest n in [0, max_n] with fits(n), for fits monotone (true up to some n, then false).
 template <typename Fits>
 int32_t largest_fitting(int32_t max_n, Fits fits) {
@@ -117,6 +124,55 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
   }
   if (fitting < num_tokens) draft.time_cut = true;
   return fitting;
+}
+
+// A newcomer (a client with nothing running) waits for its first token with nothing else to
+// show; folded into the next step, that token waits for every decode of the step too. On a CPU a
+// step of 64 decodes costs several times a short prompt's prefill, so the lone user of a flooded
+// server would wait several idle TTFTs (issue 13's flood). SGLang runs prefill batches apart
+// from decode batches for the same reason; here only when it pays: see scheduler.hpp.
+bool Scheduler::first_token_step_due() const {
+  if (config_.fairness != Fairness::kClient || config_.max_step_ms <= 0 || !step_cost_.usable) {
+    return false;
+  }
+  if (last_first_token_step_ != 0 && last_first_token_step_ == num_steps_) return false;
+  const Sequence* head = waiting_.front();
+  if (head == nullptr) return false;
+  const std::optional<StepShape> prompt = newcomer_prompt_shape(*head);
+  if (!prompt) return false;
+  StepShape decodes;
+  for (const Sequence* seq : running_) {
+    if (seq->state == SequenceState::kRunning && seq->num_remaining_tokens() == 1) {
+      decodes += span_shape(seq->num_computed_tokens, 1, /*samples=*/true);
+    }
+  }
+  if (decodes.num_tokens == 0) return false;
+  const double alone_ms = step_cost_.predict_ms(*prompt);
+  StepShape together = decodes;
+  together += *prompt;
+  return alone_ms <= first_token_step_limit_ms(config_, step_cost_) &&
+         2.0 * alone_ms <= step_cost_.predict_ms(together);
+}
+
+std::optional<StepShape> Scheduler::newcomer_prompt_shape(const Sequence& seq) const {
+  if (seq.remote_kv || running_of(seq.client) != 0) return std::nullopt;
+  if (!running_.empty() && seq.priority < running_.front()->priority) return std::nullopt;
+  const int32_t cached = kv().find_cached_prefix(seq.token_ids).num_tokens;
+  const int32_t num_tokens = seq.num_tokens() - cached;
+  // The whole prompt in this one step, or the step is no shortcut to its first token.
+  if (num_tokens > config_.max_num_batched_tokens ||
+      (config_.chunked_prefill_size > 0 && num_tokens > config_.chunked_prefill_size)) {
+    return std::nullopt;
+  }
+  return span_shape(cached, num_tokens, /*samples=*/true);
+}
+
+bool Scheduler::joins_first_token_step(const Draft& draft, const Sequence& seq) const {
+  const std::optional<StepShape> prompt = newcomer_prompt_shape(seq);
+  if (!prompt || prompt->num_tokens > draft.token_budget) return false;
+  StepShape step = shape_of(draft);
+  step += *prompt;
+  return step_cost_.predict_ms(step) <= first_token_step_limit_ms(config_, step_cost_);
 }
 
 // Drafts come after the decodes and before prefill chunks; while prefills are pending they

@@ -98,6 +98,7 @@ struct SchedulerStats {
   uint64_t num_preemptions = 0;
   uint64_t num_fairness_preemptions = 0;  // ... of which made room for a lighter client
   uint64_t num_time_budgeted_steps = 0;   // steps whose prefill the step-time budget cut
+  uint64_t num_first_token_steps = 0;     // steps of newcomers' prompts alone
   uint64_t num_prefix_deferrals = 0;  // admissions postponed for an in-flight shared block
   uint64_t num_steps = 0;
   int32_t last_step_num_tokens = 0;

@@ -1,6 +1,7 @@
 // Scheduler step-time budget (issue 13): while streams decode, prefill chunks are cut so the
 // step's predicted time stays under max_step_ms; a long prompt still advances every step; with
-// nothing decoding it runs at full size; a short prompt is not queued behind a long one.
+// nothing decoding it runs at full size; a short prompt is not queued behind a long one; a
+// newcomer's short prompt runs in a step of its own when the decodes would slow its first token.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -201,6 +202,76 @@ TEST(SchedulerTimeBudgetTest, AShortPromptIsNotQueuedBehindALongOne) {
   EXPECT_LE(plan->predicted_ms, kBudgetMs);
   h.step();
   EXPECT_FALSE(h.outputs[10].empty());
+}
+
+// First-token steps. On this machine a sampled row costs 5 ms (the logits over a large
+// vocabulary on a CPU): eight decodes cost ~48 ms, a 20-token prompt alone ~19 ms.
+StepCostModel decode_heavy_machine() {
+  return {.fixed_ms = 4, .per_token_ms = 0.5, .per_context_ms = 1e-4, .per_sampled_ms = 5,
+          .usable = true};
+}
+
+// Eight streams of client "flood" decode; then the cost model is set and `newcomer` (id 20, of
+// `client`, `prompt_len` tokens) arrives. Returns the step planned next.
+struct NewcomerCase {
+  SchedulerConfig config = budget_config();
+  StepCostModel machine = decode_heavy_machine();
+  std::string client = "lone";
+  int32_t prompt_len = 20;
+};
+
+StepPlan newcomer_step(SchedulerHarness& h, const NewcomerCase& c) {
+  for (RequestId id = 1; id <= 8; ++id) {
+    h.add(id, token_range(16, 100 * static_cast<int32_t>(id)), 64, Priority::kNormal,
+          /*ignore_eos=*/true, "flood");
+  }
+  for (int i = 0; i < 3; ++i) h.step();
+  h.scheduler.set_step_cost_model(c.machine);
+  h.add(20, token_range(c.prompt_len, 50000), 4, Priority::kNormal, false, c.client);
+  const auto plan = h.step();
+  return plan ? *plan : StepPlan{};
+}
+
+TEST(SchedulerFirstTokenStepTest, AFloodedNewcomersShortPromptRunsAloneThenTheDecodes) {
+  NewcomerCase c;
+  c.config.max_num_seqs = 8;  // every slot is the flood's: one makes room for the newcomer
+  SchedulerHarness h(c.config);
+  const StepPlan plan = newcomer_step(h, c);
+  ASSERT_EQ(plan.batch.seqs.size(), 1u);
+  ASSERT_NE(slice_of(plan, 20), nullptr);
+  EXPECT_EQ(slice_of(plan, 20)->num_tokens, 20);
+  EXPECT_FALSE(h.outputs[20].empty());  // its first token came from that short step
+  EXPECT_EQ(h.scheduler.stats().num_first_token_steps, 1u);
+  // Another newcomer at once: the decodes go first, never two first-token steps in a row.
+  h.add(21, token_range(20, 60000), 4, Priority::kNormal, false, "lone 2");
+  const auto next = h.step();
+  ASSERT_TRUE(next);
+  EXPECT_NE(slice_of(*next, 1), nullptr);
+  EXPECT_NE(slice_of(*next, 20), nullptr);
+  EXPECT_EQ(h.scheduler.stats().num_first_token_steps, 1u);
+  h.run_until_idle(4000);
+  for (RequestId id : {1, 2, 3, 4, 5, 6, 7, 8, 20, 21}) {
+    EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
+  }
+}
+
+// Where a step of its own would not halve the time to the newcomer's first token, or the
+// newcomer is no newcomer, its prompt shares the step with the decodes.
+TEST(SchedulerFirstTokenStepTest, OtherwiseThePromptJoinsTheDecodes) {
+  std::vector<std::pair<std::string, NewcomerCase>> cases;
+  cases.push_back({"decodes cheaper than the prompt", {.machine = test_machine()}});
+  cases.push_back({"a prompt over a quarter of the budget", {.prompt_len = 60}});
+  cases.push_back({"the flood's own request", {.client = "flood"}});
+  NewcomerCase fifo;
+  fifo.config.fairness = Fairness::kFifo;
+  cases.push_back({"fifo fairness", fifo});
+  for (const auto& [name, c] : cases) {
+    SchedulerHarness h(c.config);
+    const StepPlan plan = newcomer_step(h, c);
+    EXPECT_NE(slice_of(plan, 1), nullptr) << name;
+    EXPECT_NE(slice_of(plan, 20), nullptr) << name;
+    EXPECT_EQ(h.scheduler.stats().num_first_token_steps, 0u) << name;
+  }
 }
 
 }  // namespace
