@@ -19,11 +19,10 @@ constexpr double kRunningPrefillShareWhileOthersWait = 0.5;
 // step instead of one block per step, for a bounded overrun of everyone's inter-token latency.
 constexpr double kMinProgressShareOfBudget = 0.25;
 
-// A first-token step may take this share of max_step_ms: the most the decodes it delays wait.
-constexpr double kFirstTokenStepShareOfBudget = 0.25;
-
+// A first-token step stays inside the budget like any step: the decodes it delays wait at most
+// one step's budget more, once.
 double first_token_step_limit_ms(const SchedulerConfig& config, const StepCostModel& model) {
-  return config.max_step_ms * kFirstTokenStepShareOfBudget / (1.0 + model.margin);
+  return config.max_step_ms / (1.0 + model.margin);
 }
 
 // The largest n in [0, max_n] with fits(n), for fits monotone (true up to some n, then false).

@@ -260,7 +260,9 @@ TEST(SchedulerFirstTokenStepTest, AFloodedNewcomersShortPromptRunsAloneThenTheDe
 TEST(SchedulerFirstTokenStepTest, OtherwiseThePromptJoinsTheDecodes) {
   std::vector<std::pair<std::string, NewcomerCase>> cases;
   cases.push_back({"decodes cheaper than the prompt", {.machine = test_machine()}});
-  cases.push_back({"a prompt over a quarter of the budget", {.prompt_len = 60}});
+  NewcomerCase long_prompt{.prompt_len = 200};
+  long_prompt.machine.per_sampled_ms = 20;  // it alone (~126 ms) would still halve its first step
+  cases.push_back({"a prompt over the budget", long_prompt});
   cases.push_back({"the flood's own request", {.client = "flood"}});
   NewcomerCase fifo;
   fifo.config.fairness = Fairness::kFifo;
