@@ -149,8 +149,8 @@ bool Scheduler::first_token_step_due() const {
   const double alone_ms = step_cost_.predict_ms(*prompt);
   StepShape together = decodes;
   together += *prompt;
-  return alone_ms <= first_token_step_limit_ms(config_, step_cost_) &&
-         2.0 * alone_ms <= step_cost_.predict_ms(together);
+  // Whether it fits the budget is joins_first_token_step()'s to say.
+  return 2.0 * alone_ms <= step_cost_.predict_ms(together);
 }
 
 std::optional<StepShape> Scheduler::newcomer_prompt_shape(const Sequence& seq) const {
