@@ -19,9 +19,8 @@ constexpr double kRunningPrefillShareWhileOthersWait = 0.5;
 // step instead of one block per step, for a bounded overrun of everyone's inter-token latency.
 constexpr double kMinProgressShareOfBudget = 0.25;
 
-// A first-token step stays inside the budget like any step: the decodes it delays wait at most
-// one step's budget more, once.
-double first_token_step_limit_ms(const SchedulerConfig& config, const StepCostModel& model) {
+// What a step may be predicted to take: max_step_ms, less the model's recent error.
+double planning_limit_ms(const SchedulerConfig& config, const StepCostModel& model) {
   return config.max_step_ms / (1.0 + model.margin);
 }
 
@@ -100,7 +99,7 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
   if (!draft.time_bound || num_tokens <= 0) return num_tokens;
   const StepShape base = shape_of(draft);
   const double base_ms = step_cost_.predict_ms(base);
-  double limit_ms = config_.max_step_ms / (1.0 + step_cost_.margin);
+  double limit_ms = planning_limit_ms(config_, step_cost_);
   const bool others_wait =
       !waiting_.empty() && running_.size() < static_cast<size_t>(config_.max_num_seqs);
   if (!admitting && others_wait) {
@@ -171,7 +170,8 @@ bool Scheduler::joins_first_token_step(const Draft& draft, const Sequence& seq) 
   if (!prompt || prompt->num_tokens > draft.token_budget) return false;
   StepShape step = shape_of(draft);
   step += *prompt;
-  return step_cost_.predict_ms(step) <= first_token_step_limit_ms(config_, step_cost_);
+  // Inside the budget like any step: the decodes it delays wait one step's budget more, once.
+  return step_cost_.predict_ms(step) <= planning_limit_ms(config_, step_cost_);
 }
 
 // Drafts come after the decodes and before prefill chunks; while prefills are pending they
@@ -181,7 +181,7 @@ int32_t Scheduler::fit_drafts_to_time_budget(const Draft& draft, const Scheduled
   if (!draft.time_bound || num_drafts <= 0) return num_drafts;
   const StepShape base = shape_of(draft);
   const double base_ms = step_cost_.predict_ms(base);
-  double limit_ms = config_.max_step_ms / (1.0 + step_cost_.margin);
+  double limit_ms = planning_limit_ms(config_, step_cost_);
   const bool prefills_pending =
       !waiting_.empty() || std::any_of(running_.begin(), running_.end(), [](const Sequence* s) {
         return s->num_remaining_tokens() > 1;
