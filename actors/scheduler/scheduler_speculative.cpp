@@ -8,7 +8,8 @@
 // Drafts are the cheapest thing to drop: they take only what the step's token budget, its
 // time budget and the free KV blocks leave after the decodes (never evicting cached prefixes,
 // never preempting anyone), none in a step decoding more than disable_by_batch_size
-// sequences, and a sequence whose drafts keep failing pauses drafting.
+// sequences, none while the step-time budget applies and a prompt is pending (see
+// fit_drafts_to_time_budget()), and a sequence whose drafts keep failing pauses drafting.
 #include <algorithm>
 
 #include "actors/scheduler/ngram_proposer.hpp"

@@ -268,6 +268,46 @@ TEST(SchedulerSpeculative, LargeBatchesDecodeWithoutDrafts) {
   for (RequestId id = 1; id <= 3; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id));
 }
 
+// With the step-time budget on, drafts spend only time no prompt needs: none in a step while a
+// prompt prefills; once it is done, the stream drafts again.
+TEST(SchedulerSpeculative, NoDraftsWhileAPromptPrefills) {
+  SchedulerConfig config = speculative_config(4);
+  config.max_step_ms = 100;
+  SchedulerHarness h(config, 1ULL << 62, kPeriod);
+  StepCostModel model;
+  model.usable = true;
+  model.fixed_ms = 5;
+  model.per_token_ms = 1;  // a step of 1 + 4 drafts + a 32-token chunk fits the budget easily
+  h.scheduler.set_step_cost_model(model);
+  ASSERT_EQ(h.add(1, repeating_prompt(1, 30), 200, Priority::kNormal, true), AddResult::kAccepted);
+  bool drafted_before = false;
+  while (!drafted_before) {
+    const auto plan = h.step();
+    ASSERT_TRUE(plan.has_value());
+    drafted_before = plan->batch.seqs.front().num_draft_tokens > 0;
+  }
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 200; ++i) prompt.push_back(300 + i);
+  ASSERT_EQ(h.add(2, prompt, 4), AddResult::kAccepted);
+  int32_t prefill_steps = 0;
+  bool drafted_after = false;
+  while (h.scheduler.has_unfinished_requests() && !drafted_after) {
+    const auto plan = h.step();
+    ASSERT_TRUE(plan.has_value());
+    const auto* stream = testing::slice_of(*plan, 1);
+    ASSERT_NE(stream, nullptr);
+    const auto* prompt_slice = testing::slice_of(*plan, 2);
+    if (prompt_slice != nullptr && prompt_slice->num_tokens > 1) {
+      ++prefill_steps;
+      EXPECT_EQ(stream->num_draft_tokens, 0) << "step " << plan->batch.step_id;
+    } else {
+      drafted_after = stream->num_draft_tokens > 0;
+    }
+  }
+  EXPECT_GT(prefill_steps, 1);
+  EXPECT_TRUE(drafted_after);
+}
+
 // Drafts that keep failing stop being made for a while (the adaptive rule). A hand-driven
 // "model": plain decode steps copy the token three back (the text stays periodic, so prompt
 // lookup keeps proposing), and every verify span rejects its first draft.
