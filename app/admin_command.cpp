@@ -226,10 +226,11 @@ std::vector<std::string> stats_lines(dom::element r) {
                              number(r, "/step_time_ms/p50"), number(r, "/step_time_ms/p99"),
                              number(r, "/ttft_ms/p50"), number(r, "/ttft_ms/p99")));
   row("budget", fmt::format("max step {:.0f} ms; last step predicted {:.1f} ms, took {:.1f} ms "
-                            "(mean error {:.0f}%); {} steps cut",
+                            "(mean error {:.0f}%, margin {:.0f}%); {} steps cut",
                             number(r, "/step_budget/max_step_ms"), number(r, "/step_budget/predicted_ms"),
                             number(r, "/step_budget/actual_ms"),
                             100 * number(r, "/step_budget/mean_abs_error_ratio"),
+                            100 * number(r, "/step_budget/margin"),
                             integer(r, "/step_budget/budgeted_steps")));
   row("fairness", fmt::format("{} clients waiting, {} fair-share preemptions",
                               integer(r, "/fairness/waiting_clients"),

@@ -170,6 +170,7 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
       .field("predicted_ms", cost.last_predicted_ms)
       .field("actual_ms", cost.last_actual_ms)
       .field("mean_abs_error_ratio", cost.mean_abs_error_ratio)
+      .field("margin", cost.planning_margin)
       .field("budgeted_steps", cost.num_time_budgeted_steps)
       .field("first_token_steps", cost.num_first_token_steps);
   json.key("model").begin_object();

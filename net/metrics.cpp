@@ -303,6 +303,9 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   p.gauge("troupe:step_time_prediction_error_ratio",
           "Mean |predicted - actual| / actual step time over ~100 recent steps.",
           cost.mean_abs_error_ratio);
+  p.gauge("troupe:step_budget_margin_ratio",
+          "Share of the budget kept free: steps are planned to max_step_ms / (1 + margin).",
+          cost.planning_margin);
   p.gauge("troupe:step_cost_model_seconds",
           "Fitted step cost per unit of each term (fixed, token, context pair, sampled row).",
           {{{{"term", "fixed"}}, cost.fixed_ms / 1000.0},

@@ -169,6 +169,9 @@ struct StepCostStats {
   double last_predicted_ms = 0;
   double last_actual_ms = 0;
   double mean_abs_error_ratio = 0;  // |predicted - actual| / actual, over ~100 recent steps
+  // What the policy keeps free: steps are planned to max_step_ms / (1 + margin)
+  // (scheduler::PlanningMargin).
+  double planning_margin = 0;
   uint64_t num_predicted = 0;       // steps planned with a usable model
   uint64_t num_time_budgeted_steps = 0;  // steps whose prefill the budget cut
   uint64_t num_first_token_steps = 0;    // steps of newcomers' prompts alone

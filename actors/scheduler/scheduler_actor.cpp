@@ -24,29 +24,32 @@ SchedulerActor::SchedulerActor(SchedulerConfig config, StepCostFitterConfig step
       board_(std::move(board)),
       step_cost_(step_cost) {
   step_cost_stats_.max_step_ms = policy_.config().max_step_ms;
-  policy_.set_step_cost_model(step_cost_.model());
+  step_cost_stats_.planning_margin = planning_margin_.value();
+  StepCostModel model = step_cost_.model();
+  model.margin = planning_margin_.value();
+  policy_.set_step_cost_model(model);
   publish_stats();
 }
 
 // NOTE: the prediction compared is the one the plan was made with (the model before this
 // step's refit), so the error is what the budget actually suffered.
 void SchedulerActor::learn_step_cost(const StepPlan& plan, double device_ms) {
+  StepCostStats& s = step_cost_stats_;
   if (plan.predicted_ms > 0) {
     const double error = std::abs(plan.predicted_ms - device_ms) / std::max(device_ms, 1e-3);
     // An exponential average over ~100 steps: recent enough to follow the machine.
     constexpr double kSmoothing = 0.01;
-    StepCostStats& s = step_cost_stats_;
     s.mean_abs_error_ratio = s.num_predicted == 0 ? error
                                                   : s.mean_abs_error_ratio + kSmoothing * (error - s.mean_abs_error_ratio);
     ++s.num_predicted;
     s.last_predicted_ms = plan.predicted_ms;
   }
-  step_cost_stats_.last_actual_ms = device_ms;
+  if (plan.time_budgeted) planning_margin_.observe_budget_cut_step(plan.predicted_ms, device_ms);
+  s.planning_margin = planning_margin_.value();
+  s.last_actual_ms = device_ms;
   step_cost_.observe(plan.shape, device_ms);
   StepCostModel model = step_cost_.model();
-  // Capped at 50 % (planning to 2/3 of the budget): a wildly wrong model must still let
-  // prefill progress.
-  model.margin = std::clamp(step_cost_stats_.mean_abs_error_ratio, 0.0, 0.5);
+  model.margin = planning_margin_.value();
   policy_.set_step_cost_model(model);
 }
 
@@ -236,6 +239,7 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   StepPlan measured;  // the plan's shape and prediction, for the cost model (the batch moves)
   measured.shape = plan.shape;
   measured.predicted_ms = plan.predicted_ms;
+  measured.time_budgeted = plan.time_budgeted;
   std::vector<RequestId> scheduled;
   scheduled.reserve(plan.batch.seqs.size());
   for (const gpu::SequenceSlice& slice : plan.batch.seqs) scheduled.push_back(slice.seq_id);

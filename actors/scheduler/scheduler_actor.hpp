@@ -88,6 +88,7 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   std::vector<ingress::AdmissionRefused> refused_;
   engine::RollingLatency step_time_;
   StepCostFitter step_cost_;
+  PlanningMargin planning_margin_;
   StructuredOutput structured_;
   engine::StructuredOutputStats structured_stats_;
   engine::StepCostStats step_cost_stats_;

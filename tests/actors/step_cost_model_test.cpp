@@ -129,5 +129,18 @@ TEST(StepCostFitterTest, FollowsTheMachineWhenItSlowsDown) {
   EXPECT_NEAR(fitter.model().per_token_ms, 1.5, 0.1);
 }
 
+// The margin follows how far budget-cut steps ran over their prediction, forgets the prior
+// within a few steps, ignores steps that ran faster, and is capped.
+TEST(PlanningMarginTest, FollowsOverrunsOfBudgetCutSteps) {
+  PlanningMargin margin;
+  EXPECT_DOUBLE_EQ(margin.value(), PlanningMargin::kPrior);
+  for (int i = 0; i < 40; ++i) margin.observe_budget_cut_step(100, 90);  // faster than predicted
+  EXPECT_LT(margin.value(), 0.01);
+  for (int i = 0; i < 40; ++i) margin.observe_budget_cut_step(100, 110);  // 10 % over
+  EXPECT_NEAR(margin.value(), 0.10, 0.01);
+  for (int i = 0; i < 40; ++i) margin.observe_budget_cut_step(100, 400);
+  EXPECT_DOUBLE_EQ(margin.value(), PlanningMargin::kMax);
+}
+
 }  // namespace
 }  // namespace troupe::scheduler
