@@ -157,11 +157,15 @@ def long_prefill_result(recs, long: Stream, alones: list, alone_tok, busy_tok, a
                    and r.finish]
     before = ms_stats(gaps_within(recs, t_first_all, long.sent))
     during = ms_stats(gaps_overlapping(recs, long.sent, t_long_first))
+    # Where the worst gaps fall: (ms after the long prompt was sent, gap ms), largest first.
+    worst = sorted(((a - long.sent, b - a) for r in recs for a, b in br.gaps(r.times)
+                    if b > long.sent and a < t_long_first), key=lambda g: -g[1])[:8]
     alone_ttft = min(a.ttft for a in alones)
     ratio = long.ttft / alone_ttft
     return {
         "long_prompt_tokens": busy_tok, "alone_prompt_tokens": alone_tok,
         "itl_before_ms": before, "itl_during_prefill_ms": during,
+        "itl_during_worst_at_ms": [[round(1000 * t), round(1000 * g)] for t, g in worst],
         "long_ttft_ms": round(1000 * long.ttft, 1), "alone_ttft_ms": round(1000 * alone_ttft, 1),
         "alone_ttft_runs_ms": [round(1000 * a.ttft, 1) for a in alones],
         "ttft_ratio": round(ratio, 2),
