@@ -85,6 +85,10 @@ def test_a_long_prompt_does_not_stall_running_streams(start_server):
           f"ITL p50 {statistics.median(gaps) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
           f"max {max(gaps) * 1000:.0f} ms")
     assert p99 < 5 * BUDGET_MS / 1000, f"ITL p99 {p99 * 1000:.0f} ms during the long prefill"
+    # The planning margin learned from the steps the budget cut (it starts at a 25 % prior).
+    margin = metric(server.base_url, "troupe:step_budget_margin_ratio")
+    print(f"planning margin {margin:.3f}")
+    assert margin != 0.25, "the planning margin never saw a budget-cut step"
     server.stop()  # ends the streams (their sockets close)
     for t in streams:
         t.join(timeout=60)
