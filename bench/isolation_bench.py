@@ -33,7 +33,10 @@ Scenarios
                 "user": "lone") sends a short streamed request (max_tokens 8) --lone-n times, one
                 after another. Measured: its TTFT median/max vs the same on the idle server.
                 Target: <= 2x idle. A lone request past --lone-timeout counts as a timeout and
-                ends the series.
+                ends the series. --lone-think-ms T: a pause uniform in [0, T] ms before each
+                lone request (default 0: it follows its predecessor's last token, i.e. a step
+                boundary, so it waits for nearly a whole step; T over a step's length gives
+                random arrival phases, as independent users have).
   tokenize-stall (troupe only) while one SSE stream runs, POST /tokenize with an ~8 MB prompt
                 while GET /health is polled every 50 ms. Measured: worst /health latency and the
                 stream's worst ITL overlapping the /tokenize call.
@@ -212,6 +215,8 @@ async def lone_series(session, srv: Srv, args, tag: str, timeout: float) -> list
     out = []
     for k in range(args.lone_n):
         prompt = f"Lone {tag} {k}: " + varied_text(rng, 10)
+        if args.lone_think_ms > 0:
+            await asyncio.sleep(rng.uniform(0, args.lone_think_ms) / 1000)
         state = await queue_state(session, srv)
         rec = await timed_request(session, srv, prompt, 8, timeout, "lone-key", "lone")
         out.append({"ttft_ms": round(1000 * rec.ttft, 1) if rec.ttft else None,
@@ -490,7 +495,8 @@ def parse_args():
                    stream_max_tokens=1024, long_tokens=3750, long_max_tokens=16,
                    itl_target_ms=150.0, ttft_ratio_target=1.3)
     br.add_options(ap.add_argument_group("flood"), flood_inflight=200, flood_max_tokens=128,
-                   lone_n=5, lone_timeout=300.0, settle_s=3.0, flood_ratio_target=2.0)
+                   lone_n=5, lone_think_ms=0.0, lone_timeout=300.0, settle_s=3.0,
+                   flood_ratio_target=2.0)
     g = ap.add_argument_group("tokenize-stall")
     g.add_argument("--tokenize-bytes", type=int, default=8_000_000,
                    help="prompt size (the JSON body must stay under http.max_body_bytes)")
