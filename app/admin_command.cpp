@@ -236,7 +236,7 @@ std::vector<std::string> stats_lines(dom::element r) {
                               integer(r, "/fairness/waiting_clients"),
                               integer(r, "/fairness/preemptions")));
   if (const int64_t drafts = integer(r, "/speculative/drafts"); drafts > 0) {
-    row("speculative", fmt::format("{:.1f}% of {} draft tokens accepted ({} verify spans)",
+    row("drafts", fmt::format("{:.1f}% of {} draft tokens accepted ({} verify spans)",
                                    100 * number(r, "/speculative/acceptance_rate"),
                                    integer(r, "/speculative/draft_tokens"), drafts));
   }
