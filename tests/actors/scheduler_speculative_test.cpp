@@ -224,11 +224,8 @@ TEST(SchedulerSpeculative, DraftsFitTheStepTimeBudget) {
   SchedulerConfig config = speculative_config(8);
   config.max_step_ms = 10;
   SchedulerHarness h(config, 1ULL << 62, kPeriod);
-  StepCostModel model;
-  model.usable = true;
-  model.fixed_ms = 5;
-  model.per_token_ms = 1;  // a decode alone: 6 ms, so at most 4 drafts fit in 10 ms
-  h.scheduler.set_step_cost_model(model);
+  // A decode alone: 6 ms, so at most 4 drafts fit in 10 ms.
+  h.scheduler.set_step_cost_model({.fixed_ms = 5, .per_token_ms = 1, .usable = true});
   ASSERT_EQ(h.add(1, repeating_prompt(1, 30), 60, Priority::kNormal, true), AddResult::kAccepted);
   int32_t most = 0;
   while (h.scheduler.has_unfinished_requests()) {
@@ -274,11 +271,8 @@ TEST(SchedulerSpeculative, NoDraftsWhileAPromptPrefills) {
   SchedulerConfig config = speculative_config(4);
   config.max_step_ms = 100;
   SchedulerHarness h(config, 1ULL << 62, kPeriod);
-  StepCostModel model;
-  model.usable = true;
-  model.fixed_ms = 5;
-  model.per_token_ms = 1;  // a step of 1 + 4 drafts + a 32-token chunk fits the budget easily
-  h.scheduler.set_step_cost_model(model);
+  // A step of 1 + 4 drafts + a 32-token chunk fits the budget easily.
+  h.scheduler.set_step_cost_model({.fixed_ms = 5, .per_token_ms = 1, .usable = true});
   ASSERT_EQ(h.add(1, repeating_prompt(1, 30), 200, Priority::kNormal, true), AddResult::kAccepted);
   bool drafted_before = false;
   while (!drafted_before) {
