@@ -222,6 +222,8 @@ class Scheduler {
   // token budget, the step-time budget and the free KV blocks.
   void schedule_drafts(Draft& draft);
   int32_t max_drafts(Sequence& seq, int32_t token_budget);
+  // A prompt prefills, or waits while a sequence slot is free (scheduler_time_budget.cpp).
+  bool prompts_pending() const;
   // How many of num_drafts drafts fit the step-time budget (all when it does not apply).
   int32_t fit_drafts_to_time_budget(const Draft& draft, const Scheduled& entry,
                                     int32_t num_drafts) const;

@@ -9,7 +9,7 @@
 // time budget and the free KV blocks leave after the decodes (never evicting cached prefixes,
 // never preempting anyone), none in a step decoding more than disable_by_batch_size
 // sequences, none while the step-time budget applies and a prompt is pending (see
-// fit_drafts_to_time_budget()), and a sequence whose drafts keep failing pauses drafting.
+// prompts_pending()), and a sequence whose drafts keep failing pauses drafting.
 #include <algorithm>
 
 #include "actors/scheduler/ngram_proposer.hpp"
@@ -59,6 +59,7 @@ void Scheduler::schedule_drafts(Draft& draft) {
   // brings (vLLM's disable_by_batch_size); every entry so far is a decode.
   const int32_t limit = spec.disable_by_batch_size;
   if (limit > 0 && static_cast<int32_t>(draft.entries.size()) > limit) return;
+  if (draft.time_bound && prompts_pending()) return;  // see prompts_pending()
   for (Scheduled& entry : draft.entries) {
     Sequence& seq = *entry.seq;
     // Every entry so far is a decode (one token, the sequence's last).

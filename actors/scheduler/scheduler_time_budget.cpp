@@ -174,19 +174,19 @@ bool Scheduler::joins_first_token_step(const Draft& draft, const Sequence& seq) 
   return step_cost_.predict_ms(step) <= planning_limit_ms(config_, step_cost_);
 }
 
-// Drafts come after the decodes and before prefill chunks, and only spend time no prompt
-// needs: while a prompt prefills or waits for a free slot they get none. Given a share, they
-// took it from a long prompt in every step of its prefill (its TTFT went from 1.3x to 2.1x its
-// TTFT alone beside four speculating streams, bench/RESULTS.md), for streams whose inter-token
-// latency the budget already bounds.
+// Drafts only spend time no prompt needs: schedule_drafts() makes none while this holds and the
+// budget applies. Given a share of the step instead, they took it from a long prompt in every
+// step of its prefill (its TTFT went from 1.3x to 2.1x its TTFT alone beside four speculating
+// streams, bench/RESULTS.md), for streams whose inter-token latency the budget already bounds.
+bool Scheduler::prompts_pending() const {
+  if (!waiting_.empty() && num_sequence_slots_used() < config_.max_num_seqs) return true;
+  return std::any_of(running_.begin(), running_.end(),
+                     [](const Sequence* s) { return s->num_remaining_tokens() > 1; });
+}
+
 int32_t Scheduler::fit_drafts_to_time_budget(const Draft& draft, const Scheduled& entry,
                                              int32_t num_drafts) const {
   if (!draft.time_bound || num_drafts <= 0) return num_drafts;
-  const bool prompts_pending =
-      (!waiting_.empty() && num_sequence_slots_used() < config_.max_num_seqs) ||
-      std::any_of(running_.begin(), running_.end(),
-                  [](const Sequence* s) { return s->num_remaining_tokens() > 1; });
-  if (prompts_pending) return 0;
   const StepShape base = shape_of(draft);
   const double limit_ms = planning_limit_ms(config_, step_cost_);
   const int32_t position = entry.seq->num_computed_tokens;
