@@ -1,6 +1,7 @@
 // KvTransferAgent (actors/kv_cache/kv_transfer_agent.hpp): the kv-cache actor's KV movement,
 // driven synchronously with a fake transport and a fake peer client (named as such: the real
-// UCX transport has its own test, kv_transfer_test, and the whole path its end-to-end test,
+// UCX transport has its own tests, kv_transfer_in_process_test, kv_transfer_cross_process_test
+// and kv_transfer_segments_test, and the whole path its end-to-end test,
 // tests/e2e/test_disagg.py). Messages the agent posts to itself are fed back by hand, as the
 // actor's mailbox would.
 #include <deque>

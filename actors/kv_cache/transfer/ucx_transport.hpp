@@ -28,7 +28,7 @@
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails its pulls instead of hanging
 // them. With UCX 1.13 (Debian 12) that narrows the usable transports (seen with
 // UCX_LOG_LEVEL=info, whose "ep_cfg" lines name each lane, and in tests/actors/
-// kv_transfer_test.cpp):
+// kv_transfer_in_process_test.cpp and kv_transfer_cross_process_test.cpp):
 //   - tcp: works (lo or eth0, UCX's default device choice).
 //   - posix/sysv shared memory: refused for PEER mode ("no peer failure handler"); UCX_TLS=
 //     posix,cma alone makes every connection fail with "Destination is unreachable". Tried and
