@@ -176,8 +176,8 @@ bool Scheduler::joins_first_token_step(const Draft& draft, const Sequence& seq) 
 
 // Drafts only spend time no prompt needs: schedule_drafts() makes none while this holds and the
 // budget applies. Given a share of the step instead, they took it from a long prompt in every
-// step of its prefill (its TTFT went from 1.3x to 2.1x its TTFT alone beside four speculating
-// streams, bench/RESULTS.md), for streams whose inter-token latency the budget already bounds.
+// step of its prefill (beside four speculating streams its TTFT was 2.2x its TTFT alone, 1.35x
+// without drafts: bench/RESULTS.md), for streams whose inter-token latency the budget bounds.
 bool Scheduler::prompts_pending() const {
   if (!waiting_.empty() && num_sequence_slots_used() < config_.max_num_seqs) return true;
   return std::any_of(running_.begin(), running_.end(),
