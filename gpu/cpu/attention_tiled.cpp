@@ -210,6 +210,19 @@ int32_t attention_tile_tokens(int32_t group, int32_t num_keys) {
   return static_cast<int32_t>(std::clamp<int64_t>(fit / 2 * 2, kMinTileTokens, kMaxTileTokens));
 }
 
+namespace {
+
+// llama.cpp's tinyBLAS order for one score: 8 dim lanes, each an fma chain over dims j, j + 8,
+// ..., then the hsum8 tree. Dim d of the key is at k[d * k_stride] (1: a row; kPanelKeys: a
+// lane of a panel).
+float score_scalar(const float* q, const float* k, int64_t k_stride, int32_t hd) {
+  float acc[8] = {};
+  for (int32_t d = 0; d < hd; ++d) acc[d % 8] = std::fma(q[d], k[d * k_stride], acc[d % 8]);
+  return hsum8_strided(acc, 1);
+}
+
+}  // namespace
+
 void detail::tile_scores_scalar(const float* keys, int32_t first, int32_t count, int32_t hd,
                                 const float* q, float scale, const TileRows& rows) {
   for (int32_t r = 0; r < rows.num_rows; ++r) {
@@ -217,9 +230,7 @@ void detail::tile_scores_scalar(const float* keys, int32_t first, int32_t count,
     const int32_t end = std::min(first + count, rows.keys[r]);
     for (int32_t t = first; t < end; ++t) {
       const float* k = keys + static_cast<int64_t>(t - first) * hd;
-      float acc[8] = {};
-      for (int32_t d = 0; d < hd; ++d) acc[d % 8] = std::fma(qr[d], k[d], acc[d % 8]);
-      rows.s[r * rows.s_stride + t] = hsum8_strided(acc, 1) * scale;
+      rows.s[r * rows.s_stride + t] = score_scalar(qr, k, 1, hd) * scale;
     }
   }
 }
@@ -231,11 +242,7 @@ void detail::tile_scores_panels_scalar(const float* panels, int32_t first, int32
     const int32_t end = std::min(first + count, rows.keys[r]);
     for (int32_t t = first; t < end; ++t) {
       const float* k = panels + panel_offset(t, hd) - panel_offset(first, hd) + t % kPanelKeys;
-      float acc[8] = {};
-      for (int32_t d = 0; d < hd; ++d) {
-        acc[d % 8] = std::fma(qr[d], k[d * kPanelKeys], acc[d % 8]);
-      }
-      rows.s[r * rows.s_stride + t] = hsum8_strided(acc, 1) * scale;
+      rows.s[r * rows.s_stride + t] = score_scalar(qr, k, kPanelKeys, hd) * scale;
     }
   }
 }
