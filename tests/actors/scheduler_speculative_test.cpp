@@ -219,14 +219,20 @@ TEST(SchedulerSpeculative, DraftsFitTheTokenBudget) {
   for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id));
 }
 
+// Request 1, a stream whose text repeats (drafts get accepted), on a machine where a step costs
+// 5 ms plus 1 ms per token.
+void start_stream_on_linear_machine(SchedulerHarness& h, int32_t max_tokens) {
+  h.scheduler.set_step_cost_model({.fixed_ms = 5, .per_token_ms = 1, .usable = true});
+  ASSERT_EQ(h.add(1, repeating_prompt(1, 30), max_tokens, Priority::kNormal, true),
+            AddResult::kAccepted);
+}
+
 // Under the step-time budget drafts are cut to what the predicted time allows.
 TEST(SchedulerSpeculative, DraftsFitTheStepTimeBudget) {
   SchedulerConfig config = speculative_config(8);
   config.max_step_ms = 10;
   SchedulerHarness h(config, 1ULL << 62, kPeriod);
-  // A decode alone: 6 ms, so at most 4 drafts fit in 10 ms.
-  h.scheduler.set_step_cost_model({.fixed_ms = 5, .per_token_ms = 1, .usable = true});
-  ASSERT_EQ(h.add(1, repeating_prompt(1, 30), 60, Priority::kNormal, true), AddResult::kAccepted);
+  start_stream_on_linear_machine(h, 60);  // a decode alone: 6 ms, so at most 4 drafts fit
   int32_t most = 0;
   while (h.scheduler.has_unfinished_requests()) {
     const auto plan = h.step();
@@ -271,9 +277,7 @@ TEST(SchedulerSpeculative, NoDraftsWhileAPromptPrefills) {
   SchedulerConfig config = speculative_config(4);
   config.max_step_ms = 100;
   SchedulerHarness h(config, 1ULL << 62, kPeriod);
-  // A step of 1 + 4 drafts + a 32-token chunk fits the budget easily.
-  h.scheduler.set_step_cost_model({.fixed_ms = 5, .per_token_ms = 1, .usable = true});
-  ASSERT_EQ(h.add(1, repeating_prompt(1, 30), 200, Priority::kNormal, true), AddResult::kAccepted);
+  start_stream_on_linear_machine(h, 200);  // 1 + 4 drafts + a 32-token chunk: far under 100 ms
   bool drafted_before = false;
   while (!drafted_before) {
     const auto plan = h.step();
@@ -302,41 +306,61 @@ TEST(SchedulerSpeculative, NoDraftsWhileAPromptPrefills) {
   EXPECT_TRUE(drafted_after);
 }
 
+// Request 1: `length` prompt tokens repeating with `period` (prompt lookup always proposes).
+NewRequest periodic_request(int32_t period, int32_t length, int32_t max_tokens) {
+  NewRequest request;
+  request.request_id = 1;
+  for (int32_t i = 0; i < length; ++i) request.prompt_token_ids.push_back(10 + i % period);
+  request.stop.max_tokens = max_tokens;
+  request.stop.ignore_eos = true;
+  return request;
+}
+
+// One step of request 1 with a hand-driven "model": answer(batch, slice, text, tokens) appends
+// the step's sampled tokens, `text` being the request's tokens before the step.
+template <typename Answer>
+void hand_step(Scheduler& scheduler, Answer answer) {
+  const std::vector<int32_t> text = scheduler.find(1)->token_ids;
+  StepPlan plan = scheduler.schedule();
+  ASSERT_FALSE(plan.empty());
+  gpu::StepResult result;
+  result.step_id = plan.batch.step_id;
+  answer(plan.batch, plan.batch.seqs.front(), text, result.tokens);
+  scheduler.on_step_complete(result);
+  ASSERT_FALSE(scheduler.check_invariants().has_value());
+}
+
+// The drafts of a verify span.
+std::vector<int32_t> drafts_of(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice) {
+  const auto first = batch.token_ids.begin() + (slice.num_tokens - slice.num_draft_tokens);
+  return {first, first + slice.num_draft_tokens};
+}
+
 // Drafts that keep failing stop being made for a while (the adaptive rule). A hand-driven
 // "model": plain decode steps copy the token three back (the text stays periodic, so prompt
 // lookup keeps proposing), and every verify span rejects its first draft.
 TEST(SchedulerSpeculative, LowAcceptancePausesDrafting) {
   Scheduler scheduler(speculative_config(4));
-  NewRequest request;
-  request.request_id = 1;
-  for (int i = 0; i < 40; ++i) request.prompt_token_ids.push_back(10 + i % 3);
-  request.stop.max_tokens = 400;
-  request.stop.ignore_eos = true;
-  ASSERT_EQ(scheduler.add_request(request), AddResult::kAccepted);
+  ASSERT_EQ(scheduler.add_request(periodic_request(3, 40, 400)), AddResult::kAccepted);
   int verify_spans = 0;
   int paused_steps_with_a_proposal = 0;
   std::vector<int32_t> proposal;
   for (int step = 0; step < 300 && scheduler.has_unfinished_requests(); ++step) {
-    const Sequence& seq = *scheduler.find(1);
-    const bool paused = seq.draft_pause_steps > 0;
-    const std::vector<int32_t> tokens = seq.token_ids;
-    StepPlan plan = scheduler.schedule();
-    ASSERT_FALSE(plan.empty());
-    const gpu::SequenceSlice& slice = plan.batch.seqs.front();
-    gpu::StepResult result;
-    result.step_id = plan.batch.step_id;
-    if (slice.num_draft_tokens > 0) {
-      ++verify_spans;
-      EXPECT_FALSE(paused) << "drafted while paused, step " << step;
-      const int32_t draft = plan.batch.token_ids[static_cast<size_t>(slice.num_tokens - slice.num_draft_tokens)];
-      result.tokens.push_back({1, draft + 1000, 0.0f, {}});
-    } else {
-      result.tokens.push_back({1, tokens[tokens.size() - 3], 0.0f, {}});
-      propose_ngram(tokens, {2, 4, 4}, proposal);
-      if (paused && !proposal.empty()) ++paused_steps_with_a_proposal;
-    }
-    scheduler.on_step_complete(result);
-    ASSERT_FALSE(scheduler.check_invariants().has_value());
+    const bool paused = scheduler.find(1)->draft_pause_steps > 0;
+    ASSERT_NO_FATAL_FAILURE(hand_step(scheduler, [&](const gpu::StepBatch& batch,
+                                                     const gpu::SequenceSlice& slice,
+                                                     const std::vector<int32_t>& text,
+                                                     std::vector<gpu::SampledToken>& tokens) {
+      if (slice.num_draft_tokens > 0) {
+        ++verify_spans;
+        EXPECT_FALSE(paused) << "drafted while paused, step " << step;
+        tokens.push_back({1, drafts_of(batch, slice).front() + 1000, 0.0f, {}});
+      } else {
+        tokens.push_back({1, text[text.size() - 3], 0.0f, {}});
+        propose_ngram(text, {2, 4, 4}, proposal);
+        if (paused && !proposal.empty()) ++paused_steps_with_a_proposal;
+      }
+    }));
   }
   const SchedulerStats stats = scheduler.stats();
   EXPECT_EQ(stats.num_spec_accepted_tokens, 0u);
@@ -353,39 +377,30 @@ TEST(SchedulerSpeculative, LowAcceptancePausesDrafting) {
 TEST(SchedulerSpeculative, DraftLengthFollowsAcceptance) {
   constexpr size_t kCopyBack = 6;
   Scheduler scheduler(speculative_config(4));
-  NewRequest request;
-  request.request_id = 1;
-  for (int i = 0; i < 48; ++i) request.prompt_token_ids.push_back(10 + i % static_cast<int>(kCopyBack));
-  request.stop.max_tokens = 200;
-  request.stop.ignore_eos = true;
-  ASSERT_EQ(scheduler.add_request(request), AddResult::kAccepted);
+  ASSERT_EQ(scheduler.add_request(periodic_request(kCopyBack, 48, 200)), AddResult::kAccepted);
   const std::vector<bool> accept_all = {false, false, true, true};
   std::vector<int32_t> span_drafts;
   for (int step = 0; step < 200 && span_drafts.size() < accept_all.size(); ++step) {
-    std::vector<int32_t> text = scheduler.find(1)->token_ids;
-    StepPlan plan = scheduler.schedule();
-    ASSERT_FALSE(plan.empty());
-    const gpu::SequenceSlice& slice = plan.batch.seqs.front();
-    gpu::StepResult result;
-    result.step_id = plan.batch.step_id;
-    if (slice.num_draft_tokens > 0) {
-      const auto first = plan.batch.token_ids.begin() + (slice.num_tokens - slice.num_draft_tokens);
-      const std::vector<int32_t> drafts(first, first + slice.num_draft_tokens);
-      if (accept_all[span_drafts.size()]) {
-        for (int32_t draft : drafts) {
-          result.tokens.push_back({1, draft, 0.0f, {}});
-          text.push_back(draft);
+    ASSERT_NO_FATAL_FAILURE(hand_step(scheduler, [&](const gpu::StepBatch& batch,
+                                                     const gpu::SequenceSlice& slice,
+                                                     std::vector<int32_t> text,
+                                                     std::vector<gpu::SampledToken>& tokens) {
+      if (slice.num_draft_tokens > 0) {
+        const std::vector<int32_t> drafts = drafts_of(batch, slice);
+        if (accept_all[span_drafts.size()]) {
+          for (int32_t draft : drafts) {
+            tokens.push_back({1, draft, 0.0f, {}});
+            text.push_back(draft);
+          }
+          tokens.push_back({1, text[text.size() - kCopyBack], 0.0f, {}});
+        } else {
+          tokens.push_back({1, drafts.front() + 1000, 0.0f, {}});
         }
-        result.tokens.push_back({1, text[text.size() - kCopyBack], 0.0f, {}});
-      } else {
-        result.tokens.push_back({1, drafts.front() + 1000, 0.0f, {}});
+        span_drafts.push_back(slice.num_draft_tokens);
+      } else if (slice.sample) {
+        tokens.push_back({1, text[text.size() - kCopyBack], 0.0f, {}});
       }
-      span_drafts.push_back(slice.num_draft_tokens);
-    } else if (slice.sample) {
-      result.tokens.push_back({1, text[text.size() - kCopyBack], 0.0f, {}});
-    }
-    scheduler.on_step_complete(result);
-    ASSERT_FALSE(scheduler.check_invariants().has_value());
+    }));
   }
   // k, then one fewer after each rejection, then two more after the accepted span (capped at k).
   EXPECT_EQ(span_drafts, (std::vector<int32_t>{4, 3, 2, 4}));
