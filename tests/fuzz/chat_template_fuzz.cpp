@@ -8,9 +8,10 @@
 // content, its role then alternating user/assistant.
 // Properties: content spans are ordered, disjoint, inside the text, and each holds a role or a
 // (possibly trimmed) content; no message can add or remove a special token: the prompt has as
-// many control tokens as the same chat with every content and odd role replaced by "x"; the
-// work stays within a CPU budget per byte.
+// many control tokens as the same chat with every content and every role no template branches
+// on replaced by "x"; the work stays within a CPU budget per byte.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +31,10 @@ using namespace troupe;
 namespace {
 
 std::optional<model::Tokenizer> g_tokenizer;
+
+// Every role some template renders differently from an arbitrary one.
+constexpr std::array<std::string_view, 5> kBranchingRoles = {"system", "user", "assistant", "tool",
+                                                             "ipython"};
 
 bool is_blank(std::string_view s) {
   return s.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos;
@@ -117,10 +122,13 @@ void fuzz_one(const uint8_t* data, size_t size) {
   }
 
   // The same chat with nothing a client could use to smuggle special tokens: the templates only
-  // branch on system/user/assistant and on a content being blank, both kept.
+  // branch on the roles in kBranchingRoles (tool results are grouped into one turn by ChatML's
+  // tool format, rendered as ipython turns by Llama 3's) and on a content being blank, all kept.
   std::vector<model::ChatMessage> tame = messages;
   for (model::ChatMessage& m : tame) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") m.role = "x";
+    if (std::find(kBranchingRoles.begin(), kBranchingRoles.end(), m.role) == kBranchingRoles.end()) {
+      m.role = "x";
+    }
     if (!is_blank(m.content)) m.content = "x";
   }
   const std::vector<int32_t> tame_ids =
