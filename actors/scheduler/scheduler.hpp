@@ -28,12 +28,12 @@
 // comes before it in that order; while requests wait for admission a running prefill takes at
 // most half of the time left, so a short prompt is not queued behind a long one. With nothing decoding, prefills run at full size.
 //
-// First-token steps (kClient fairness with the budget on): when the queue's next request is of
-// a client that runs nothing, its whole prompt fits in max_step_ms, and running it alone at
-// least halves the step its first token comes from (the decodes beside it cost more than its
-// own prompt: a flooded server), the step holds only such newcomers' prompts; the decodes wait
-// that one step. Never two in a row, so decodes run at least every other step however many
-// newcomers arrive. See first_token_step_due().
+// First-token steps (config.first_token_steps, kClient fairness with the budget on): when the
+// queue's next request is of a client that runs nothing, its whole prompt fits in max_step_ms,
+// and running it alone at least halves the step its first token comes from (the decodes beside
+// it cost more than its own prompt: a flooded server), the step holds only such newcomers'
+// prompts; the decodes wait that one step. Never two in a row, so decodes run at least every
+// other step however many newcomers arrive. See first_token_step_due().
 //
 // Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
 // cancel()/finish()/add_request() may come at any point, also while a step is in flight.

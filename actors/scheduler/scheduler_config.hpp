@@ -76,6 +76,12 @@ struct SchedulerConfig {
   // the step's predicted time (StepCostModel, fitted by the actor) stays under this, so no
   // stream waits longer than about this between two tokens. 0: off (token budget only).
   double max_step_ms = 0;
+  // First-token steps (scheduler.hpp): on a flooded server a newcomer's prompt runs in a step of
+  // its own while the running streams wait that step. They buy newcomers' TTFT with the running
+  // streams' inter-token latency (bench/RESULTS.md: a flood's lone client 104 ms median instead
+  // of 158-242; ITL p99 155-160 ms instead of 110 at 64 streams of one-request connections).
+  // false: steady ITL, newcomers' prompts join the decodes' steps.
+  bool first_token_steps = true;
   // The model's end-of-generation ids (GGUF eos / eot). Finish a sequence unless ignore_eos;
   // StopConditions::stop_token_ids finish it regardless.
   std::vector<int32_t> eos_token_ids;

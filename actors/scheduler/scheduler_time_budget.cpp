@@ -130,6 +130,7 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
 // server would wait several idle TTFTs (issue 13's flood). SGLang runs prefill batches apart
 // from decode batches for the same reason; here only when it pays: see scheduler.hpp.
 bool Scheduler::first_token_step_due() const {
+  if (!config_.first_token_steps) return false;
   if (config_.fairness != Fairness::kClient || config_.max_step_ms <= 0 || !step_cost_.usable) {
     return false;
   }

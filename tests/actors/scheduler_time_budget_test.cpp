@@ -255,8 +255,9 @@ TEST(SchedulerFirstTokenStepTest, AFloodedNewcomersShortPromptRunsAloneThenTheDe
   }
 }
 
-// Where a step of its own would not halve the time to the newcomer's first token, or the
-// newcomer is no newcomer, its prompt shares the step with the decodes.
+// Where a step of its own would not halve the time to the newcomer's first token, the newcomer
+// is no newcomer, or first-token steps are switched off, its prompt shares the step with the
+// decodes.
 TEST(SchedulerFirstTokenStepTest, OtherwiseThePromptJoinsTheDecodes) {
   std::vector<std::pair<std::string, NewcomerCase>> cases;
   cases.push_back({"decodes cheaper than the prompt", {.machine = test_machine()}});
@@ -267,6 +268,9 @@ TEST(SchedulerFirstTokenStepTest, OtherwiseThePromptJoinsTheDecodes) {
   NewcomerCase fifo;
   fifo.config.fairness = Fairness::kFifo;
   cases.push_back({"fifo fairness", fifo});
+  NewcomerCase switched_off;
+  switched_off.config.first_token_steps = false;
+  cases.push_back({"first-token steps switched off", switched_off});
   for (const auto& [name, c] : cases) {
     SchedulerHarness h(c.config);
     const StepPlan plan = newcomer_step(h, c);
