@@ -168,6 +168,9 @@ ObjectReader scheduler_reader(scheduler::SchedulerConfig& s) {
     if (!fairness) throw ConfigError(fmt::format("{}: \"{}\" is not \"fifo\" or \"client\"", p, text));
     s.fairness = *fairness;
   });
+  reader.on("first_token_steps", [&s](element v, const std::string& p) {
+    s.first_token_steps = read_bool(v, p);
+  });
   return reader;
 }
 

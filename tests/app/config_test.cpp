@@ -112,6 +112,19 @@ TEST(Config, ErrorsNameTheKey) {
   expect_config_error(R"({"model": )", "invalid JSON");
 }
 
+// First-token steps trade running streams' ITL for newcomers' TTFT: on unless switched off.
+TEST(Config, ReadsTheFirstTokenStepsSwitch) {
+  EXPECT_TRUE(parse_config("{}").scheduler.first_token_steps);
+  EXPECT_FALSE(
+      parse_config(R"({"scheduler": {"first_token_steps": false}})").scheduler.first_token_steps);
+  EXPECT_TRUE(
+      parse_config(R"({"scheduler": {"first_token_steps": true}})").scheduler.first_token_steps);
+  expect_config_error(R"({"scheduler": {"first_token_steps": "yes"}})",
+                      "scheduler.first_token_steps: expected true or false");
+  expect_config_error(R"({"scheduler": {"first_token_steps": 0}})",
+                      "scheduler.first_token_steps: expected true or false");
+}
+
 // The grammar compiler's settings (structured output): defaults as before the keys existed, each
 // key read, and out-of-range or ill-typed values named.
 TEST(Config, ReadsTheStructuredOutputSettings) {
@@ -270,6 +283,7 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.scheduler.enable_prefix_caching, built_in.scheduler.enable_prefix_caching);
   EXPECT_EQ(preset.scheduler.max_step_ms, built_in.scheduler.max_step_ms);
   EXPECT_EQ(preset.scheduler.fairness, built_in.scheduler.fairness);
+  EXPECT_EQ(preset.scheduler.first_token_steps, built_in.scheduler.first_token_steps);
   EXPECT_EQ(preset.api.max_waiting_per_client, built_in.api.max_waiting_per_client);
   EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
   EXPECT_EQ(preset.structured_output.grammar_cache_size, built_in.structured_output.grammar_cache_size);
