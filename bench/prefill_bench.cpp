@@ -6,7 +6,9 @@
 // the two paths give bit-identical logits.
 //
 //   prefill_bench [--model PATH] [--threads N] [--reps N] [--long N] [--chunk N]
-//                 [--path both|tiled|per-token]
+//                 [--path both|tiled|per-token] [--precision exact|bf16]
+// --precision bf16 runs the tiled path with bf16 attention (cpu.prefill_attention; needs
+// AVX512-BF16) and implies --path tiled.
 // Each line also gives the process CPU time per token, which moves less than wall time on a
 // shared, loaded host, and the load average when the run started. On a box shared with builds
 // the medians still swing by tens of percent: the "best" line (the fastest rep of each length)
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "gpu/cpu/attention_tiled.hpp"
+#include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
 #include "model/gguf.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
@@ -43,6 +46,8 @@ struct Options {
   int long_tokens = 4096;
   int chunk = 512;
   std::string path = "both";
+  troupe::gpu::cpu::PrefillAttentionPrecision precision =
+      troupe::gpu::cpu::PrefillAttentionPrecision::kExact;
 };
 
 Options parse(int argc, char** argv) {
@@ -62,7 +67,16 @@ Options parse(int argc, char** argv) {
       o.chunk = std::atoi(v.c_str());
     else if (a == "--path")
       o.path = v;
+    else if (a == "--precision") {
+      const auto p = troupe::gpu::cpu::parse_prefill_attention_precision(v);
+      if (!p) {
+        std::fprintf(stderr, "--precision: exact or bf16, not %s\n", v.c_str());
+        std::exit(2);
+      }
+      o.precision = *p;
+    }
   }
+  if (o.precision != troupe::gpu::cpu::PrefillAttentionPrecision::kExact) o.path = "tiled";
   return o;
 }
 
@@ -160,12 +174,14 @@ int main(int argc, char** argv) {
   CpuBackendConfig cfg;
   cfg.num_threads = o.threads;
   cfg.num_blocks = (o.long_tokens + 15) / 16 + 16;
+  cfg.prefill_attention = o.precision;
   auto file =
       std::make_shared<const troupe::model::GgufFile>(troupe::model::GgufFile::open(o.model));
   auto backend = CpuBackend::from_gguf(file, cfg);
-  std::printf("model %s, %d threads, isa %s, prompt %d tokens in %d-token chunks\n",
+  std::printf("model %s, %d threads, isa %s, %s attention, prompt %d tokens in %d-token chunks\n",
               o.model.filename().c_str(), backend->num_threads(),
-              std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(), o.long_tokens,
+              std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(),
+              std::string(troupe::gpu::cpu::to_string(o.precision)).c_str(), o.long_tokens,
               o.chunk);
   PathResult before, after;
   if (o.path != "tiled") {

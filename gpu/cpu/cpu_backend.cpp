@@ -14,6 +14,15 @@ ForwardConfig forward_config(const model::LlamaConfig& c, const CpuBackendConfig
   f.block_size = config.block_size;
   f.isa = isa;
   f.observer = config.observer;
+  f.prefill_attention = config.prefill_attention;
+  // bf16 attention is worth having only where vdpbf16ps runs; elsewhere its scalar twin would
+  // be slower than the exact kernels, so refuse rather than quietly slow down.
+  if (config.prefill_attention == PrefillAttentionPrecision::kBf16 &&
+      (isa != IsaLevel::kAvx512Vnni || !bf16_attention_supported())) {
+    throw std::invalid_argument(
+        "CPU backend: prefill_attention \"bf16\" needs a CPU with AVX512-BF16 (and the avx512 "
+        "ISA level); this one runs \"exact\" only");
+  }
   if (config.block_size <= 0) throw std::invalid_argument("CPU backend: block_size must be positive");
   f.num_blocks = config.num_blocks;
   if (f.num_blocks <= 0) {

@@ -37,6 +37,8 @@ struct CpuBackendConfig {
   int64_t kv_memory_bytes = 256ll << 20;     // used when num_blocks == 0
   int32_t block_size = 16;                   // tokens per KV block
   std::optional<IsaLevel> isa;               // default: default_isa() (TROUPE_CPU_ISA caps it)
+  // Prompt tokens' attention (attention_tiled_bf16.hpp): exact (llama.cpp's bits) or bf16.
+  PrefillAttentionPrecision prefill_attention = PrefillAttentionPrecision::kExact;
   ForwardObserver observer;                  // parity probes and tests; empty normally
 };
 

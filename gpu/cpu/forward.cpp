@@ -77,7 +77,11 @@ int64_t LlamaForward::kv_bytes_per_block(const model::LlamaConfig& c, int32_t bl
 }
 
 LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& config)
-    : weights_(std::move(weights)), config_(config) {
+    : weights_(std::move(weights)),
+      config_(config),
+      bf16_kernels_(config.prefill_attention == PrefillAttentionPrecision::kBf16
+                        ? best_bf16_kernels()
+                        : Bf16Kernels::kScalar) {
   const model::LlamaConfig& c = weights_.config();
   if (config_.num_blocks <= 0 || config_.block_size <= 0) {
     throw std::invalid_argument("CPU backend: num_blocks and block_size must be positive");
@@ -272,6 +276,12 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
   if (tile_scratch_.size() < threads) tile_scratch_.resize(threads);  // grown once
   if (converted_.size() < threads) converted_.resize(threads);
   for (ConvertedHead& h : converted_) h.reset();  // this layer's KV: nothing held is valid
+  const bool bf16 = config_.prefill_attention == PrefillAttentionPrecision::kBf16;
+  if (bf16 && converted_bf16_.size() < threads) {
+    converted_bf16_.resize(threads);
+    bf16_scratch_.resize(threads);
+  }
+  for (ConvertedHeadBf16& h : converted_bf16_) h.reset();
   const std::vector<AttentionWork>& work = attn_plan_.work;
   const int64_t num_tiles = attn_plan_.num_tiles;
   int64_t total_keys = 0;
@@ -316,20 +326,27 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
       float* out = attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
                    static_cast<int64_t>(h) * group * hd;
       const int32_t position = b.positions[w.first_token];
+      AttentionTile tile{.head_dim = hd,
+                         .first_position = position,
+                         .num_tokens = w.num_tokens,
+                         .group = group,
+                         .q = q,
+                         .q_stride = W,
+                         .out = out,
+                         .out_stride = c.q_dim(),
+                         .scale = scale,
+                         .fp16_probabilities = true};
+      if (bf16) {
+        const ConvertedHeadBf16::Words words =
+            converted_bf16_[t].get(kv, table, h, position + w.num_tokens);
+        attention_tile_bf16({.shape = tile, .k = words.k, .v = words.v}, tile_scratch_[t],
+                            bf16_scratch_[t], bf16_kernels_);
+        continue;
+      }
       const ConvertedHead::Rows rows =
           converted_[t].get(kv, table, h, position + w.num_tokens, config_.isa);
-      const AttentionTile tile{.k = rows.k,
-                               .v = rows.v,
-                               .head_dim = hd,
-                               .first_position = position,
-                               .num_tokens = w.num_tokens,
-                               .group = group,
-                               .q = q,
-                               .q_stride = W,
-                               .out = out,
-                               .out_stride = c.q_dim(),
-                               .scale = scale,
-                               .fp16_probabilities = true};
+      tile.k = rows.k;
+      tile.v = rows.v;
       attention_tile(tile, tile_scratch_[t], config_.isa);
     }
   };

@@ -19,6 +19,7 @@
 
 #include "gpu/cpu/attention.hpp"
 #include "gpu/cpu/attention_tiled.hpp"
+#include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "gpu/cpu/cpu_features.hpp"
 #include "gpu/cpu/matmul.hpp"
 #include "gpu/cpu/thread_pool.hpp"
@@ -37,6 +38,9 @@ struct ForwardConfig {
   int32_t num_blocks = 0;  // KV blocks (all layers share block ids)
   int32_t block_size = 16;
   IsaLevel isa = IsaLevel::kScalar;
+  // Tiled prompt attention in llama.cpp's exact order, or in bf16 (attention_tiled_bf16.hpp;
+  // the caller checks bf16_attention_supported()).
+  PrefillAttentionPrecision prefill_attention = PrefillAttentionPrecision::kExact;
   ForwardObserver observer;  // empty: nothing observes (the normal case)
 };
 
@@ -143,6 +147,7 @@ class LlamaForward {
 
   model::LlamaWeights weights_;
   ForwardConfig config_;
+  Bf16Kernels bf16_kernels_;  // the best this CPU runs, when prefill_attention is bf16
   std::vector<Layer> layers_;
   Projection output_;
   int64_t packed_bytes_ = 0;
@@ -155,6 +160,8 @@ class LlamaForward {
   std::vector<std::vector<float>> attn_scratch_;  // per thread
   std::vector<AttentionTileScratch> tile_scratch_;  // per thread
   std::vector<ConvertedHead> converted_;            // per thread; reset every layer
+  std::vector<AttentionTileBf16Scratch> bf16_scratch_;  // per thread (prefill_attention bf16)
+  std::vector<ConvertedHeadBf16> converted_bf16_;       // per thread; reset every layer
   AttentionPlan attn_plan_;                         // this layer's, rebuilt in place
 };
 

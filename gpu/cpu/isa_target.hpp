@@ -18,8 +18,13 @@
 #define TROUPE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define TROUPE_TARGET_AVX512 \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+// AVX-512 plus BF16 (vdpbf16ps): Cooper Lake, Sapphire Rapids, Zen 4+.
+#define TROUPE_TARGET_AVX512_BF16                                                          \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
+                        "avx512bf16")))
 #else
 #define TROUPE_X86 0
 #define TROUPE_TARGET_AVX2
 #define TROUPE_TARGET_AVX512
+#define TROUPE_TARGET_AVX512_BF16
 #endif

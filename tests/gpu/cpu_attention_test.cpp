@@ -15,37 +15,17 @@
 #include "gpu/cpu/cpu_backend.hpp"
 #include "gpu/cpu/forward.hpp"
 #include "model/dummy_weights.hpp"
+#include "tests/gpu/cpu_attention_test_support.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
 
-struct Cache {
-  std::vector<uint16_t> k, v;
-  KvLayerView view;
-  Cache(int32_t blocks, int32_t block_size, int32_t kv_heads, int32_t hd) {
-    view.num_blocks = blocks;
-    view.block_size = block_size;
-    view.num_kv_heads = kv_heads;
-    view.head_dim = hd;
-    k.assign(view.block_elements() * blocks, 0);
-    v.assign(view.block_elements() * blocks, 0);
-    view.k = k.data();
-    view.v = v.data();
-  }
-};
-
-// Writes `n` tokens of random K/V into cache through `table`; returns them for reuse.
-std::vector<float> fill(Cache& c, const std::vector<int32_t>& table, int32_t n, uint64_t seed) {
-  const int32_t row = c.view.num_kv_heads * c.view.head_dim;
-  auto kv = testing::random_floats(static_cast<size_t>(2) * n * row, seed);
-  for (int32_t t = 0; t < n; ++t) {
-    kv_store(c.view, table[t / c.view.block_size], t % c.view.block_size, &kv[2 * t * row],
-             &kv[(2 * t + 1) * row]);
-  }
-  return kv;
-}
+using testing::Cache;
+using testing::fill;
+using testing::TileCase;
+using testing::TileSetup;
 
 // Tolerance: 2e-5 absolute on outputs of magnitude ~1 (float32 scores and sums vs double).
 TEST(Attention, MatchesReferenceForShapesAndLengths) {
@@ -242,80 +222,6 @@ TEST(AttentionPlan, HeadRunsCoverEveryQueryHeadOnce) {
   for (const auto& r : runs) sizes.push_back(r.num_heads);
   EXPECT_EQ(sizes, (std::vector<int32_t>{3, 3, 2, 1}));
 }
-
-// Tiled prefill: a chunk of `num_tokens` prompt tokens at positions first, first + 1, ... of one
-// sequence whose KV lies in shuffled blocks, q and out rows strided as in the forward pass.
-struct TileCase {
-  int32_t group, hd, first, num_tokens, bs;
-};
-
-struct TileSetup {
-  static constexpr int32_t kKvHeads = 2;
-  Cache cache;
-  std::vector<int32_t> table;
-  std::vector<float> q;
-  int64_t stride;  // floats per token in q and out (wider than the heads, like the qkv rows)
-  float scale;
-
-  explicit TileSetup(const TileCase& cs)
-      : cache(blocks(cs) + 3, cs.bs, kKvHeads, cs.hd),
-        table(blocks(cs)),
-        stride(static_cast<int64_t>(kKvHeads) * cs.group * cs.hd + 8),
-        scale(1.0f / std::sqrt(static_cast<float>(cs.hd))) {
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(cs.first + cs.num_tokens + cs.hd));
-    for (auto& b : table) b += 2;
-    fill(cache, table, cs.first + cs.num_tokens, 31 + cs.first);
-    q = testing::random_floats(stride * cs.num_tokens, 7 + cs.group, 3.0f);
-    for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
-  }
-  static int32_t blocks(const TileCase& cs) {
-    return (cs.first + cs.num_tokens + cs.bs - 1) / cs.bs;
-  }
-
-  std::vector<float> per_token(const TileCase& cs, IsaLevel isa, bool fp16p) {
-    std::vector<float> out(q.size(), -1.0f),
-        scratch(static_cast<size_t>(cs.group) * (cs.first + cs.num_tokens));
-    for (int32_t i = 0; i < cs.num_tokens; ++i) {
-      for (int32_t h = 0; h < kKvHeads; ++h) {
-        const int64_t at = i * stride + static_cast<int64_t>(h) * cs.group * cs.hd;
-        attention_group(cache.view, table.data(), cs.first + i + 1, h, q.data() + at, cs.group,
-                        scale, out.data() + at, scratch.data(), isa, fp16p, /*single_token=*/false);
-      }
-    }
-    return out;
-  }
-
-  // Tokens [i0, i0 + n) of the chunk as one tile of kv head h, reading K/V through `converted`.
-  void run_tile(const TileCase& cs, int32_t i0, int32_t n, int32_t h, IsaLevel isa, bool fp16p,
-                ConvertedHead& converted, AttentionTileScratch& scratch, float* out) {
-    const auto rows = converted.get(cache.view, table.data(), h, cs.first + i0 + n, isa);
-    const int64_t at = i0 * stride + static_cast<int64_t>(h) * cs.group * cs.hd;
-    const AttentionTile tile{.k = rows.k,
-                             .v = rows.v,
-                             .head_dim = cs.hd,
-                             .first_position = cs.first + i0,
-                             .num_tokens = n,
-                             .group = cs.group,
-                             .q = q.data() + at,
-                             .q_stride = stride,
-                             .out = out + at,
-                             .out_stride = stride,
-                             .scale = scale,
-                             .fp16_probabilities = fp16p};
-    attention_tile(tile, scratch, isa);
-  }
-
-  std::vector<float> tiled(const TileCase& cs, IsaLevel isa, bool fp16p,
-                           AttentionTileScratch& scratch) {
-    std::vector<float> out(q.size(), -1.0f);
-    ConvertedHead converted;
-    for (int32_t h = 0; h < kKvHeads; ++h) {
-      run_tile(cs, 0, cs.num_tokens, h, isa, fp16p, converted, scratch, out.data());
-    }
-    return out;
-  }
-};
 
 // The tile is the per-token chunk order exactly, for every kernel level: against the scalar
 // per-token path and against the SIMD per-token path at the same level. Chunks start at 0 and
