@@ -45,10 +45,10 @@ void set_pair_half(uint32_t& word, int32_t half, uint16_t value) {
   word = (word & ~(0xffffu << shift)) | (static_cast<uint32_t>(value) << shift);
 }
 
-// Keys [first, first + count) of one KV head's fp16 rows (key t at src + (t - first) * hd) into
-// the K panels and V pairs.
-void convert_run(const uint16_t* k_src, const uint16_t* v_src, int32_t first, int32_t count,
-                 int32_t hd, uint32_t* k, uint32_t* v) {
+}  // namespace
+
+void detail::convert_keys_bf16_scalar(const uint16_t* k_src, const uint16_t* v_src, int32_t first,
+                                      int32_t count, int32_t hd, uint32_t* k, uint32_t* v) {
   for (int32_t t = first; t < first + count; ++t) {
     const uint16_t* kr = k_src + static_cast<int64_t>(t - first) * hd;
     const uint16_t* vr = v_src + static_cast<int64_t>(t - first) * hd;
@@ -63,8 +63,6 @@ void convert_run(const uint16_t* k_src, const uint16_t* v_src, int32_t first, in
     }
   }
 }
-
-}  // namespace
 
 std::string_view to_string(PrefillAttentionPrecision precision) {
   return precision == PrefillAttentionPrecision::kBf16 ? "bf16" : "exact";
@@ -86,8 +84,10 @@ bool bf16_attention_supported() {
 }
 
 ConvertedHeadBf16::Words ConvertedHeadBf16::get(const KvLayerView& kv, const int32_t* block_table,
-                                                int32_t kv_head, int32_t num_keys) {
+                                                int32_t kv_head, int32_t num_keys,
+                                                Bf16Kernels kernels) {
   const int32_t hd = kv.head_dim;
+  const bool simd = kernels != Bf16Kernels::kScalar && hd % 32 == 0;
   if (block_table != block_table_ || kv_head != kv_head_) {
     block_table_ = block_table;
     kv_head_ = kv_head;
@@ -104,7 +104,11 @@ ConvertedHeadBf16::Words ConvertedHeadBf16::get(const KvLayerView& kv, const int
       const int32_t slot = t % kv.block_size;
       const int32_t run = std::min(kv.block_size - slot, num_keys - t);
       const size_t at = kv.offset(block_table[t / kv.block_size], kv_head, slot);
-      convert_run(kv.k + at, kv.v + at, t, run, hd, k_.data(), v_.data());
+      if (simd) {
+        detail::convert_keys_bf16_avx512(kv.k + at, kv.v + at, t, run, hd, k_.data(), v_.data());
+      } else {
+        detail::convert_keys_bf16_scalar(kv.k + at, kv.v + at, t, run, hd, k_.data(), v_.data());
+      }
       t += run;
     }
     // Whole panels and key pairs are read: zero what an earlier head or sequence left past the
@@ -183,8 +187,9 @@ void gather_queries(const AttentionTile& shape, int32_t num_rows, uint32_t* q) {
   }
 }
 
-// Each row's probabilities as bf16 pairs, zero past its keys up to the stride.
-void pack_probabilities(const detail::TileRows& rows, uint32_t* probs, int64_t stride) {
+}  // namespace
+
+void detail::pack_probabilities_scalar(const TileRows& rows, uint32_t* probs, int64_t stride) {
   for (int32_t r = 0; r < rows.num_rows; ++r) {
     const float* s = rows.s + r * rows.s_stride;
     uint32_t* pr = probs + r * stride;
@@ -195,8 +200,6 @@ void pack_probabilities(const detail::TileRows& rows, uint32_t* probs, int64_t s
     }
   }
 }
-
-}  // namespace
 
 void attention_tile_bf16(const AttentionTileBf16& tile, AttentionTileScratch& scores,
                          AttentionTileBf16Scratch& scratch, Bf16Kernels kernels) {
@@ -239,7 +242,11 @@ void attention_tile_bf16(const AttentionTileBf16& tile, AttentionTileScratch& sc
     }
   }
   uint32_t* probs = scratch.probabilities();
-  pack_probabilities(rows, probs, scratch.probs_stride());
+  if (kernels != Bf16Kernels::kScalar) {
+    detail::pack_probabilities_avx512(rows, probs, scratch.probs_stride());
+  } else {
+    detail::pack_probabilities_scalar(rows, probs, scratch.probs_stride());
+  }
 
   const int32_t pairs = (num_keys + 1) / 2;
   float* out = scores.lanes();  // [padded rows][hd] here

@@ -67,6 +67,11 @@ inline uint32_t bf16_pair(float lo, float hi) {
   return static_cast<uint32_t>(fp32_to_bf16(lo)) | (static_cast<uint32_t>(fp32_to_bf16(hi)) << 16);
 }
 
+// Which kernels attention_tile_bf16 runs. kAvx512 needs bf16_attention_supported() and
+// head_dim % 16 == 0, kAmx bf16_amx_supported() and head_dim 32, 64 or 128; a tile whose head
+// size a level cannot take runs the next one down.
+enum class Bf16Kernels { kScalar, kAvx512, kAmx };
+
 // One thread's bf16 copy of one sequence's K and V for one KV head, keys [0, n), converted from
 // the fp16 blocks as ConvertedHead does (successive tiles convert only the keys they add), in the
 // layouts the kernels read:
@@ -83,7 +88,9 @@ class ConvertedHeadBf16 {
     const uint32_t* k;
     const uint32_t* v;
   };
-  Words get(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head, int32_t num_keys);
+  // kernels: kScalar converts with the scalar code, any other level with AVX512-BF16.
+  Words get(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head, int32_t num_keys,
+            Bf16Kernels kernels);
 
  private:
   std::vector<uint32_t> k_, v_;
@@ -118,10 +125,6 @@ bool bf16_attention_supported();
 // once, on the first call).
 bool bf16_amx_supported();
 
-// Which kernels attention_tile_bf16 runs. kAvx512 needs bf16_attention_supported() and
-// head_dim % 16 == 0, kAmx bf16_amx_supported() and head_dim 32, 64 or 128; a tile whose head
-// size a level cannot take runs the next one down.
-enum class Bf16Kernels { kScalar, kAvx512, kAmx };
 // The best level this CPU runs (kScalar when bf16_attention_supported() is false).
 Bf16Kernels best_bf16_kernels();
 
@@ -148,6 +151,17 @@ void tile_values_bf16_scalar(const uint32_t* v, int32_t pairs, int32_t hd, const
                              int64_t p_stride, int32_t num_rows, float* out, int64_t out_stride);
 void tile_values_bf16_avx512(const uint32_t* v, int32_t pairs, int32_t hd, const uint32_t* p,
                              int64_t p_stride, int32_t num_rows, float* out, int64_t out_stride);
+// Each row's probabilities (rows.s, after the softmax) as bf16 pairs, zero past its keys up to
+// `stride` pairs (a multiple of 16). The same words at both levels but for denormal
+// probabilities, which the AVX-512 form flushes to zero and every dot product reads as zero.
+void pack_probabilities_scalar(const TileRows& rows, uint32_t* probs, int64_t stride);
+void pack_probabilities_avx512(const TileRows& rows, uint32_t* probs, int64_t stride);
+// Keys [first, first + count) of fp16 rows (key t at src + (t - first) * hd) into the K panels
+// and V pairs of ConvertedHeadBf16 (k, v: its buffers from key 0). AVX-512: hd % 32 == 0.
+void convert_keys_bf16_scalar(const uint16_t* k_src, const uint16_t* v_src, int32_t first,
+                              int32_t count, int32_t hd, uint32_t* k, uint32_t* v);
+void convert_keys_bf16_avx512(const uint16_t* k_src, const uint16_t* v_src, int32_t first,
+                              int32_t count, int32_t hd, uint32_t* k, uint32_t* v);
 // AMX: key pairs up to the next multiple of 16 are read (p zero there), rows as above.
 void tile_values_bf16_amx(const uint32_t* v, int32_t pairs, int32_t hd, const uint32_t* p,
                           int64_t p_stride, int32_t num_rows, float* out, int64_t out_stride);

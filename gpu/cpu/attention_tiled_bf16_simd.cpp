@@ -116,6 +116,57 @@ void for_row_blocks(int32_t num_rows, const Fn& fn) {
 
 }  // namespace
 
+TROUPE_TARGET_AVX512_BF16 void pack_probabilities_avx512(const TileRows& rows, uint32_t* probs,
+                                                         int64_t stride) {
+  for (int32_t r = 0; r < rows.num_rows; ++r) {
+    const float* s = rows.s + r * rows.s_stride;
+    uint32_t* pr = probs + r * stride;
+    const int32_t n = rows.keys[r];
+    for (int64_t u = 0; u < stride; u += 16) {  // 32 keys -> 16 pairs
+      const int32_t t = static_cast<int32_t>(2 * u);
+      const int32_t lo_n = std::clamp(n - t, 0, 16), hi_n = std::clamp(n - t - 16, 0, 16);
+      const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lo_n) - 1), s + t);
+      const __m512 hi =
+          _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << hi_n) - 1), s + t + 16);
+      _mm512_storeu_si512(pr + u, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+}
+
+TROUPE_TARGET_AVX512_BF16 void convert_keys_bf16_avx512(const uint16_t* k_src,
+                                                        const uint16_t* v_src, int32_t first,
+                                                        int32_t count, int32_t hd, uint32_t* k,
+                                                        uint32_t* v) {
+  const __m512i panel_lanes = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(kPanelKeys));
+  for (int32_t t = first; t < first + count; ++t) {
+    const uint16_t* kr = k_src + static_cast<int64_t>(t - first) * hd;
+    const uint16_t* vr = v_src + static_cast<int64_t>(t - first) * hd;
+    uint32_t* kp = k + static_cast<int64_t>(t / kPanelKeys) * kPanelKeys * (hd / 2) + t % kPanelKeys;
+    // Key t is the low (even t) or the high half of its pair's words.
+    const __mmask32 half = t % 2 == 0 ? 0x55555555u : 0xaaaaaaaau;
+    const int shift = 16 * (t % 2);
+    uint32_t* vp = v + static_cast<int64_t>(t / 2) * hd;
+    for (int32_t d = 0; d < hd; d += 32) {
+      const __m512 k0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + d)));
+      const __m512 k1 =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + d + 16)));
+      // 32 dims -> 16 dim pairs, pair p to the panel's row p (stride 16 words).
+      _mm512_i32scatter_epi32(kp + static_cast<int64_t>(d / 2) * kPanelKeys, panel_lanes,
+                              (__m512i)_mm512_cvtne2ps_pbh(k1, k0), 4);
+      for (int32_t h = 0; h < 32; h += 16) {
+        const __m512 vf =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + d + h)));
+        const __m512i words =
+            _mm512_sll_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(vf)),
+                             _mm_cvtsi32_si128(shift));
+        _mm512_mask_storeu_epi16(vp + d + h, half, words);
+      }
+    }
+  }
+}
+
 void tile_scores_bf16_avx512(const uint32_t* panels, int32_t first, int32_t count, int32_t hd,
                              const uint32_t* q, const TileRows& rows) {
   for_row_blocks(rows.num_rows, [&]<int Rr>(int32_t r0) {
@@ -131,6 +182,15 @@ void tile_values_bf16_avx512(const uint32_t* v, int32_t pairs, int32_t hd, const
 }
 
 #else
+
+void pack_probabilities_avx512(const TileRows& rows, uint32_t* probs, int64_t stride) {
+  pack_probabilities_scalar(rows, probs, stride);
+}
+
+void convert_keys_bf16_avx512(const uint16_t* k_src, const uint16_t* v_src, int32_t first,
+                              int32_t count, int32_t hd, uint32_t* k, uint32_t* v) {
+  convert_keys_bf16_scalar(k_src, v_src, first, count, hd, k, v);
+}
 
 void tile_scores_bf16_avx512(const uint32_t* panels, int32_t first, int32_t count, int32_t hd,
                              const uint32_t* q, const TileRows& rows) {

@@ -338,7 +338,7 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
                          .fp16_probabilities = true};
       if (bf16) {
         const ConvertedHeadBf16::Words words =
-            converted_bf16_[t].get(kv, table, h, position + w.num_tokens);
+            converted_bf16_[t].get(kv, table, h, position + w.num_tokens, bf16_kernels_);
         attention_tile_bf16({.shape = tile, .k = words.k, .v = words.v}, tile_scratch_[t],
                             bf16_scratch_[t], bf16_kernels_);
         continue;

@@ -37,7 +37,7 @@ std::vector<float> bf16_tiled(TileSetup& setup, const TileCase& cs, Bf16Kernels 
     for (int32_t i0 = 0; i0 < cs.num_tokens;) {
       const int32_t n = split > 0 ? std::min(split, cs.num_tokens - i0) : cs.num_tokens;
       const auto words =
-          converted.get(setup.cache.view, setup.table.data(), h, cs.first + i0 + n);
+          converted.get(setup.cache.view, setup.table.data(), h, cs.first + i0 + n, kernels);
       const int64_t at = i0 * setup.stride + static_cast<int64_t>(h) * cs.group * cs.hd;
       const AttentionTile shape{.head_dim = cs.hd,
                                 .first_position = cs.first + i0,
@@ -148,18 +148,19 @@ TEST(AttentionTiledBf16, WithinToleranceOfExactPath) {
   }
 }
 
-// Growing the conversion key by key gives the words a fresh conversion gives, including the
-// zeros past the last key that whole panels and pairs read.
+// Growing the conversion key by key, at the best level, gives the words a fresh scalar
+// conversion gives, including the zeros past the last key that whole panels and pairs read.
 TEST(AttentionTiledBf16, IncrementalConversionEqualsFresh) {
   const TileCase cs{3, 64, 40, 30, 16};
   TileSetup setup(cs);
+  const Bf16Kernels best = best_bf16_kernels();
   ConvertedHeadBf16 grown;
-  grown.get(setup.cache.view, setup.table.data(), 1, 70);  // a longer head first: stale words
-  grown.get(setup.cache.view, setup.table.data(), 0, 3);
+  grown.get(setup.cache.view, setup.table.data(), 1, 70, best);  // another head: stale words
+  grown.get(setup.cache.view, setup.table.data(), 0, 3, best);
   for (int32_t n : {5, 16, 17, 33, 64, 69}) {
-    const auto got = grown.get(setup.cache.view, setup.table.data(), 0, n);
+    const auto got = grown.get(setup.cache.view, setup.table.data(), 0, n, best);
     ConvertedHeadBf16 fresh_head;
-    const auto want = fresh_head.get(setup.cache.view, setup.table.data(), 0, n);
+    const auto want = fresh_head.get(setup.cache.view, setup.table.data(), 0, n, Bf16Kernels::kScalar);
     const int32_t panels = (n + 15) / 16;
     ASSERT_EQ(0, std::memcmp(want.k, got.k, 4 * panels * 16 * cs.hd / 2)) << n;
     ASSERT_EQ(0, std::memcmp(want.v, got.v, 4 * ((n + 1) / 2) * cs.hd)) << n;
