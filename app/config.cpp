@@ -229,6 +229,12 @@ ObjectReader cpu_reader(engine::CpuBackendOptions& cpu) {
   reader.on("kv_memory_mb", [&cpu](element v, const std::string& p) {
     cpu.kv_memory_bytes = static_cast<int64_t>(read_uint(v, p, 1, 1 << 20)) << 20;
   });
+  reader.on("prefill_attention", [&cpu](element v, const std::string& p) {
+    const std::string text = read_string(v, p);
+    const auto precision = gpu::cpu::parse_prefill_attention_precision(text);
+    if (!precision) throw ConfigError(fmt::format("{}: \"{}\" is not \"exact\" or \"bf16\"", p, text));
+    cpu.prefill_attention = *precision;
+  });
   return reader;
 }
 

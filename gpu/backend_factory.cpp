@@ -44,10 +44,16 @@ BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
   }
   cpu::CpuBackendConfig config;
   config.num_threads = options.cpu_threads;
+  config.prefill_attention = options.cpu_prefill_attention;
   config.num_blocks = options.num_blocks;
   config.kv_memory_bytes = options.kv_memory_bytes;
   config.block_size = options.block_size;
   built.backend = cpu::CpuBackend::from_gguf(std::move(file), config);
+  if (config.prefill_attention == cpu::PrefillAttentionPrecision::kBf16) {
+    built.note += cpu::best_bf16_kernels() == cpu::Bf16Kernels::kAmx
+                      ? "; prompt attention in bf16 on AMX tiles"
+                      : "; prompt attention in bf16 (AVX512-BF16)";
+  }
   return built;
 }
 

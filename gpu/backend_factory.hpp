@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpu/backend.hpp"
+#include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "model/gguf.hpp"
 
 namespace troupe::gpu {
@@ -19,6 +20,7 @@ enum class BackendRequest { kAuto, kCpu, kCuda };
 struct BackendOptions {
   BackendRequest request = BackendRequest::kAuto;
   int cpu_threads = 0;           // 0: every core
+  cpu::PrefillAttentionPrecision cpu_prefill_attention = cpu::PrefillAttentionPrecision::kExact;
   int32_t num_blocks = 0;        // KV blocks; 0: from kv_memory_bytes
   int64_t kv_memory_bytes = 256ll << 20;
   int32_t block_size = 16;

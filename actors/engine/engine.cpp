@@ -208,6 +208,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   gpu::BackendOptions backend_options;
   backend_options.request = to_backend_request(config.backend);
   backend_options.cpu_threads = config.cpu.num_threads;
+  backend_options.cpu_prefill_attention = config.cpu.prefill_attention;
   backend_options.num_blocks = policy.num_blocks;
   backend_options.kv_memory_bytes = config.cpu.kv_memory_bytes;
   backend_options.block_size = policy.block_size;

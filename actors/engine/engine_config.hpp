@@ -12,6 +12,7 @@
 #include "actors/disagg/disagg_config.hpp"
 #include "actors/kv_cache/events/kv_events_config.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
+#include "gpu/cpu/attention_tiled_bf16.hpp"
 
 namespace troupe::engine {
 
@@ -20,6 +21,9 @@ enum class BackendKind : uint8_t { kAuto, kCpu, kCuda };
 struct CpuBackendOptions {
   int num_threads = 0;                    // 0: every core
   int64_t kv_memory_bytes = 256ll << 20;  // KV pool size when scheduler.num_blocks is 0
+  // Prompt attention: llama.cpp's exact bits, or bf16 (faster long prompts on CPUs with
+  // AVX512-BF16, AMX above all; gpu/cpu/attention_tiled_bf16.hpp says what it changes).
+  gpu::cpu::PrefillAttentionPrecision prefill_attention = gpu::cpu::PrefillAttentionPrecision::kExact;
 };
 
 // Structured output's grammar compiler (model/grammar/grammar_compiler.hpp), the config file's

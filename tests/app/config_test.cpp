@@ -125,6 +125,21 @@ TEST(Config, ReadsTheFirstTokenStepsSwitch) {
                       "scheduler.first_token_steps: expected true or false");
 }
 
+// cpu.prefill_attention: exact by default (llama.cpp's bits), bf16 when asked, anything else
+// named.
+TEST(Config, ReadsThePrefillAttentionPrecision) {
+  using gpu::cpu::PrefillAttentionPrecision;
+  EXPECT_EQ(parse_config("{}").cpu.prefill_attention, PrefillAttentionPrecision::kExact);
+  EXPECT_EQ(parse_config(R"({"cpu": {"prefill_attention": "bf16"}})").cpu.prefill_attention,
+            PrefillAttentionPrecision::kBf16);
+  EXPECT_EQ(engine_config_of(parse_config(R"({"cpu": {"prefill_attention": "bf16"}})"))
+                .cpu.prefill_attention,
+            PrefillAttentionPrecision::kBf16);
+  expect_config_error(R"({"cpu": {"prefill_attention": "fp8"}})",
+                      "cpu.prefill_attention: \"fp8\" is not \"exact\" or \"bf16\"");
+  expect_config_error(R"({"cpu": {"prefill_attention": 16}})", "cpu.prefill_attention");
+}
+
 // The grammar compiler's settings (structured output): defaults as before the keys existed, each
 // key read, and out-of-range or ill-typed values named.
 TEST(Config, ReadsTheStructuredOutputSettings) {
@@ -286,6 +301,7 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.scheduler.first_token_steps, built_in.scheduler.first_token_steps);
   EXPECT_EQ(preset.api.max_waiting_per_client, built_in.api.max_waiting_per_client);
   EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
+  EXPECT_EQ(preset.cpu.prefill_attention, built_in.cpu.prefill_attention);
   EXPECT_EQ(preset.structured_output.grammar_cache_size, built_in.structured_output.grammar_cache_size);
   EXPECT_EQ(preset.structured_output.max_grammar_bytes, built_in.structured_output.max_grammar_bytes);
   EXPECT_EQ(preset.structured_output.json_max_whitespace, built_in.structured_output.json_max_whitespace);
