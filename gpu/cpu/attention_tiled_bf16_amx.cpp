@@ -53,8 +53,50 @@ TROUPE_TARGET_AMX void configure_tiles() {
   _tile_loadconfig(&config);
 }
 
-// Scores of rows [r0, r0 + 16) against keys [t0, t0 + 16 Pc) (Pc panels), HD32 = hd / 32 A tiles
-// resident: tiles 0-1 scores, 2-5 queries, 6-7 keys.
+// Scores of 16 query rows (HD32 = hd / 32 A tiles, resident in tiles 2-5) against the Pc
+// panels at k, stored at s: tiles 0-1 scores, 6-7 keys. The intrinsics take tile numbers as
+// literal tokens, hence one block per 32-dim chunk.
+template <int HD32, int Pc>
+TROUPE_TARGET_AMX void score_panels(const uint32_t* k, int64_t panel_words, float* s,
+                                    int64_t s_bytes) {
+  const uint32_t* k1 = k + panel_words;  // the second panel (Pc == 2)
+  _tile_zero(0);
+  if constexpr (Pc > 1) _tile_zero(1);
+  _tile_loadd(6, k, kTileBytes);
+  _tile_dpbf16ps(0, 2, 6);
+  if constexpr (Pc > 1) {
+    _tile_loadd(7, k1, kTileBytes);
+    _tile_dpbf16ps(1, 2, 7);
+  }
+  if constexpr (HD32 > 1) {
+    _tile_loadd(6, k + 256, kTileBytes);
+    _tile_dpbf16ps(0, 3, 6);
+    if constexpr (Pc > 1) {
+      _tile_loadd(7, k1 + 256, kTileBytes);
+      _tile_dpbf16ps(1, 3, 7);
+    }
+  }
+  if constexpr (HD32 > 2) {
+    _tile_loadd(6, k + 512, kTileBytes);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (Pc > 1) {
+      _tile_loadd(7, k1 + 512, kTileBytes);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+  }
+  if constexpr (HD32 > 3) {
+    _tile_loadd(6, k + 768, kTileBytes);
+    _tile_dpbf16ps(0, 5, 6);
+    if constexpr (Pc > 1) {
+      _tile_loadd(7, k1 + 768, kTileBytes);
+      _tile_dpbf16ps(1, 5, 7);
+    }
+  }
+  _tile_stored(0, s, s_bytes);
+  if constexpr (Pc > 1) _tile_stored(1, s + kPanelKeys, s_bytes);
+}
+
+// Scores of rows [r0, r0 + 16) against keys [first, end) of the block, in whole panels.
 template <int HD32>
 TROUPE_TARGET_AMX void scores_rows(const uint32_t* panels, int32_t first, int32_t end,
                                    const uint32_t* q, const detail::TileRows& rows, int32_t r0) {
@@ -68,53 +110,13 @@ TROUPE_TARGET_AMX void scores_rows(const uint32_t* panels, int32_t first, int32_
   float* s = rows.s + r0 * rows.s_stride;
   const int64_t s_bytes = rows.s_stride * 4;
   int32_t t = first;
-  for (; t + kPanelKeys < end; t += 2 * kPanelKeys) {
-    const uint32_t* k = panels + (t - first) / kPanelKeys * panel_words;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_loadd(6, k, kTileBytes);
-    _tile_loadd(7, k + panel_words, kTileBytes);
-    _tile_dpbf16ps(0, 2, 6);
-    _tile_dpbf16ps(1, 2, 7);
-    if constexpr (HD32 > 1) {
-      _tile_loadd(6, k + 256, kTileBytes);
-      _tile_loadd(7, k + panel_words + 256, kTileBytes);
-      _tile_dpbf16ps(0, 3, 6);
-      _tile_dpbf16ps(1, 3, 7);
-    }
-    if constexpr (HD32 > 2) {
-      _tile_loadd(6, k + 512, kTileBytes);
-      _tile_loadd(7, k + panel_words + 512, kTileBytes);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-    }
-    if constexpr (HD32 > 3) {
-      _tile_loadd(6, k + 768, kTileBytes);
-      _tile_loadd(7, k + panel_words + 768, kTileBytes);
-      _tile_dpbf16ps(0, 5, 6);
-      _tile_dpbf16ps(1, 5, 7);
-    }
-    _tile_stored(0, s + t, s_bytes);
-    _tile_stored(1, s + t + kPanelKeys, s_bytes);
+  for (; t + kPanelKeys < end; t += 2 * kPanelKeys) {  // both panels hold keys below end
+    score_panels<HD32, 2>(panels + (t - first) / kPanelKeys * panel_words, panel_words, s + t,
+                          s_bytes);
   }
   for (; t < end; t += kPanelKeys) {
-    const uint32_t* k = panels + (t - first) / kPanelKeys * panel_words;
-    _tile_zero(0);
-    _tile_loadd(6, k, kTileBytes);
-    _tile_dpbf16ps(0, 2, 6);
-    if constexpr (HD32 > 1) {
-      _tile_loadd(6, k + 256, kTileBytes);
-      _tile_dpbf16ps(0, 3, 6);
-    }
-    if constexpr (HD32 > 2) {
-      _tile_loadd(6, k + 512, kTileBytes);
-      _tile_dpbf16ps(0, 4, 6);
-    }
-    if constexpr (HD32 > 3) {
-      _tile_loadd(6, k + 768, kTileBytes);
-      _tile_dpbf16ps(0, 5, 6);
-    }
-    _tile_stored(0, s + t, s_bytes);
+    score_panels<HD32, 1>(panels + (t - first) / kPanelKeys * panel_words, panel_words, s + t,
+                          s_bytes);
   }
 }
 
