@@ -104,9 +104,13 @@ def log_tail(srv: Srv, n: int = 15) -> list[str]:
 
 @dataclass
 class Stream:
-    """One streamed request: when it was sent and when each chunk with text arrived."""
+    """One streamed request: when it was sent and when each chunk with text arrived (with the
+    tokens each carried, when the request asked for logprobs: a token whose bytes end inside a
+    UTF-8 character has no text of its own and arrives with the next)."""
     sent: float = 0.0
     times: list = field(default_factory=list)
+    tokens: list = field(default_factory=list)
+    held: int = 0  # tokens of chunks without text since the last chunk with text
     done: bool = False
     error: str = ""
     finish: Optional[str] = None
@@ -145,8 +149,15 @@ def _sse_chunk(line: bytes, rec: Stream) -> bool:
         rec.error = str(msg["error"])[:300]
         return True
     for ch in msg.get("choices") or []:
+        # troupe sends a token whose bytes end inside a UTF-8 character as a chunk with empty
+        # text (and its logprobs): it counts with the next chunk that has text.
+        tokens = len((ch.get("logprobs") or {}).get("tokens") or [])
         if ch.get("text"):
             rec.times.append(time.perf_counter())
+            rec.tokens.append(max(1, tokens + rec.held))
+            rec.held = 0
+        else:
+            rec.held += tokens
             if len(rec.text) < 200:
                 rec.text += ch["text"]
         rec.finish = ch.get("finish_reason") or rec.finish
@@ -249,6 +260,17 @@ def gaps_overlapping(streams: list[Stream], lo: float, hi: float) -> list[float]
     return [b - a for r in streams for a, b in gaps(r.times) if b > lo and a < hi]
 
 
+def token_gaps_overlapping(streams: list[Stream], lo: float, hi: float) -> list[float]:
+    """gaps_overlapping per token: a chunk that carried k tokens after a gap g counts k gaps of
+    g / k (those tokens were sampled at steps inside g). Needs streams that asked for logprobs."""
+    out = []
+    for r in streams:
+        for (a, b), k in zip(gaps(r.times), r.tokens[1:]):
+            if b > lo and a < hi:
+                out.extend([(b - a) / k] * k)
+    return out
+
+
 def host_snapshot() -> dict:
     up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     return {"uptime": up, "loadavg": sb.loadavg(), "cpu_stat": sb.read_cpu_stat(),
@@ -280,12 +302,18 @@ async def timed_request(session, srv: Srv, prompt: str, max_tokens: int, timeout
     return rec
 
 
-async def start_streams(session, srv: Srv, n: int, max_tokens: int, seed: int) -> tuple:
+async def start_streams(session, srv: Srv, n: int, max_tokens: int, seed: int,
+                        logprobs: bool = False) -> tuple:
+    """n streams of free text; logprobs: ask for each token's (Stream.tokens counts them)."""
     rng = random.Random(seed)
     recs = [Stream() for _ in range(n)]
-    tasks = [asyncio.create_task(stream_completion(
-        session, srv, completion_body(srv, f"Story {seed}-{i}: " + varied_text(rng, 20),
-                                      max_tokens, True), r)) for i, r in enumerate(recs)]
+    bodies = [completion_body(srv, f"Story {seed}-{i}: " + varied_text(rng, 20), max_tokens, True)
+              for i in range(n)]
+    if logprobs:
+        for b in bodies:
+            b["logprobs"] = 1
+    tasks = [asyncio.create_task(stream_completion(session, srv, b, r))
+             for b, r in zip(bodies, recs)]
     return recs, tasks
 
 

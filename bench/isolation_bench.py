@@ -25,7 +25,9 @@ Scenarios
                 of the same prompt alone, before and after the contended run (the lower counts:
                 a busy box must not flatter the ratio). Same body text each time, only the first
                 word differs, so no prefix / slot cache can serve it. Targets: ITL p99 during
-                <= 150 ms, TTFT <= 1.3x alone.
+                <= 150 ms, TTFT <= 1.3x alone. On troupe the streams also ask for logprobs, so
+                the ITL is measured per token too: a chunk that carries k tokens (the bytes of a
+                UTF-8 character held until it is whole) after a gap g counts k gaps of g / k.
   flood         client "flood" (Authorization: Bearer flood-key, "user": "flood") keeps 200
                 non-streamed requests (max_tokens 128, ignore_eos) in flight; once the server
                 queues (troupe: num_requests_waiting > 0, llama-server: requests_deferred > 0)
@@ -125,7 +127,9 @@ async def scen_long_prefill(session, srv: Srv, args, seed: int) -> dict:
     after_p, _ = await fit_prompt(session, srv, words, "Review", args.long_tokens)
     await timed_request(session, srv, warm_p, args.long_max_tokens, args.request_timeout)
     alone = await long_alone(session, srv, alone_p, args)
-    recs, tasks = await start_streams(session, srv, args.streams, args.stream_max_tokens, seed)
+    # troupe's streams count their tokens (logprobs), so the ITL is also measured per token.
+    recs, tasks = await start_streams(session, srv, args.streams, args.stream_max_tokens, seed,
+                                      logprobs=srv.kind == "troupe")
     try:
         await wait_for(lambda: all(len(r.times) >= args.warm_tokens or r.done for r in recs),
                        args.request_timeout, f"{args.warm_tokens} tokens on every stream")
@@ -137,7 +141,8 @@ async def scen_long_prefill(session, srv: Srv, args, seed: int) -> dict:
     finally:
         await cancel_tasks(tasks)
     alone2 = await long_alone(session, srv, after_p, args)
-    return long_prefill_result(recs, long, [alone, alone2], alone_tok, busy_tok, args)
+    return long_prefill_result(recs, long, [alone, alone2], alone_tok, busy_tok, args,
+                               counted_tokens=srv.kind == "troupe")
 
 
 async def long_alone(session, srv: Srv, prompt: str, args) -> Stream:
@@ -149,7 +154,8 @@ async def long_alone(session, srv: Srv, prompt: str, args) -> Stream:
     return rec
 
 
-def long_prefill_result(recs, long: Stream, alones: list, alone_tok, busy_tok, args) -> dict:
+def long_prefill_result(recs, long: Stream, alones: list, alone_tok, busy_tok, args,
+                        counted_tokens: bool) -> dict:
     """Alone TTFT: the lower of the runs before and after the contended one (box noise must
     not flatter the ratio)."""
     if long.error or long.ttft is None:
@@ -160,6 +166,7 @@ def long_prefill_result(recs, long: Stream, alones: list, alone_tok, busy_tok, a
                    and r.finish]
     before = ms_stats(gaps_within(recs, t_first_all, long.sent))
     during = ms_stats(gaps_overlapping(recs, long.sent, t_long_first))
+    per_token = br.token_gaps_overlapping(recs, long.sent, t_long_first) if counted_tokens else []
     # Where the worst gaps fall: (ms after the long prompt was sent, gap ms), largest first.
     worst = sorted(((a - long.sent, b - a) for r in recs for a, b in br.gaps(r.times)
                     if b > long.sent and a < t_long_first), key=lambda g: -g[1])[:8]
@@ -168,6 +175,12 @@ def long_prefill_result(recs, long: Stream, alones: list, alone_tok, busy_tok, a
     return {
         "long_prompt_tokens": busy_tok, "alone_prompt_tokens": alone_tok,
         "itl_before_ms": before, "itl_during_prefill_ms": during,
+        # Per token (troupe only: its streams ask for logprobs), and the chunks that carried
+        # more than one token (bytes of a UTF-8 character held until it is whole).
+        "itl_during_prefill_per_token_ms": ms_stats(per_token) if counted_tokens else None,
+        "multi_token_chunks_during": sum(
+            1 for r in recs for (a, b), k in zip(br.gaps(r.times), r.tokens[1:])
+            if k > 1 and b > long.sent and a < t_long_first),
         "itl_during_worst_at_ms": [[round(1000 * t), round(1000 * g)] for t, g in worst],
         "long_ttft_ms": round(1000 * long.ttft, 1), "alone_ttft_ms": round(1000 * alone_ttft, 1),
         "alone_ttft_runs_ms": [round(1000 * a.ttft, 1) for a in alones],
@@ -399,16 +412,25 @@ def _err_row(run: dict, ncols: int) -> str:
     return br.error_row(run, run["server"], msg, ncols)
 
 
+def _per_token(r: dict) -> str:
+    t = r.get("itl_during_prefill_per_token_ms")  # absent in older results, None for peers
+    if not t or t.get("p99") is None:
+        return "—"
+    return f"{_f(t['p99'])} / {_f(t['max'])} ({r.get('multi_token_chunks_during', 0)})"
+
+
 def table_long(runs: list[dict]) -> str:
     head = ["server", "rep", "prompt tok", "ITL before p50/p99/max ms",
-            "ITL during prefill p50/p99/max ms (n)", "long TTFT ms", "alone TTFT ms",
+            "ITL during prefill p50/p99/max ms (n)", "per token p99/max ms (chunks > 1 token)",
+            "long TTFT ms", "alone TTFT ms",
             "TTFT ratio", "ITL p99 ≤ 150", "ratio ≤ 1.3", "load1 before→after"]
 
     def row(run: dict, r: dict) -> list[str]:
         d = r["itl_during_prefill_ms"]
         return [
             run["server"], str(run["rep"]), str(r["long_prompt_tokens"]),
-            _trip(r["itl_before_ms"]), f"{_trip(d)} ({d['n']})", _f(r["long_ttft_ms"]),
+            _trip(r["itl_before_ms"]), f"{_trip(d)} ({d['n']})", _per_token(r),
+            _f(r["long_ttft_ms"]),
             _f(r["alone_ttft_ms"]), _f(r["ttft_ratio"]),
             "yes" if r["target_itl_p99_ok"] else "**no**",
             "yes" if r["target_ttft_ratio_ok"] else "**no**", _load(run)]
