@@ -162,6 +162,18 @@ void detail::tile_values_bf16_scalar(const uint32_t* v, int32_t pairs, int32_t h
   }
 }
 
+void detail::pack_probabilities_scalar(const TileRows& rows, uint32_t* probs, int64_t stride) {
+  for (int32_t r = 0; r < rows.num_rows; ++r) {
+    const float* s = rows.s + r * rows.s_stride;
+    uint32_t* pr = probs + r * stride;
+    const int32_t n = rows.keys[r];
+    for (int32_t u = 0; u < stride; ++u) {
+      const int32_t t = 2 * u;
+      pr[u] = bf16_pair(t < n ? s[t] : 0.0f, t + 1 < n ? s[t + 1] : 0.0f);
+    }
+  }
+}
+
 Bf16Kernels best_bf16_kernels() {
   if (!bf16_attention_supported()) return Bf16Kernels::kScalar;
   return bf16_amx_supported() ? Bf16Kernels::kAmx : Bf16Kernels::kAvx512;
@@ -187,19 +199,53 @@ void gather_queries(const AttentionTile& shape, int32_t num_rows, uint32_t* q) {
   }
 }
 
-}  // namespace
-
-void detail::pack_probabilities_scalar(const TileRows& rows, uint32_t* probs, int64_t stride) {
-  for (int32_t r = 0; r < rows.num_rows; ++r) {
-    const float* s = rows.s + r * rows.s_stride;
-    uint32_t* pr = probs + r * stride;
-    const int32_t n = rows.keys[r];
-    for (int32_t u = 0; u < stride; ++u) {
-      const int32_t t = 2 * u;
-      pr[u] = bf16_pair(t < n ? s[t] : 0.0f, t + 1 < n ? s[t + 1] : 0.0f);
+// Every row's scores, one block of K panels at a time (kept in L1d while every row reads it).
+void score_pass(const uint32_t* k, int32_t num_keys, int32_t hd, const uint32_t* q,
+                const detail::TileRows& rows, Bf16Kernels kernels) {
+  for (int32_t first = 0; first < num_keys; first += kScoreKeyBlock) {
+    const int32_t count = std::min(kScoreKeyBlock, num_keys - first);
+    const uint32_t* panels = k + panel_words(first, hd);
+    switch (kernels) {
+      case Bf16Kernels::kScalar:
+        detail::tile_scores_bf16_scalar(panels, first, count, hd, q, rows);
+        break;
+      case Bf16Kernels::kAvx512:
+        detail::tile_scores_bf16_avx512(panels, first, count, hd, q, rows);
+        break;
+      case Bf16Kernels::kAmx: detail::tile_scores_bf16_amx(panels, first, count, hd, q, rows); break;
     }
   }
 }
+
+// The exact softmax over each row's own keys (the AVX-512 form gives the scalar's bits), then
+// the probabilities as bf16 pairs.
+void softmax_pass(const detail::TileRows& rows, uint32_t* probs, int64_t stride,
+                  Bf16Kernels kernels) {
+  if (kernels == Bf16Kernels::kScalar) {
+    for (int32_t r = 0; r < rows.num_rows; ++r) {
+      detail::softmax_row_scalar(rows.s + r * rows.s_stride, rows.keys[r], false);
+    }
+    return detail::pack_probabilities_scalar(rows, probs, stride);
+  }
+  detail::softmax_rows_avx512(rows, /*fp16_probabilities=*/false);
+  detail::pack_probabilities_avx512(rows, probs, stride);
+}
+
+// Every row's outputs, [rows][hd] at out.
+void value_pass(const uint32_t* v, int32_t num_keys, int32_t hd, const uint32_t* probs,
+                int64_t stride, int32_t num_rows, float* out, Bf16Kernels kernels) {
+  const int32_t pairs = (num_keys + 1) / 2;
+  switch (kernels) {
+    case Bf16Kernels::kScalar:
+      return detail::tile_values_bf16_scalar(v, pairs, hd, probs, stride, num_rows, out, hd);
+    case Bf16Kernels::kAvx512:
+      return detail::tile_values_bf16_avx512(v, pairs, hd, probs, stride, num_rows, out, hd);
+    case Bf16Kernels::kAmx:
+      return detail::tile_values_bf16_amx(v, pairs, hd, probs, stride, num_rows, out, hd);
+  }
+}
+
+}  // namespace
 
 void attention_tile_bf16(const AttentionTileBf16& tile, AttentionTileScratch& scores,
                          AttentionTileBf16Scratch& scratch, Bf16Kernels kernels) {
@@ -219,49 +265,11 @@ void attention_tile_bf16(const AttentionTileBf16& tile, AttentionTileScratch& sc
   uint32_t* q = scratch.queries();
   gather_queries(shape, num_rows, q);
 
-  for (int32_t first = 0; first < num_keys; first += kScoreKeyBlock) {
-    const int32_t count = std::min(kScoreKeyBlock, num_keys - first);
-    const uint32_t* panels = tile.k + panel_words(first, hd);
-    switch (kernels) {
-      case Bf16Kernels::kScalar:
-        detail::tile_scores_bf16_scalar(panels, first, count, hd, q, rows);
-        break;
-      case Bf16Kernels::kAvx512:
-        detail::tile_scores_bf16_avx512(panels, first, count, hd, q, rows);
-        break;
-      case Bf16Kernels::kAmx: detail::tile_scores_bf16_amx(panels, first, count, hd, q, rows); break;
-    }
-  }
-
-  // The exact softmax over each row's own keys (the AVX-512 form gives the scalar's bits).
-  if (kernels != Bf16Kernels::kScalar) {
-    detail::softmax_rows_avx512(rows, /*fp16_probabilities=*/false);
-  } else {
-    for (int32_t r = 0; r < num_rows; ++r) {
-      detail::softmax_row_scalar(rows.s + r * rows.s_stride, keys[r], false);
-    }
-  }
+  score_pass(tile.k, num_keys, hd, q, rows, kernels);
   uint32_t* probs = scratch.probabilities();
-  if (kernels != Bf16Kernels::kScalar) {
-    detail::pack_probabilities_avx512(rows, probs, scratch.probs_stride());
-  } else {
-    detail::pack_probabilities_scalar(rows, probs, scratch.probs_stride());
-  }
-
-  const int32_t pairs = (num_keys + 1) / 2;
+  softmax_pass(rows, probs, scratch.probs_stride(), kernels);
   float* out = scores.lanes();  // [padded rows][hd] here
-  const int64_t stride = scratch.probs_stride();
-  switch (kernels) {
-    case Bf16Kernels::kScalar:
-      detail::tile_values_bf16_scalar(tile.v, pairs, hd, probs, stride, num_rows, out, hd);
-      break;
-    case Bf16Kernels::kAvx512:
-      detail::tile_values_bf16_avx512(tile.v, pairs, hd, probs, stride, num_rows, out, hd);
-      break;
-    case Bf16Kernels::kAmx:
-      detail::tile_values_bf16_amx(tile.v, pairs, hd, probs, stride, num_rows, out, hd);
-      break;
-  }
+  value_pass(tile.v, num_keys, hd, probs, scratch.probs_stride(), num_rows, out, kernels);
   for (int32_t r = 0; r < num_rows; ++r) {
     std::memcpy(shape.out + static_cast<int64_t>(r / shape.group) * shape.out_stride +
                     static_cast<int64_t>(r % shape.group) * hd,
