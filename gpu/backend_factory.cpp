@@ -34,6 +34,9 @@ BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
       built.backend = cuda::CudaBackend::from_gguf(std::move(file), cuda_config);
       built.note = "CUDA backend on " + probe.cuda_devices.front().name +
                    " (experimental: not yet verified on a GPU)";
+      if (options.cpu_prefill_attention != cpu::PrefillAttentionPrecision::kExact) {
+        built.note += "; cpu.prefill_attention applies to the CPU backend only";
+      }
       return built;
 #else
       built.note = "backend 'cuda' requested, but this binary was built without CUDA; using the CPU backend";
