@@ -28,7 +28,7 @@ int64_t panel_words(int32_t t, int32_t hd) {
 // vdpbf16ps' arithmetic on one lane: bf16 inputs with denormals read as zero, each product exact
 // in fp32, each add rounded to nearest even and a denormal sum flushed to zero.
 float bf16_in(uint16_t h) {
-  return (h & 0x7f80u) == 0 ? 0.0f : bf16_to_fp32(h);
+  return (h & 0x7f80u) == 0 ? 0.0f : model::bf16_to_fp32(h);
 }
 float dot_step(float acc, uint16_t a, uint16_t b) {
   const float sum = acc + bf16_in(a) * bf16_in(b);
@@ -59,7 +59,7 @@ void detail::convert_keys_bf16_scalar(const uint16_t* k_src, const uint16_t* v_s
     }
     uint32_t* vp = v + static_cast<int64_t>(t / 2) * hd;
     for (int32_t d = 0; d < hd; ++d) {
-      set_pair_half(vp[d], t % 2, fp32_to_bf16(model::fp16_to_fp32(vr[d])));
+      set_pair_half(vp[d], t % 2, model::fp32_to_bf16(model::fp16_to_fp32(vr[d])));
     }
   }
 }

@@ -37,6 +37,7 @@
 #include "gpu/cpu/attention.hpp"
 #include "gpu/cpu/attention_kernels.hpp"
 #include "gpu/cpu/attention_tiled.hpp"
+#include "model/fp16.hpp"
 
 namespace troupe::gpu::cpu {
 
@@ -49,22 +50,11 @@ std::string_view to_string(PrefillAttentionPrecision precision);
 // "exact" | "bf16"; nullopt for anything else.
 std::optional<PrefillAttentionPrecision> parse_prefill_attention_precision(std::string_view text);
 
-// fp32 -> bf16 bits, round to nearest even (finite inputs; what vcvtneps2bf16 does for them).
-inline uint16_t fp32_to_bf16(float x) {
-  uint32_t bits;
-  __builtin_memcpy(&bits, &x, 4);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-inline float bf16_to_fp32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float x;
-  __builtin_memcpy(&x, &bits, 4);
-  return x;
-}
-
 // Two bf16 values in one 32-bit word, the first in the low half: vdpbf16ps' operand element.
+// (model/fp16.hpp's rounding: to nearest even.)
 inline uint32_t bf16_pair(float lo, float hi) {
-  return static_cast<uint32_t>(fp32_to_bf16(lo)) | (static_cast<uint32_t>(fp32_to_bf16(hi)) << 16);
+  return static_cast<uint32_t>(model::fp32_to_bf16(lo)) |
+         (static_cast<uint32_t>(model::fp32_to_bf16(hi)) << 16);
 }
 
 // Which kernels attention_tile_bf16 runs. kAvx512 needs bf16_attention_supported() and
