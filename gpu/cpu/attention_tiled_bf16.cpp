@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "gpu/cpu/cpu_features.hpp"
 #include "model/fp16.hpp"
 
 namespace troupe::gpu::cpu {
@@ -72,15 +71,6 @@ std::optional<PrefillAttentionPrecision> parse_prefill_attention_precision(std::
   if (text == "exact") return PrefillAttentionPrecision::kExact;
   if (text == "bf16") return PrefillAttentionPrecision::kBf16;
   return std::nullopt;
-}
-
-bool bf16_attention_supported() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return supported_isa() == IsaLevel::kAvx512Vnni && __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
 }
 
 ConvertedHeadBf16::Words ConvertedHeadBf16::get(const KvLayerView& kv, const int32_t* block_table,

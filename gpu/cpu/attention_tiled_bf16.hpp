@@ -109,13 +109,8 @@ class AttentionTileBf16Scratch {
   int64_t probs_stride_ = 0;
 };
 
-// True when this CPU runs vdpbf16ps (AVX512-BF16 and the AVX-512 level the kernels need).
-bool bf16_attention_supported();
-// True when it runs AMX-BF16 tiles and the kernel granted this process the tile state (asked
-// once, on the first call).
-bool bf16_amx_supported();
-
-// The best level this CPU runs (kScalar when bf16_attention_supported() is false).
+// The best level this CPU runs (kScalar when bf16_attention_supported() is false;
+// cpu_features.hpp).
 Bf16Kernels best_bf16_kernels();
 
 // Writes tile.shape.out for every token and query head. scores provides the fp32 scores and

@@ -17,18 +17,10 @@
 #include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 
-#if TROUPE_X86
-#include <sys/syscall.h>
-#include <unistd.h>
-#include <cpuid.h>
-#endif
-
 namespace troupe::gpu::cpu {
 
 #if TROUPE_X86
 namespace {
-
-#define TROUPE_TARGET_AMX __attribute__((target("amx-tile,amx-bf16")))
 
 constexpr int32_t kPanelKeys = 16;
 constexpr int kTileBytes = 64;  // one tile row: 16 fp32, 16 words of bf16 pairs
@@ -163,21 +155,6 @@ TROUPE_TARGET_AMX void release_tiles() {
 
 }  // namespace
 
-bool bf16_amx_supported() {
-  static const bool supported = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
-    if (!amx_bf16 || !amx_tile) return false;
-    // Linux hands out the tile data state only on request (ARCH_REQ_XCOMP_PERM for
-    // XFEATURE_XTILEDATA), once per process.
-    constexpr long kArchReqXcompPerm = 0x1023;
-    constexpr long kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return supported;
-}
-
 void detail::tile_scores_bf16_amx(const uint32_t* panels, int32_t first, int32_t count, int32_t hd,
                                   const uint32_t* q, const TileRows& rows) {
   configure_tiles();
@@ -216,9 +193,6 @@ void detail::tile_values_bf16_amx(const uint32_t* v, int32_t pairs, int32_t hd, 
 
 #else
 
-bool bf16_amx_supported() {
-  return false;
-}
 void detail::tile_scores_bf16_amx(const uint32_t* panels, int32_t first, int32_t count, int32_t hd,
                                   const uint32_t* q, const TileRows& rows) {
   tile_scores_bf16_scalar(panels, first, count, hd, q, rows);

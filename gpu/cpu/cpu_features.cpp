@@ -4,6 +4,12 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace troupe::gpu::cpu {
 
 std::string_view to_string(IsaLevel level) {
@@ -47,6 +53,34 @@ std::vector<IsaLevel> runnable_isas() {
   std::vector<IsaLevel> out;
   for (int l = 0; l <= static_cast<int>(supported_isa()); ++l) out.push_back(static_cast<IsaLevel>(l));
   return out;
+}
+
+bool bf16_attention_supported() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return supported_isa() == IsaLevel::kAvx512Vnni && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+bool bf16_amx_supported() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
+    if (!amx_bf16 || !amx_tile) return false;
+    // Linux hands out the tile data state only on request (ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA).
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return supported;
+#else
+  return false;
+#endif
 }
 
 }  // namespace troupe::gpu::cpu

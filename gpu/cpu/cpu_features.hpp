@@ -4,7 +4,8 @@
 // supports once, at start-up. TROUPE_CPU_ISA=scalar|avx2|avx512 caps the level (for tests and for
 // comparing paths on one machine).
 //
-// Thread-safety: pure functions; callable from any thread.
+// Thread-safety: callable from any thread (bf16_amx_supported() asks the kernel once, under a
+// function-local static).
 #pragma once
 
 #include <string_view>
@@ -28,5 +29,13 @@ IsaLevel default_isa();
 
 // Every level this CPU can run, lowest first (tests iterate over these).
 std::vector<IsaLevel> runnable_isas();
+
+// Beyond the levels, for the bf16 prompt attention (attention_tiled_bf16.hpp), which no level
+// implies. True when this CPU runs vdpbf16ps (AVX512-BF16) and the AVX-512 level its kernels
+// need.
+bool bf16_attention_supported();
+// True when it runs AMX-BF16 tiles and Linux granted this process the tile state (asked once,
+// on the first call: the permission is process-wide).
+bool bf16_amx_supported();
 
 }  // namespace troupe::gpu::cpu

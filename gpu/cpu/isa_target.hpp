@@ -22,9 +22,12 @@
 #define TROUPE_TARGET_AVX512_BF16                                                          \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
                         "avx512bf16")))
+// AMX tiles with bf16 products (tdpbf16ps): Sapphire Rapids and later.
+#define TROUPE_TARGET_AMX __attribute__((target("amx-tile,amx-bf16")))
 #else
 #define TROUPE_X86 0
 #define TROUPE_TARGET_AVX2
 #define TROUPE_TARGET_AVX512
 #define TROUPE_TARGET_AVX512_BF16
+#define TROUPE_TARGET_AMX
 #endif
