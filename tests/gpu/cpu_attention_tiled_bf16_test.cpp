@@ -20,6 +20,7 @@
 #include "model/tokenizer.hpp"
 #include "tests/gpu/cpu_attention_test_support.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
+#include "tests/gpu/cpu_test_util.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
@@ -189,10 +190,6 @@ TEST(AttentionTiledBf16, PrecisionNamesRoundTrip) {
   EXPECT_FALSE(parse_prefill_attention_precision("fp8"));
 }
 
-std::filesystem::path model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 // ~1,500 tokens of English: numbered facts, so the next token is well defined.
 std::vector<int32_t> long_prompt(const model::GgufFile& file) {
@@ -229,8 +226,9 @@ std::vector<float> prompt_logits(const std::shared_ptr<const model::GgufFile>& f
 // message when it fails, ~1 % here).
 TEST(AttentionTiledBf16, RealModelLongPromptKeepsTheNextToken) {
   if (!bf16_attention_supported()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
-  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not found: " << model_path();
-  const auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(model_path()));
+  const std::filesystem::path path = testing::default_model_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found: " << path;
+  const auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
   const std::vector<int32_t> tokens = long_prompt(*file);
   ASSERT_GT(tokens.size(), 1200u);
   const std::vector<float> exact = prompt_logits(file, PrefillAttentionPrecision::kExact, tokens);

@@ -18,22 +18,20 @@
 #include "model/gguf.hpp"
 #include "model/llama_weights.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
+#include "tests/gpu/cpu_test_util.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
 
 using testing::StepHarness;
 
-std::filesystem::path model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 class RealModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!std::filesystem::exists(model_path())) return;
-    file_ = std::make_shared<const model::GgufFile>(model::GgufFile::open(model_path()));
+    const std::filesystem::path path = testing::default_model_path();
+    if (!std::filesystem::exists(path)) return;
+    file_ = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
     CpuBackendConfig cfg;
     cfg.num_blocks = 2048;
     backend_ = CpuBackend::from_gguf(file_, cfg).release();
@@ -44,7 +42,10 @@ class RealModel : public ::testing::Test {
     file_.reset();
   }
   void SetUp() override {
-    if (backend_ == nullptr) GTEST_SKIP() << "model not found: " << model_path() << " (set TROUPE_TEST_MODEL)";
+    if (backend_ == nullptr) {
+      GTEST_SKIP() << "model not found: " << testing::default_model_path()
+                   << " (set TROUPE_TEST_MODEL)";
+    }
   }
   static int32_t token(std::string_view text) {
     const auto tokens = file_->find("tokenizer.ggml.tokens")->as_string_array();

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -16,6 +18,13 @@
 #include "model/tensor_type.hpp"
 
 namespace troupe::gpu::cpu::testing {
+
+// The default model (scripts/setup fetches it), or $TROUPE_TEST_MODEL. Tests that need it skip
+// when the file is missing.
+inline std::filesystem::path default_model_path() {
+  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
+  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);

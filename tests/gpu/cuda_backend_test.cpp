@@ -328,15 +328,12 @@ TEST(CudaBackend, GreedyParityOnDefaultModelShape) {
               t.rows, t.exact, t.near_ties, t.worst_error);
 }
 
-std::filesystem::path model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 TEST(CudaBackend, GreedyParityOnRealDefaultModel) {
   TROUPE_REQUIRE_CUDA_DEVICE();
-  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not found: " << model_path() << " (set TROUPE_TEST_MODEL)";
-  auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(model_path()));
+  const std::filesystem::path path = cpu::testing::default_model_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found: " << path << " (set TROUPE_TEST_MODEL)";
+  auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
   cpu::CpuBackendConfig cpu_cfg;
   cpu_cfg.num_blocks = 512;
   auto cpu_b = cpu::CpuBackend::from_gguf(file, cpu_cfg);
