@@ -156,10 +156,10 @@ def _sse_chunk(line: bytes, rec: Stream) -> bool:
             rec.times.append(time.perf_counter())
             rec.tokens.append(max(1, tokens + rec.held))
             rec.held = 0
-        else:
-            rec.held += tokens
             if len(rec.text) < 200:
                 rec.text += ch["text"]
+        else:
+            rec.held += tokens
         rec.finish = ch.get("finish_reason") or rec.finish
     return False
 

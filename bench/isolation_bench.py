@@ -128,8 +128,9 @@ async def scen_long_prefill(session, srv: Srv, args, seed: int) -> dict:
     await timed_request(session, srv, warm_p, args.long_max_tokens, args.request_timeout)
     alone = await long_alone(session, srv, alone_p, args)
     # troupe's streams count their tokens (logprobs), so the ITL is also measured per token.
+    per_token = srv.kind == "troupe"
     recs, tasks = await start_streams(session, srv, args.streams, args.stream_max_tokens, seed,
-                                      logprobs=srv.kind == "troupe")
+                                      logprobs=per_token)
     try:
         await wait_for(lambda: all(len(r.times) >= args.warm_tokens or r.done for r in recs),
                        args.request_timeout, f"{args.warm_tokens} tokens on every stream")
@@ -142,7 +143,7 @@ async def scen_long_prefill(session, srv: Srv, args, seed: int) -> dict:
         await cancel_tasks(tasks)
     alone2 = await long_alone(session, srv, after_p, args)
     return long_prefill_result(recs, long, [alone, alone2], alone_tok, busy_tok, args,
-                               counted_tokens=srv.kind == "troupe")
+                               counted_tokens=per_token)
 
 
 async def long_alone(session, srv: Srv, prompt: str, args) -> Stream:
