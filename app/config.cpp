@@ -171,6 +171,9 @@ ObjectReader scheduler_reader(scheduler::SchedulerConfig& s) {
   reader.on("first_token_steps", [&s](element v, const std::string& p) {
     s.first_token_steps = read_bool(v, p);
   });
+  reader.on("first_token_interrupts", [&s](element v, const std::string& p) {
+    s.first_token_interrupts = read_bool(v, p);
+  });
   return reader;
 }
 

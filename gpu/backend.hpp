@@ -41,11 +41,13 @@ struct KvHostMemory {
   int64_t layer_stride = 0;
 };
 
-// A step either produced its tokens or failed as a whole (device error); scarcity never gets
-// here — the scheduler only plans steps that fit.
+// A step either produced its tokens, failed as a whole (device error), or was given up on the
+// scheduler's request (StepInterrupt); scarcity never gets here — the scheduler only plans
+// steps that fit.
 struct StepOutcome {
   StepResult result;
-  std::string error;  // empty on success
+  std::string error;         // empty on success
+  bool interrupted = false;  // given up: no tokens, and the KV it wrote is to be recomputed
   bool ok() const { return error.empty(); }
 };
 

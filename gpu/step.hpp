@@ -6,7 +6,9 @@
 // the backend's thread owns it from then on.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -71,6 +73,25 @@ struct SamplingSlot {
   }
 };
 
+// A request to give a step up, from the scheduler's thread to the backend's. The scheduler asks
+// when a newcomer's first token would otherwise wait for the step in flight (scheduler.hpp,
+// first-token interrupts). A backend honours it only where nothing of the step is visible yet
+// and little is lost: the CPU backend between layers in the first half of the forward pass
+// (past half, finishing is both the shorter wait and the smaller waste), after the step's KV
+// uploads and never during sampling; it then completes the step as StepOutcome::interrupted.
+// The CUDA backend ignores it (its steps are queued on the device and short).
+//
+// Thread-safety: request() and requested() from any thread. Nothing is handed over through it,
+// so relaxed order suffices.
+class StepInterrupt {
+ public:
+  void request() { requested_.store(true, std::memory_order_relaxed); }
+  bool requested() const { return requested_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> requested_{false};
+};
+
 struct StepBatch {
   uint64_t step_id = 0;
   std::vector<int32_t> token_ids;   // all spans, concatenated
@@ -90,6 +111,8 @@ struct StepBatch {
   // (bit t % 32 of word t / 32 set: token t allowed; ids past the row's bits: not allowed).
   std::vector<uint32_t> token_bitmask;
   int32_t bitmask_num_words = 0;
+  // Set when the scheduler may ask to give this step up; null: it runs to its end.
+  std::shared_ptr<StepInterrupt> interrupt;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   // The slot's bitmask row; empty when it is unconstrained.

@@ -172,7 +172,9 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
       .field("mean_abs_error_ratio", cost.mean_abs_error_ratio)
       .field("margin", cost.planning_margin)
       .field("budgeted_steps", cost.num_time_budgeted_steps)
-      .field("first_token_steps", cost.num_first_token_steps);
+      .field("first_token_steps", cost.num_first_token_steps)
+      .field("interrupted_steps", cost.num_interrupted_steps)
+      .field("interrupted_ms", cost.interrupted_ms);
   json.key("model").begin_object();
   json.field("fixed_ms", cost.fixed_ms)
       .field("per_token_ms", cost.per_token_ms)

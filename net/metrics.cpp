@@ -318,6 +318,13 @@ std::string render_metrics(const engine::EngineStats& s, const ServingMetrics& s
   p.counter("troupe:first_token_steps_total",
             "Steps that ran newcomers' short prompts alone, ahead of the decodes.",
             double(cost.num_first_token_steps));
+  p.counter("troupe:interrupted_steps_total",
+            "Steps given up in their first half so that a newcomer's first token need not wait "
+            "for them.",
+            double(cost.num_interrupted_steps));
+  p.counter("troupe:interrupted_step_seconds_total",
+            "Backend time the interrupted steps had used (work redone in later steps).",
+            cost.interrupted_ms / 1000.0);
   const engine::StructuredOutputStats& so = s.structured_output;
   p.counter("troupe:structured_output_masked_steps_total",
             "Steps with at least one grammar-constrained sampling row.", double(so.num_masked_steps));

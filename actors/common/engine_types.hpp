@@ -175,6 +175,8 @@ struct StepCostStats {
   uint64_t num_predicted = 0;       // steps planned with a usable model
   uint64_t num_time_budgeted_steps = 0;  // steps whose prefill the budget cut
   uint64_t num_first_token_steps = 0;    // steps of newcomers' prompts alone
+  uint64_t num_interrupted_steps = 0;    // steps given up for a newcomer's first token
+  double interrupted_ms = 0;             // backend time those steps had used (wasted)
 };
 
 // Structured output's cost in the step loop: filling the grammars' token bitmasks on the

@@ -199,6 +199,7 @@ SchedulerStats Scheduler::stats() const {
   s.num_fairness_preemptions = num_fairness_preemptions_;
   s.num_time_budgeted_steps = num_time_budgeted_steps_;
   s.num_first_token_steps = num_first_token_steps_;
+  s.num_interrupted_steps = num_interrupted_steps_;
   s.num_prefix_deferrals = num_prefix_deferrals_;
   s.num_steps = num_steps_;
   s.last_step_num_tokens = last_step_num_tokens_;

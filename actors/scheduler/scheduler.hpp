@@ -35,6 +35,14 @@
 // prompts; the decodes wait that one step. Never two in a row, so decodes run at least every
 // other step however many newcomers arrive. See first_token_step_due().
 //
+// First-token interrupts (config.first_token_interrupts): a newcomer that arrives while a step
+// runs would wait for the rest of it before its first-token step. When interrupt_due() holds —
+// a first-token step is due, and the step in flight is neither one nor the step right after one
+// — the actor asks the backend to give the step in flight up (gpu::StepInterrupt; the CPU
+// backend does so only in the step's first half) and reports it with on_step_interrupted(): the
+// step counts as never run, its sequences replan from where they were. The waste is bounded by
+// half a step per interrupt, and decodes still run at least every other step.
+//
 // Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
 // cancel()/finish()/add_request() may come at any point, also while a step is in flight.
 //
@@ -101,6 +109,14 @@ class Scheduler {
 
   // Consumes the in-flight step's sampled tokens. A result for another step is a bug.
   StepUpdate on_step_complete(const gpu::StepResult& result);
+
+  // Whether the step in flight should be given up for the newcomer at the queue's head (the
+  // policy above); false with no step in flight. Asked after each message applied mid-step.
+  bool interrupt_due() const;
+  // The backend gave the in-flight step up (gpu::StepOutcome::interrupted). Its spans count as
+  // not computed again (their blocks stay allocated for the retry); its admissions and
+  // preemptions stand. Another step id is a bug: std::logic_error.
+  void on_step_interrupted(uint64_t step_id);
 
   // Ends a request in any state and releases its KV. nullopt when the id is unknown (already
   // finished, or handed off to another scheduler).
@@ -169,10 +185,12 @@ class Scheduler {
   struct InFlightEntry {
     RequestId request_id;
     bool samples;
+    int32_t num_tokens = 0;  // drafts included
     int32_t num_draft_tokens = 0;
   };
   struct InFlightStep {
     uint64_t step_id = 0;
+    bool interruptible = false;
     std::vector<InFlightEntry> entries;
   };
 
@@ -208,6 +226,8 @@ class Scheduler {
                              int32_t num_tokens, bool admitting) const;
   // Whether the next step should be a first-token step (the policy above).
   bool first_token_step_due() const;
+  // Whether the step being built may be interrupted for a newcomer's first token.
+  bool interruptible(const Draft& draft, uint64_t step_id) const;
   // Whether the waiting `seq` may join the first-token step being planned.
   bool joins_first_token_step(const Draft& draft, const Sequence& seq) const;
   // What one step of its uncached prompt alone costs, or nullopt when it is no newcomer's
@@ -288,6 +308,7 @@ class Scheduler {
   uint64_t num_fairness_preemptions_ = 0;
   uint64_t num_time_budgeted_steps_ = 0;
   uint64_t num_first_token_steps_ = 0;
+  uint64_t num_interrupted_steps_ = 0;
   uint64_t last_first_token_step_ = 0;  // its step id; 0: none yet
   uint64_t num_prefix_deferrals_ = 0;
   uint64_t num_requests_accepted_ = 0;

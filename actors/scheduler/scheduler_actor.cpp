@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/runtime/completion_slot.hpp"
@@ -245,16 +246,27 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   for (const gpu::SequenceSlice& slice : plan.batch.seqs) scheduled.push_back(slice.seq_id);
 
   fill_bitmasks(plan.batch);
+  std::shared_ptr<gpu::StepInterrupt> interrupt;
+  if (plan.interruptible) plan.batch.interrupt = interrupt = std::make_shared<gpu::StepInterrupt>();
   auto done = CompletionSlot<gpu::StepOutcome>::create();
   gpu_worker::RunStep run{std::move(plan.batch), done};
   auto sending = gpu_worker_->send(std::move(run));
   const SendStatus sent = co_await std::move(sending);
   std::optional<gpu::StepOutcome> outcome;
   if (sent == SendStatus::kAccepted) {
-    auto waiting = done->wait();
+    auto waiting = await_step(*done, interrupt.get());
     outcome = co_await std::move(waiting);
   }
   const Clock::time_point device_done = Clock::now();
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  if (outcome && outcome->ok() && outcome->interrupted) {
+    // Nothing to report: the next tick replans these sequences behind the newcomer's step. Its
+    // partial time says nothing about a whole step's cost, so the model does not learn from it.
+    policy_.on_step_interrupted(step_id);
+    interrupted_ms_ += ms(device_done - started);
+    publish_stats();
+    co_return;
+  }
   if (!outcome) {
     // Cancelled while the device works (shutdown past its deadline) or the worker is gone.
     outcome.emplace();
@@ -277,7 +289,6 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   StepUpdate update = policy_.on_step_complete(outcome->result);
   accept_constrained(update);
   open_leases(update.finished);
-  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   learn_step_cost(measured, ms(device_done - started));
   const Clock::time_point finished = Clock::now();
   ingress::IngressMessage events{
@@ -292,6 +303,26 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   total_tick_ms_ += ms(reported - tick_started);
   total_device_ms_ += device_ms;
   publish_stats();
+}
+
+boost::asio::awaitable<std::optional<gpu::StepOutcome>> SchedulerActor::await_step(
+    CompletionSlot<gpu::StepOutcome>& done, gpu::StepInterrupt* interrupt) {
+  using namespace boost::asio::experimental::awaitable_operators;
+  while (interrupt != nullptr && !interrupt->requested()) {
+    // Whichever comes first; the other wait is cancelled, losing nothing (a message the
+    // cancelled receive found stays in the mailbox's stash, a late completion in the slot).
+    auto completion = done.wait();
+    auto receiving = mailbox().receive();
+    auto either = std::move(completion) || std::move(receiving);
+    auto first = co_await std::move(either);
+    if (first.index() == 0) co_return std::move(std::get<0>(first));
+    std::optional<SchedulerMessage>& message = std::get<1>(first);
+    if (!message) break;  // closed and drained, or cancelled: only the step is left to wait for
+    apply(std::move(*message));
+    if (policy_.interrupt_due()) interrupt->request();
+  }
+  auto waiting = done.wait();
+  co_return co_await std::move(waiting);
 }
 
 void SchedulerActor::fill_bitmasks(gpu::StepBatch& batch) {
@@ -343,6 +374,8 @@ void SchedulerActor::publish_stats() {
   snapshot.step_cost.per_sampled_ms = model.per_sampled_ms;
   snapshot.step_cost.num_time_budgeted_steps = snapshot.stats.num_time_budgeted_steps;
   snapshot.step_cost.num_first_token_steps = snapshot.stats.num_first_token_steps;
+  snapshot.step_cost.num_interrupted_steps = snapshot.stats.num_interrupted_steps;
+  snapshot.step_cost.interrupted_ms = interrupted_ms_;
   board_->publish_scheduler(std::move(snapshot));
 }
 

@@ -6,7 +6,10 @@
 //   2. plan = policy.schedule();
 //   3. send the StepBatch to the gpu-worker and co_await the step's CompletionSlot, which the
 //      backend completes from its own thread (CUDA event / CPU compute thread) — the engine
-//      thread never blocks on the device;
+//      thread never blocks on the device. A step the policy may interrupt (first-token
+//      interrupts, scheduler.hpp) is awaited together with the mailbox: each message is applied
+//      at once, and when the policy says a newcomer's first token is due the backend is asked to
+//      give the step up (it reports back StepOutcome::interrupted, and the next tick replans);
 //      Before the step goes out, the constrained sequences' grammar bitmasks are filled
 //      (StructuredOutput, issue 19); after it, their matchers accept the sampled tokens;
 //   4. policy.on_step_complete(result); the step's measured time refits the StepCostModel
@@ -24,6 +27,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "actors/common/stats_board.hpp"
@@ -62,6 +66,10 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   boost::asio::awaitable<bool> borrow_kv_cache();
   void return_kv_cache();
   boost::asio::awaitable<void> run_step(StepPlan plan, std::chrono::steady_clock::time_point tick_started);
+  // The step's outcome (nullopt: the wait was cancelled). With `interrupt`, messages are applied
+  // while the step runs and the interrupt is requested once policy_.interrupt_due().
+  boost::asio::awaitable<std::optional<gpu::StepOutcome>> await_step(
+      actors::runtime::CompletionSlot<gpu::StepOutcome>& done, gpu::StepInterrupt* interrupt);
   boost::asio::awaitable<void> send_to_ingress(ingress::IngressMessage message);
   boost::asio::awaitable<void> flush_ended();
   // The policy's work outside steps (KvWork): pulls and lease releases to the kv-cache actor,
@@ -94,6 +102,7 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   engine::StepCostStats step_cost_stats_;
   double total_tick_ms_ = 0;    // whole ticks that ran a step
   double total_device_ms_ = 0;  // ... of which the backend's step
+  double interrupted_ms_ = 0;   // backend time of steps given up (first-token interrupts)
 };
 
 }  // namespace troupe::scheduler

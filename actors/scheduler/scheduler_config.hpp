@@ -82,6 +82,10 @@ struct SchedulerConfig {
   // of 158-242; ITL p99 155-160 ms instead of 110 at 64 streams of one-request connections).
   // false: steady ITL, newcomers' prompts join the decodes' steps.
   bool first_token_steps = true;
+  // First-token interrupts (scheduler.hpp): a newcomer due a first-token step may have the step
+  // in flight given up for it (while that step is in its first half), instead of waiting for it.
+  // Only with first_token_steps, and only where the backend can stop a step (the CPU backend).
+  bool first_token_interrupts = true;
   // The model's end-of-generation ids (GGUF eos / eot). Finish a sequence unless ignore_eos;
   // StopConditions::stop_token_ids finish it regardless.
   std::vector<int32_t> eos_token_ids;

@@ -68,6 +68,7 @@ StepPlan Scheduler::build_plan(Draft& draft) {
 
   InFlightStep flight;
   flight.step_id = step_id;
+  flight.interruptible = plan.interruptible = interruptible(draft, step_id);
   flight.entries.reserve(draft.entries.size());
   for (size_t row = 0; row < draft.entries.size(); ++row) {
     const Scheduled& entry = draft.entries[row];
@@ -75,7 +76,8 @@ StepPlan Scheduler::build_plan(Draft& draft) {
     // Token-centric bookkeeping happens at planning time, as in vLLM v1: the KV of the span
     // counts as computed from here on (the step is committed to run).
     entry.seq->num_computed_tokens += entry.num_tokens;
-    flight.entries.push_back({entry.seq->request_id, batch.seqs.back().sample, entry.num_draft_tokens});
+    flight.entries.push_back(
+        {entry.seq->request_id, batch.seqs.back().sample, entry.num_tokens, entry.num_draft_tokens});
   }
   in_flight_ = std::move(flight);
   last_step_num_tokens_ = static_cast<int32_t>(num_tokens);
@@ -189,6 +191,24 @@ StepUpdate Scheduler::on_step_complete(const gpu::StepResult& result) {
     complete_sequence(update, seq, sampled, entry.num_draft_tokens, flight.step_id);
   }
   return update;
+}
+
+void Scheduler::on_step_interrupted(uint64_t step_id) {
+  if (!in_flight_ || in_flight_->step_id != step_id) {
+    throw std::logic_error(fmt::format("on_step_interrupted() for step {}, which is not in flight", step_id));
+  }
+  const InFlightStep flight = std::move(*in_flight_);
+  in_flight_.reset();
+  ++num_interrupted_steps_;
+  for (const InFlightEntry& entry : flight.entries) {
+    const auto it = sequences_.find(entry.request_id);
+    if (it == sequences_.end()) continue;  // ended while the step ran: its KV is gone with it
+    Sequence& seq = *it->second;
+    if (seq.state != SequenceState::kRunning || seq.last_scheduled_step != flight.step_id) continue;
+    // Planning counted the span as computed (build_plan()); it is not. Its drafts are proposed
+    // afresh by the next plan.
+    seq.num_computed_tokens -= entry.num_tokens;
+  }
 }
 
 void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,

@@ -141,7 +141,8 @@ bool Scheduler::first_token_step_due() const {
   if (!prompt) return false;
   StepShape decodes;
   for (const Sequence* seq : running_) {
-    if (seq->state == SequenceState::kRunning && seq->num_remaining_tokens() == 1) {
+    // While a step is in flight (interrupt_due()) its decodes count as computed already.
+    if (seq->state == SequenceState::kRunning && seq->num_remaining_tokens() <= 1) {
       decodes += span_shape(seq->num_computed_tokens, 1, /*samples=*/true);
     }
   }
@@ -151,6 +152,16 @@ bool Scheduler::first_token_step_due() const {
   together += *prompt;
   // Whether it fits the budget is joins_first_token_step()'s to say.
   return 2.0 * alone_ms <= step_cost_.predict_ms(together);
+}
+
+bool Scheduler::interruptible(const Draft& draft, uint64_t step_id) const {
+  if (!config_.first_token_interrupts || draft.first_tokens_only) return false;
+  // The decodes right after a first-token step have waited for it once already.
+  return last_first_token_step_ == 0 || last_first_token_step_ + 1 != step_id;
+}
+
+bool Scheduler::interrupt_due() const {
+  return in_flight_ && in_flight_->interruptible && first_token_step_due();
 }
 
 std::optional<StepShape> Scheduler::newcomer_prompt_shape(const Sequence& seq) const {

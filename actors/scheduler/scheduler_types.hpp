@@ -44,6 +44,8 @@ struct StepPlan {
   StepShape shape;
   double predicted_ms = 0;
   bool time_budgeted = false;
+  // The step may be given up for a newcomer's first token (Scheduler::interrupt_due()).
+  bool interruptible = false;
 
   bool empty() const { return batch.seqs.empty(); }
 };
@@ -99,6 +101,7 @@ struct SchedulerStats {
   uint64_t num_fairness_preemptions = 0;  // ... of which made room for a lighter client
   uint64_t num_time_budgeted_steps = 0;   // steps whose prefill the step-time budget cut
   uint64_t num_first_token_steps = 0;     // steps of newcomers' prompts alone
+  uint64_t num_interrupted_steps = 0;     // steps given up for a newcomer's first token
   uint64_t num_prefix_deferrals = 0;  // admissions postponed for an in-flight shared block
   uint64_t num_steps = 0;
   int32_t last_step_num_tokens = 0;

@@ -95,11 +95,14 @@ std::optional<KvHostMemory> CpuBackend::kv_host_memory() {
 
 std::vector<float> CpuBackend::compute_logits(const StepBatch& batch) {
   std::lock_guard lock(compute_mutex_);
-  return forward_.forward(batch, pool_);
+  const std::vector<float>* logits = forward_.forward(batch, pool_);
+  return logits ? *logits : std::vector<float>{};
 }
 
-StepResult CpuBackend::run_locked(const StepBatch& batch) {
-  const std::vector<float>& logits = forward_.forward(batch, pool_);
+std::optional<StepResult> CpuBackend::run_locked(const StepBatch& batch) {
+  const std::vector<float>* computed = forward_.forward(batch, pool_);
+  if (computed == nullptr) return std::nullopt;  // interrupted
+  const std::vector<float>& logits = *computed;
   const int64_t V = forward_.config().n_vocab;
   // Each sampling slice's first logits row; with drafts it also owns that many more rows, and
   // as many places in result.tokens (compacted below to the tokens kept).
@@ -162,7 +165,11 @@ StepResult CpuBackend::run_locked(const StepBatch& batch) {
 
 StepResult CpuBackend::run_step(const StepBatch& batch) {
   std::lock_guard lock(compute_mutex_);
-  return run_locked(batch);
+  std::optional<StepResult> result = run_locked(batch);
+  if (result) return std::move(*result);
+  StepResult interrupted;
+  interrupted.step_id = batch.step_id;
+  return interrupted;
 }
 
 void CpuBackend::launch(StepBatch batch, Completion done) {
@@ -186,7 +193,9 @@ void CpuBackend::dispatcher_loop() {
     StepOutcome outcome;
     try {
       std::lock_guard lock(compute_mutex_);
-      outcome.result = run_locked(job.batch);
+      std::optional<StepResult> result = run_locked(job.batch);
+      outcome.interrupted = !result.has_value();
+      outcome.result = result ? std::move(*result) : StepResult{job.batch.step_id, {}};
     } catch (const std::exception& e) {
       outcome.error = e.what();
       outcome.result.step_id = job.batch.step_id;

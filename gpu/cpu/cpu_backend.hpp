@@ -60,7 +60,8 @@ class CpuBackend final : public Backend {
   void launch(StepBatch batch, Completion done) override;
 
   // Runs one step on the calling thread (plus the pool). Throws std::invalid_argument for a
-  // malformed batch.
+  // malformed batch. A step its interrupt gave up returns no tokens (launch() reports it as
+  // StepOutcome::interrupted).
   StepResult run_step(const StepBatch& batch);
 
   // The logits of the sampling rows ([num sampling seqs][n_vocab], seqs order), without
@@ -73,7 +74,8 @@ class CpuBackend final : public Backend {
   int64_t packed_weight_bytes() const { return forward_.packed_weight_bytes(); }
 
  private:
-  StepResult run_locked(const StepBatch& batch);
+  // nullopt: the batch's interrupt was honoured (no tokens).
+  std::optional<StepResult> run_locked(const StepBatch& batch);
   void dispatcher_loop();
 
   IsaLevel isa_;

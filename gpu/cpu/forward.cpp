@@ -503,15 +503,19 @@ const std::vector<float>& LlamaForward::logits(const StepBatch& b, ThreadPool& p
   return logits_;
 }
 
-const std::vector<float>& LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
+const std::vector<float>* LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
   validate(b);
   prepare_scratch(b, pool);
   embed(b);
-  for (int32_t l = 0; l < weights_.config().n_layer; ++l) {
+  const int32_t num_layers = weights_.config().n_layer;
+  for (int32_t l = 0; l < num_layers; ++l) {
+    // Given up only in the first half: past it, finishing is the shorter wait for the newcomer
+    // who asked and wastes less. The KV written so far is at positions the scheduler recomputes.
+    if (b.interrupt && 2 * l < num_layers && b.interrupt->requested()) return nullptr;
     attention_block(b, l, pool);
     feed_forward_block(b.num_tokens(), l, pool);
   }
-  return logits(b, pool);
+  return &logits(b, pool);
 }
 
 }  // namespace troupe::gpu::cpu

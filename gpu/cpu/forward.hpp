@@ -64,7 +64,9 @@ class LlamaForward {
 
   // Runs the batch; returns logits [rows][n_vocab]: for each seq with sample = true, in
   // StepBatch::seqs order, 1 + num_draft_tokens rows (its last positions, in order).
-  const std::vector<float>& forward(const StepBatch& batch, ThreadPool& pool);
+  // The sampling rows' logits ([rows][n_vocab]), or nullptr when the batch's interrupt was
+  // honoured (gpu::StepInterrupt: it is checked before each layer of the first half).
+  const std::vector<float>* forward(const StepBatch& batch, ThreadPool& pool);
 
   // Query heads [first_head, first_head + num_heads) of one KV head for the plan's
   // singles[single]: one attention_group call, which converts the KV head's K/V rows once for
