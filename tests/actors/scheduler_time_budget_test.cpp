@@ -1,7 +1,8 @@
 // Scheduler step-time budget (issue 13): while streams decode, prefill chunks are cut so the
 // step's predicted time stays under max_step_ms; a long prompt still advances every step; with
 // nothing decoding it runs at full size; a short prompt is not queued behind a long one; a
-// newcomer's short prompt runs in a step of its own when the decodes would slow its first token.
+// newcomer's short prompt runs in a step of its own when the decodes would slow its first token,
+// and may have the step in flight given up for it (first-token interrupts).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@ namespace troupe::scheduler {
 namespace {
 
 using testing::SchedulerHarness;
+using testing::ids_in;
 using testing::slice_of;
 using testing::token_range;
 
@@ -278,6 +280,138 @@ TEST(SchedulerFirstTokenStepTest, OtherwiseThePromptJoinsTheDecodes) {
     EXPECT_NE(slice_of(plan, 20), nullptr) << name;
     EXPECT_EQ(h.scheduler.stats().num_first_token_steps, 0u) << name;
   }
+}
+
+// First-token interrupts. The step in flight is given up as the CPU backend gives it up: part
+// of its KV written (here: wrong tokens at its spans' positions, which only a replan that
+// recomputes them overwrites), no tokens.
+void interrupt(SchedulerHarness& h, const StepPlan& plan) {
+  gpu::StepBatch half_done = plan.batch;
+  for (int32_t& token : half_done.token_ids) token += 1;
+  half_done.sampling.clear();
+  for (gpu::SequenceSlice& slice : half_done.seqs) slice.sample = false;
+  (void)h.model.run(half_done);
+  h.scheduler.on_step_interrupted(plan.batch.step_id);
+  h.check();
+}
+
+// Eight streams of client "flood" decode beside a long prompt of client "long" (which the step
+// also computes a chunk of); `decodes` is the next step, planned and in flight.
+struct InFlight {
+  SchedulerHarness h;
+  StepPlan decodes;
+  explicit InFlight(SchedulerConfig config) : h(config) {
+    for (RequestId id = 1; id <= 8; ++id) {
+      h.add(id, token_range(16, 100 * static_cast<int32_t>(id)), 64, Priority::kNormal,
+            /*ignore_eos=*/true, "flood");
+    }
+    for (int i = 0; i < 3; ++i) h.step();
+    h.add(9, token_range(600, 7000), 4, Priority::kNormal, false, "long");
+    h.scheduler.set_step_cost_model(decode_heavy_machine());
+    decodes = h.scheduler.schedule();
+  }
+};
+
+SchedulerConfig interrupt_config() {
+  SchedulerConfig config = budget_config();
+  config.max_num_seqs = 10;
+  return config;
+}
+
+TEST(SchedulerFirstTokenInterruptTest, ANewcomerMidStepHasItGivenUpAndTheStepIsReplanned) {
+  InFlight f(interrupt_config());
+  SchedulerHarness& h = f.h;
+  ASSERT_NE(slice_of(f.decodes, 1), nullptr);
+  const gpu::SequenceSlice* chunk = slice_of(f.decodes, 9);
+  ASSERT_NE(chunk, nullptr);
+  EXPECT_TRUE(f.decodes.interruptible);
+  EXPECT_FALSE(h.scheduler.interrupt_due());  // nobody waits
+  h.add(20, token_range(20, 50000), 4, Priority::kNormal, false, "lone");
+  EXPECT_TRUE(h.scheduler.interrupt_due());
+
+  interrupt(h, f.decodes);
+  EXPECT_FALSE(h.scheduler.step_in_flight());
+  EXPECT_FALSE(h.scheduler.interrupt_due());
+  EXPECT_EQ(h.scheduler.stats().num_interrupted_steps, 1u);
+  // The newcomer's first-token step ...
+  const auto first = h.step();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(ids_in(*first), std::vector<RequestId>{20});
+  EXPECT_FALSE(first->interruptible);
+  EXPECT_FALSE(h.outputs[20].empty());
+  // ... then the given-up step's spans again, from the same positions.
+  const auto again = h.step();
+  ASSERT_TRUE(again);
+  for (RequestId id = 1; id <= 8; ++id) {
+    ASSERT_NE(slice_of(*again, id), nullptr) << id;
+    EXPECT_EQ(slice_of(*again, id)->context_len, slice_of(f.decodes, id)->context_len) << id;
+  }
+  ASSERT_NE(slice_of(*again, 9), nullptr);
+  EXPECT_EQ(slice_of(*again, 9)->context_len - slice_of(*again, 9)->num_tokens,
+            chunk->context_len - chunk->num_tokens);
+  h.run_until_idle(4000);
+  for (RequestId id : {1, 2, 3, 4, 5, 6, 7, 8, 9, 20}) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
+  EXPECT_EQ(h.scheduler.stats().num_interrupted_steps, 1u);
+}
+
+// The decodes wait for at most one first-token step in a row: neither a first-token step nor
+// the step right after one is given up.
+TEST(SchedulerFirstTokenInterruptTest, NeitherAFirstTokenStepNorTheStepAfterItIsGivenUp) {
+  InFlight f(interrupt_config());
+  SchedulerHarness& h = f.h;
+  h.add(20, token_range(20, 50000), 4, Priority::kNormal, false, "lone");
+  interrupt(h, f.decodes);
+  const StepPlan first = h.scheduler.schedule();
+  ASSERT_EQ(ids_in(first), std::vector<RequestId>{20});
+  h.add(21, token_range(20, 60000), 4, Priority::kNormal, false, "lone 2");
+  EXPECT_FALSE(h.scheduler.interrupt_due()) << "a first-token step";
+  h.record(h.scheduler.on_step_complete(h.model.run(first.batch)));
+  const StepPlan after = h.scheduler.schedule();
+  EXPECT_FALSE(after.interruptible);
+  EXPECT_NE(slice_of(after, 1), nullptr);
+  EXPECT_FALSE(h.scheduler.interrupt_due()) << "the decodes right after a first-token step";
+  h.record(h.scheduler.on_step_complete(h.model.run(after.batch)));
+  // One step later the decodes have had theirs: 21 may interrupt again.
+  const StepPlan later = h.scheduler.schedule();
+  EXPECT_TRUE(later.interruptible);
+  h.add(22, token_range(20, 70000), 4, Priority::kNormal, false, "lone 3");
+  EXPECT_TRUE(h.scheduler.interrupt_due());
+  h.record(h.scheduler.on_step_complete(h.model.run(later.batch)));
+  h.run_until_idle(4000);
+  for (RequestId id : {1, 2, 3, 9, 20, 21, 22}) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
+}
+
+TEST(SchedulerFirstTokenInterruptTest, OnlyForANewcomerDueAFirstTokenStep) {
+  {
+    SchedulerConfig off = interrupt_config();
+    off.first_token_interrupts = false;
+    InFlight f(off);
+    EXPECT_FALSE(f.decodes.interruptible);
+    f.h.add(20, token_range(20, 50000), 4, Priority::kNormal, false, "lone");
+    EXPECT_FALSE(f.h.scheduler.interrupt_due()) << "switched off";
+  }
+  {
+    InFlight f(interrupt_config());
+    f.h.add(20, token_range(20, 50000), 4, Priority::kNormal, false, "flood");
+    EXPECT_FALSE(f.h.scheduler.interrupt_due()) << "the flood's own request";
+  }
+  {
+    InFlight f(interrupt_config());
+    f.h.add(20, token_range(300, 50000), 4, Priority::kNormal, false, "lone");
+    EXPECT_FALSE(f.h.scheduler.interrupt_due()) << "a prompt over the budget";
+  }
+  {
+    SchedulerHarness h(interrupt_config());
+    h.add(20, token_range(20, 50000), 4, Priority::kNormal, false, "lone");
+    EXPECT_FALSE(h.scheduler.interrupt_due()) << "no step in flight";
+  }
+}
+
+TEST(SchedulerFirstTokenInterruptTest, InterruptingAStepNotInFlightIsABug) {
+  InFlight f(interrupt_config());
+  EXPECT_THROW(f.h.scheduler.on_step_interrupted(f.decodes.batch.step_id + 1), std::logic_error);
+  f.h.scheduler.on_step_interrupted(f.decodes.batch.step_id);
+  EXPECT_THROW(f.h.scheduler.on_step_interrupted(f.decodes.batch.step_id), std::logic_error);
 }
 
 }  // namespace
