@@ -1,6 +1,6 @@
 // CPU backend end to end on dummy weights (small shapes, every weight type): batch invariance
 // (alone vs in a batch of 8 vs chunked prefill 1/7/64), scattered vs contiguous KV blocks,
-// launch() completions, malformed batches.
+// launch() completions, interrupted steps, malformed batches.
 #include "gpu/cpu/cpu_backend.hpp"
 
 #include <gtest/gtest.h>
@@ -236,6 +236,82 @@ TEST(CpuBackend, LaunchCompletesOnceWithRunStepResult) {
     }
     h1.accept(o.result);
     h2.accept(want);
+  }
+}
+
+StepOutcome launch_and_wait(CpuBackend& backend, StepBatch batch) {
+  std::promise<StepOutcome> promise;
+  backend.launch(std::move(batch), [&](StepOutcome o) { promise.set_value(std::move(o)); });
+  return promise.get_future().get();
+}
+
+// First-token interrupts (gpu::StepInterrupt): six layers; the test asks for the interrupt when
+// layer `ask_after_layer` has finished. Asked before layer 3 (the first half), the step is given
+// up: no tokens, and running it again — over the KV it half wrote — gives exactly the tokens of
+// a backend that never saw it. Asked later, the step runs to its end.
+TEST(CpuBackend, AStepIsGivenUpOnlyInItsFirstHalfAndItsRetryIsBitIdentical) {
+  model::LlamaConfig config = tiny_config();
+  config.n_layer = 6;
+  std::shared_ptr<StepInterrupt> interrupt;
+  int ask_after_layer = -1;
+  CpuBackendConfig cfg;
+  cfg.num_blocks = 64;
+  cfg.num_threads = 2;
+  cfg.observer = [&](const char* name, int32_t layer, const float*, int64_t, int64_t, int64_t) {
+    if (interrupt && layer == ask_after_layer && std::strcmp(name, "l_out") == 0) interrupt->request();
+  };
+  CpuBackend backend(model::make_dummy_weights(config, TensorType::kQ4_1, 5), cfg);
+  CpuBackendConfig plain_cfg = cfg;
+  plain_cfg.observer = nullptr;
+  CpuBackend reference(model::make_dummy_weights(config, TensorType::kQ4_1, 5), plain_cfg);
+  StepHarness h(64, 16), hr(64, 16);
+  for (uint64_t id = 0; id < 3; ++id) {
+    model::SamplingParams p;
+    p.logprobs = true;
+    h.add(id, random_tokens(12 + 5 * static_cast<int>(id), 20 + static_cast<uint32_t>(id)), p);
+    hr.add(id, random_tokens(12 + 5 * static_cast<int>(id), 20 + static_cast<uint32_t>(id)), p);
+  }
+  auto work = [&](StepHarness& harness) {
+    std::vector<std::pair<uint64_t, int32_t>> w;
+    for (uint64_t id = 0; id < 3; ++id) {
+      w.push_back({id, static_cast<int32_t>(harness.seq(id).tokens.size()) - harness.seq(id).computed});
+    }
+    return w;
+  };
+  for (int step = 0; step < 4; ++step) {
+    const StepBatch batch = h.build(work(h));
+    if (step == 1 || step == 2) {
+      // Given up: asked before the first layer, and after layer 1 of 6.
+      interrupt = std::make_shared<StepInterrupt>();
+      ask_after_layer = step == 1 ? -1 : 1;
+      if (step == 1) interrupt->request();
+      StepBatch interrupted = batch;
+      interrupted.interrupt = interrupt;
+      const StepOutcome given_up = launch_and_wait(backend, interrupted);
+      ASSERT_TRUE(given_up.ok()) << given_up.error;
+      EXPECT_TRUE(given_up.interrupted) << "step " << step;
+      EXPECT_EQ(given_up.result.step_id, batch.step_id);
+      EXPECT_TRUE(given_up.result.tokens.empty());
+    }
+    StepBatch retried = batch;
+    if (step == 3) {
+      // Asked after layer 2 of 6: past half, the step finishes.
+      interrupt = std::make_shared<StepInterrupt>();
+      ask_after_layer = 2;
+      retried.interrupt = interrupt;
+    }
+    const StepOutcome o = launch_and_wait(backend, retried);
+    ASSERT_TRUE(o.ok()) << o.error;
+    EXPECT_FALSE(o.interrupted) << "step " << step;
+    if (step == 3) EXPECT_TRUE(interrupt->requested());
+    const StepResult want = reference.run_step(hr.build(work(hr)));
+    ASSERT_EQ(o.result.tokens.size(), want.tokens.size());
+    for (size_t i = 0; i < want.tokens.size(); ++i) {
+      EXPECT_EQ(o.result.tokens[i].token_id, want.tokens[i].token_id) << "step " << step;
+      EXPECT_EQ(o.result.tokens[i].logprob, want.tokens[i].logprob) << "step " << step;
+    }
+    h.accept(o.result);
+    hr.accept(want);
   }
 }
 
