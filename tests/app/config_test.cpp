@@ -125,6 +125,15 @@ TEST(Config, ReadsTheFirstTokenStepsSwitch) {
                       "scheduler.first_token_steps: expected true or false");
 }
 
+// First-token interrupts give a step in flight up for a newcomer: on unless switched off.
+TEST(Config, ReadsTheFirstTokenInterruptsSwitch) {
+  EXPECT_TRUE(parse_config("{}").scheduler.first_token_interrupts);
+  EXPECT_FALSE(parse_config(R"({"scheduler": {"first_token_interrupts": false}})")
+                   .scheduler.first_token_interrupts);
+  expect_config_error(R"({"scheduler": {"first_token_interrupts": 1}})",
+                      "scheduler.first_token_interrupts: expected true or false");
+}
+
 // cpu.prefill_attention: exact by default (llama.cpp's bits), bf16 when asked, anything else
 // named.
 TEST(Config, ReadsThePrefillAttentionPrecision) {
@@ -299,6 +308,7 @@ TEST(Config, DefaultPresetEqualsTheBuiltInDefaults) {
   EXPECT_EQ(preset.scheduler.max_step_ms, built_in.scheduler.max_step_ms);
   EXPECT_EQ(preset.scheduler.fairness, built_in.scheduler.fairness);
   EXPECT_EQ(preset.scheduler.first_token_steps, built_in.scheduler.first_token_steps);
+  EXPECT_EQ(preset.scheduler.first_token_interrupts, built_in.scheduler.first_token_interrupts);
   EXPECT_EQ(preset.api.max_waiting_per_client, built_in.api.max_waiting_per_client);
   EXPECT_EQ(preset.cpu.kv_memory_bytes, built_in.cpu.kv_memory_bytes);
   EXPECT_EQ(preset.cpu.prefill_attention, built_in.cpu.prefill_attention);

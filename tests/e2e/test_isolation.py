@@ -6,6 +6,8 @@ freeze everyone else.
   (asserted loosely: p99 under 5x the budget; bench/isolation_bench.py measures it);
 - a client flooding the queue does not delay another client's request behind its own; a client
   over api.max_waiting_per_client gets 429 alone;
+- a newcomer's first token does not wait for the flood's step in flight (first-token
+  interrupts), and the given-up steps cost nobody a token: every output is what it is without;
 - an 8 MB /tokenize or an over-long prompt does not stall the io thread (/health answers).
 """
 import json
@@ -146,6 +148,59 @@ def test_a_flooding_client_does_not_own_the_queue(start_server, tmp_path):
     # 40 requests against a cap of 30 waiting (4 run): the flood alone got 429s.
     assert results.count(429) >= 1, results
     assert all(r in (200, 429) for r in results), results
+
+
+def complete(base_url, prompt, max_tokens, api_key):
+    r = requests.post(base_url + "/v1/completions", timeout=300,
+                      headers={"Authorization": f"Bearer {api_key}"},
+                      json={"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens,
+                            "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["text"]
+
+
+def run_flood(base_url, prompts, max_tokens, outputs):
+    threads = [threading.Thread(target=lambda i=i, p=p: outputs.__setitem__(
+        i, complete(base_url, p, max_tokens, "flood-key"))) for i, p in enumerate(prompts)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_a_newcomer_interrupts_the_floods_step_and_nobody_loses_a_token(start_server):
+    server = start_server().wait_ready()
+    url = server.base_url
+    prompts = [f"Flood {i}: the story of the {w}" for i, w in enumerate(WORDS.split()[:24])]
+    max_tokens = 160
+    # The flood's greedy outputs with nobody else around (its steps never interrupted).
+    alone = [None] * len(prompts)
+    for t in run_flood(url, prompts, max_tokens, alone):
+        t.join(timeout=300)
+    assert metric(url, "troupe:interrupted_steps_total") == 0
+    # Again, with a lone client's short requests arriving one after another: at least one of them
+    # lands in the first half of a 24-decode step and has it given up.
+    flooded = [None] * len(prompts)
+    threads = run_flood(url, prompts, max_tokens, flooded)
+    deadline = time.monotonic() + 120
+    while metric(url, "troupe:num_requests_running") < len(prompts):
+        assert time.monotonic() < deadline, "the flood never ran"
+        time.sleep(0.05)
+    lone = []
+    while metric(url, "troupe:interrupted_steps_total") == 0 and len(lone) < 30:
+        prompt = f"Say hi {len(lone)}:"
+        lone.append((prompt, complete(url, prompt, 4, "lone-key")))
+    interrupted = metric(url, "troupe:interrupted_steps_total")
+    wasted = metric(url, "troupe:interrupted_step_seconds_total")
+    for t in threads:
+        t.join(timeout=300)
+    print(f"{len(lone)} lone requests; {interrupted:.0f} steps interrupted, {wasted * 1000:.1f} ms "
+          f"of backend time given up; first-token steps "
+          f"{metric(url, 'troupe:first_token_steps_total'):.0f}")
+    assert interrupted >= 1, "no lone request interrupted the flood's steps"
+    assert 0 < wasted
+    assert flooded == alone, "an interrupted step changed a flood output"
+    for prompt, text in lone:
+        assert text == complete(url, prompt, 4, "lone-key"), prompt
 
 
 def test_an_8mb_tokenize_does_not_stall_other_clients(server):
