@@ -97,6 +97,12 @@ class Channel {
   // drained() tells them apart.
   boost::asio::awaitable<std::optional<T>> receive();
 
+  // Receiver only, from a coroutine. Returns once a message can be taken (try_receive()), the
+  // channel is drained, or the wait was cancelled — the caller looks which. Takes nothing, so
+  // it may be awaited together with other work (awaitable operators): the loser of `a || b` is
+  // cancelled and whatever it had already taken is dropped, which receive() cannot survive.
+  boost::asio::awaitable<void> wait_ready();
+
   // Receiver only. True once the channel is closed, nothing is buffered and no send is in
   // flight: no message will ever arrive again.
   bool drained();
@@ -258,6 +264,16 @@ boost::asio::awaitable<std::optional<T>> Channel<T>::receive() {
     auto [woken] = co_await std::move(park);
     if (woken) co_return std::nullopt;  // cancelled
   }
+}
+
+template <typename T>
+boost::asio::awaitable<void> Channel<T>::wait_ready() {
+  if (poll_into_stash()) co_return;
+  // A message found by the park-time re-check waits in the stash for the next try_receive().
+  auto is_ready = [this] { return poll_into_stash(); };
+  auto park = receiver_spot_.async_park(is_ready, boost::asio::as_tuple(boost::asio::use_awaitable));
+  auto [woken] = co_await std::move(park);
+  (void)woken;  // woken or cancelled: the caller looks
 }
 
 template <typename T>

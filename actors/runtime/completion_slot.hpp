@@ -66,6 +66,17 @@ class CompletionSlot : public std::enable_shared_from_this<CompletionSlot<T>> {
     }
   }
 
+  // Awaiting executor. Returns once the result is there or the wait was cancelled, without
+  // taking the result (wait() then returns it at once). Safe to await together with other work
+  // (awaitable operators), where a cancelled wait() could lose the result it had taken.
+  boost::asio::awaitable<void> wait_ready() {
+    if (is_complete()) co_return;
+    auto is_ready = [this] { return is_complete(); };
+    auto park = waiter_spot_.async_park(is_ready, boost::asio::as_tuple(boost::asio::use_awaitable));
+    auto [woken] = co_await std::move(park);
+    (void)woken;  // woken or cancelled: the caller looks
+  }
+
   // Awaiting executor (or any thread, as a snapshot).
   bool is_complete() const { return state_.load(std::memory_order_acquire) == State::kReady; }
 

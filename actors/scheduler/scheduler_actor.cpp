@@ -308,18 +308,22 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
 boost::asio::awaitable<std::optional<gpu::StepOutcome>> SchedulerActor::await_step(
     CompletionSlot<gpu::StepOutcome>& done, gpu::StepInterrupt* interrupt) {
   using namespace boost::asio::experimental::awaitable_operators;
-  while (interrupt != nullptr && !interrupt->requested()) {
-    // Whichever comes first; the other wait is cancelled, losing nothing (a message the
-    // cancelled receive found stays in the mailbox's stash, a late completion in the slot).
-    auto completion = done.wait();
-    auto receiving = mailbox().receive();
-    auto either = std::move(completion) || std::move(receiving);
-    auto first = co_await std::move(either);
-    if (first.index() == 0) co_return std::move(std::get<0>(first));
-    std::optional<SchedulerMessage>& message = std::get<1>(first);
-    if (!message) break;  // closed and drained, or cancelled: only the step is left to wait for
-    apply(std::move(*message));
-    if (policy_.interrupt_due()) interrupt->request();
+  while (interrupt != nullptr && !interrupt->requested() && !done.is_complete()) {
+    // Readiness only: `||` cancels the loser and drops what it returned, so neither side may
+    // take anything (a consuming receive() or wait() there loses a message or the outcome; the
+    // runtime test CompletionSlotTest.AwaitedTogetherWithAMailboxNeitherLosesAnything).
+    auto completion = done.wait_ready();
+    auto arrival = mailbox().wait_ready();
+    auto either = std::move(completion) || std::move(arrival);
+    co_await std::move(either);
+    bool applied = false;
+    while (std::optional<SchedulerMessage> message = mailbox().try_receive()) {
+      apply(std::move(*message));
+      applied = true;
+    }
+    if (applied && policy_.interrupt_due()) interrupt->request();
+    // Closed and drained, or this wait was cancelled: only the step is left to wait for.
+    if (!applied && !done.is_complete()) break;
   }
   auto waiting = done.wait();
   co_return co_await std::move(waiting);

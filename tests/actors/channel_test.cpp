@@ -1,6 +1,7 @@
 // Tests for actors/runtime/channel.hpp, parking_spot.hpp and completion_slot.hpp: values for
 // full/closed, no loss or duplication under many producers, per-producer order, wake-up races,
-// close while parked, cancellation, and one-shot completion from foreign threads.
+// close while parked, cancellation, one-shot completion from foreign threads, and a completion
+// awaited together with a mailbox (the scheduler actor's interruptible step wait).
 #include "actors/runtime/channel.hpp"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 
@@ -383,6 +385,70 @@ asio::awaitable<void> await_done_then_cancelled(std::shared_ptr<CompletionSlot<i
   co_await asio::this_coro::throw_if_cancelled(false);
   std::optional<int> second = co_await never->wait();
   outcome = (first == 1 && !second) ? 1 : 2;
+}
+
+// The scheduler actor's await_step(): each round a foreign thread completes a slot while
+// producers keep sending; the slot and the mailbox are awaited together (readiness only: the
+// loser of `||` is cancelled and what it returned is dropped), then the messages are taken.
+// Neither a message nor a completion may be lost or seen twice.
+asio::awaitable<void> race_completions_with_messages(Channel<int>& mailbox, int num_rounds,
+                                                     std::atomic<int64_t>& num_messages,
+                                                     std::atomic<int>& num_completions,
+                                                     std::atomic<bool>& finished) {
+  using namespace asio::experimental::awaitable_operators;
+  for (int round = 0; round < num_rounds; ++round) {
+    auto slot = CompletionSlot<int>::create();
+    std::thread completer([slot, round] { slot->complete(round); });
+    while (!slot->is_complete()) {
+      auto completion = slot->wait_ready();
+      auto arrival = mailbox.wait_ready();
+      auto either = std::move(completion) || std::move(arrival);
+      co_await std::move(either);
+      while (std::optional<int> message = mailbox.try_receive()) num_messages.fetch_add(1);
+      if (mailbox.drained()) break;
+    }
+    std::optional<int> value = co_await slot->wait();
+    if (value == round) num_completions.fetch_add(1);
+    completer.join();
+  }
+  for (;;) {
+    std::optional<int> message = co_await mailbox.receive();
+    if (!message) break;
+    num_messages.fetch_add(1);
+  }
+  finished = true;
+}
+
+TEST(CompletionSlotTest, AwaitedTogetherWithAMailboxNeitherLosesAnything) {
+  const int num_rounds = static_cast<int>(4'000 / kScaleDown);
+  const int64_t num_sent_each = static_cast<int64_t>(40'000 / kScaleDown);
+  constexpr int kProducers = 2;
+  Channel<int> mailbox(8);
+  ExecutorThreads waiter_thread("waiter", 1);
+  std::atomic<int64_t> num_messages{0};
+  std::atomic<int> num_completions{0};
+  std::atomic<bool> finished{false};
+  asio::co_spawn(waiter_thread.executor(), [&] {
+    return race_completions_with_messages(mailbox, num_rounds, num_messages, num_completions, finished);
+  }, asio::detached);
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&] {
+      for (int64_t i = 0; i < num_sent_each;) {
+        if (mailbox.try_send(static_cast<int>(i)) == SendStatus::kAccepted) {
+          ++i;
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    });
+  }
+  for (std::thread& t : producers) t.join();
+  mailbox.close();
+  ASSERT_TRUE(eventually([&] { return finished.load(); }, 120000ms));
+  EXPECT_EQ(num_messages.load(), kProducers * num_sent_each);
+  EXPECT_EQ(num_completions.load(), num_rounds);
+  EXPECT_EQ(waiter_thread.join(in(5000ms)), JoinOutcome::kFinished);
 }
 
 TEST(CompletionSlotTest, AForeignThreadCompletesAndTheWaiterResumesOnItsOwnThread) {
