@@ -99,9 +99,15 @@ std::vector<float> CpuBackend::compute_logits(const StepBatch& batch) {
   return logits ? *logits : std::vector<float>{};
 }
 
-std::optional<StepResult> CpuBackend::run_locked(const StepBatch& batch) {
+StepOutcome CpuBackend::run_locked(const StepBatch& batch) {
+  StepOutcome outcome;
+  StepResult& result = outcome.result;
+  result.step_id = batch.step_id;
   const std::vector<float>* computed = forward_.forward(batch, pool_);
-  if (computed == nullptr) return std::nullopt;  // interrupted
+  if (computed == nullptr) {
+    outcome.interrupted = true;
+    return outcome;
+  }
   const std::vector<float>& logits = *computed;
   const int64_t V = forward_.config().n_vocab;
   // Each sampling slice's first logits row; with drafts it also owns that many more rows, and
@@ -118,8 +124,6 @@ std::optional<StepResult> CpuBackend::run_locked(const StepBatch& batch) {
     sampling.push_back({&s, num_rows, 1});
     num_rows += 1 + s.num_draft_tokens;
   }
-  StepResult result;
-  result.step_id = batch.step_id;
   result.tokens.resize(static_cast<size_t>(num_rows));
   pool_.parallel_for(static_cast<int64_t>(sampling.size()), [&](int64_t b, int64_t e, int t) {
     for (int64_t i = b; i < e; ++i) {
@@ -160,16 +164,12 @@ std::optional<StepResult> CpuBackend::run_locked(const StepBatch& batch) {
     }
     result.tokens.resize(kept);
   }
-  return result;
+  return outcome;
 }
 
 StepResult CpuBackend::run_step(const StepBatch& batch) {
   std::lock_guard lock(compute_mutex_);
-  std::optional<StepResult> result = run_locked(batch);
-  if (result) return std::move(*result);
-  StepResult interrupted;
-  interrupted.step_id = batch.step_id;
-  return interrupted;
+  return run_locked(batch).result;
 }
 
 void CpuBackend::launch(StepBatch batch, Completion done) {
@@ -193,9 +193,7 @@ void CpuBackend::dispatcher_loop() {
     StepOutcome outcome;
     try {
       std::lock_guard lock(compute_mutex_);
-      std::optional<StepResult> result = run_locked(job.batch);
-      outcome.interrupted = !result.has_value();
-      outcome.result = result ? std::move(*result) : StepResult{job.batch.step_id, {}};
+      outcome = run_locked(job.batch);
     } catch (const std::exception& e) {
       outcome.error = e.what();
       outcome.result.step_id = job.batch.step_id;

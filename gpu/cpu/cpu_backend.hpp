@@ -74,8 +74,9 @@ class CpuBackend final : public Backend {
   int64_t packed_weight_bytes() const { return forward_.packed_weight_bytes(); }
 
  private:
-  // nullopt: the batch's interrupt was honoured (no tokens).
-  std::optional<StepResult> run_locked(const StepBatch& batch);
+  // Never an error (exceptions are the caller's to turn into one); interrupted when the batch's
+  // interrupt was honoured.
+  StepOutcome run_locked(const StepBatch& batch);
   void dispatcher_loop();
 
   IsaLevel isa_;
