@@ -212,7 +212,8 @@ async def queue_state(session, srv: Srv) -> dict:
         return {"running": m.get("troupe:num_requests_running"),
                 "waiting": m.get("troupe:num_requests_waiting"),
                 "preemptions_total": m.get("troupe:num_preemptions_total"),
-                "first_token_steps_total": m.get("troupe:first_token_steps_total")}
+                "first_token_steps_total": m.get("troupe:first_token_steps_total"),
+                "interrupted_steps_total": m.get("troupe:interrupted_steps_total")}
     return {"running": m.get("llamacpp:requests_processing"),
             "waiting": m.get("llamacpp:requests_deferred")}
 

@@ -69,6 +69,10 @@ class Backend {
   // that does not is never sent drafts: the engine turns speculative decoding off for it.
   virtual bool supports_speculation() const { return false; }
 
+  // Whether launch() honours StepBatch::interrupt (gpu/step.hpp). The engine turns first-token
+  // interrupts off for a backend that does not: the scheduler would wake for nothing.
+  virtual bool supports_interrupts() const { return false; }
+
   // Enqueues one step; returns at once. `done` runs exactly once when the step's results are
   // ready (after the device's completion event on CUDA).
   virtual void launch(StepBatch batch, Completion done) = 0;

@@ -226,6 +226,8 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
                  scheduler::to_string(policy.speculative.method), built.backend->name());
     policy.speculative = {};
   }
+  // CUDA steps are queued on the device whole (and short): nothing to give up.
+  if (!built.backend->supports_interrupts()) policy.first_token_interrupts = false;
   const gpu::KvCacheGeometry geometry = built.backend->kv_geometry();
   policy.num_blocks = geometry.num_blocks;
   policy.block_size = geometry.block_size;

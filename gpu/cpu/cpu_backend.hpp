@@ -55,6 +55,7 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return "cpu"; }
   bool supports_speculation() const override { return true; }
+  bool supports_interrupts() const override { return true; }
   KvCacheGeometry kv_geometry() const override;
   std::optional<KvHostMemory> kv_host_memory() override;
   void launch(StepBatch batch, Completion done) override;
