@@ -41,7 +41,8 @@
 // — the actor asks the backend to give the step in flight up (gpu::StepInterrupt; the CPU
 // backend does so only in the step's first half) and reports it with on_step_interrupted(): the
 // step counts as never run, its sequences replan from where they were. The waste is bounded by
-// half a step per interrupt, and decodes still run at least every other step.
+// half a step per interrupt, and the step after an interrupted one is never interrupted, so
+// decodes still run at least every other step.
 //
 // Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
 // cancel()/finish()/add_request() may come at any point, also while a step is in flight.
@@ -309,6 +310,7 @@ class Scheduler {
   uint64_t num_time_budgeted_steps_ = 0;
   uint64_t num_first_token_steps_ = 0;
   uint64_t num_interrupted_steps_ = 0;
+  uint64_t last_interrupted_step_ = 0;  // its step id; 0: none yet
   uint64_t last_first_token_step_ = 0;  // its step id; 0: none yet
   uint64_t num_prefix_deferrals_ = 0;
   uint64_t num_requests_accepted_ = 0;

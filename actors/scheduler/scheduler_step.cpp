@@ -200,6 +200,7 @@ void Scheduler::on_step_interrupted(uint64_t step_id) {
   const InFlightStep flight = std::move(*in_flight_);
   in_flight_.reset();
   ++num_interrupted_steps_;
+  last_interrupted_step_ = step_id;
   for (const InFlightEntry& entry : flight.entries) {
     const auto it = sequences_.find(entry.request_id);
     if (it == sequences_.end()) continue;  // ended while the step ran: its KV is gone with it

@@ -156,8 +156,11 @@ bool Scheduler::first_token_step_due() const {
 
 bool Scheduler::interruptible(const Draft& draft, uint64_t step_id) const {
   if (!config_.first_token_interrupts || draft.first_tokens_only) return false;
-  // The decodes right after a first-token step have waited for it once already.
-  return last_first_token_step_ == 0 || last_first_token_step_ + 1 != step_id;
+  // The decodes right after a first-token step have waited for it once already; those right
+  // after an interrupted step too (its newcomer may not have been admitted after all, and
+  // another message must not take this step from them as well).
+  const auto follows = [step_id](uint64_t step) { return step != 0 && step + 1 == step_id; };
+  return !follows(last_first_token_step_) && !follows(last_interrupted_step_);
 }
 
 bool Scheduler::interrupt_due() const {

@@ -381,6 +381,27 @@ TEST(SchedulerFirstTokenInterruptTest, NeitherAFirstTokenStepNorTheStepAfterItIs
   for (RequestId id : {1, 2, 3, 9, 20, 21, 22}) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
 }
 
+// The newcomer gone by the next plan (cancelled, say), the step after an interrupted one is an
+// ordinary step, and it is not given up either: no run of messages takes two steps in a row from
+// the decodes.
+TEST(SchedulerFirstTokenInterruptTest, TheStepAfterAnInterruptedOneIsNotGivenUp) {
+  InFlight f(interrupt_config());
+  SchedulerHarness& h = f.h;
+  h.add(20, token_range(20, 50000), 4, Priority::kNormal, false, "lone");
+  ASSERT_TRUE(h.scheduler.interrupt_due());
+  interrupt(h, f.decodes);
+  ASSERT_TRUE(h.scheduler.cancel(20));
+  const StepPlan next = h.scheduler.schedule();
+  EXPECT_NE(slice_of(next, 1), nullptr);
+  EXPECT_EQ(h.scheduler.stats().num_first_token_steps, 0u);
+  EXPECT_FALSE(next.interruptible);
+  h.add(21, token_range(20, 60000), 4, Priority::kNormal, false, "lone 2");
+  EXPECT_FALSE(h.scheduler.interrupt_due());
+  h.record(h.scheduler.on_step_complete(h.model.run(next.batch)));
+  h.run_until_idle(4000);
+  for (RequestId id : {1, 2, 3, 9, 21}) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
+}
+
 TEST(SchedulerFirstTokenInterruptTest, OnlyForANewcomerDueAFirstTokenStep) {
   {
     SchedulerConfig off = interrupt_config();
