@@ -79,7 +79,8 @@ struct SamplingSlot {
 // and little is lost: the CPU backend between layers in the first half of the forward pass
 // (past half, finishing is both the shorter wait and the smaller waste), after the step's KV
 // uploads and never during sampling; it then completes the step as StepOutcome::interrupted.
-// The CUDA backend ignores it (its steps are queued on the device and short).
+// Backend::supports_interrupts() says which backends honour it: not CUDA (its steps are queued
+// on the device whole, and short), whose engine never sets it.
 //
 // Thread-safety: request() and requested() from any thread. Nothing is handed over through it,
 // so relaxed order suffices.

@@ -27,9 +27,10 @@
 // Ordering: messages from one sender arrive in the order it sent them (one FIFO queue).
 //
 // Thread-safety: try_send(), send() (from a coroutine on any executor), close(), is_closed()
-// and capacity() from any thread. try_receive(), receive() and drained() from the single
-// receiver only (one coroutine on one executor, or a strand). Cancellation of a pending
-// receive()/send() must be emitted from that coroutine's own executor, as Asio requires.
+// and capacity() from any thread. try_receive(), receive(), wait_ready() and drained() from the
+// single receiver only (one coroutine on one executor, or a strand). Cancellation of a pending
+// receive()/wait_ready()/send() must be emitted from that coroutine's own executor, as Asio
+// requires.
 #pragma once
 
 #include <atomic>
