@@ -150,8 +150,8 @@ def test_a_flooding_client_does_not_own_the_queue(start_server, tmp_path):
     assert all(r in (200, 429) for r in results), results
 
 
-def complete(base_url, prompt, max_tokens, api_key):
-    r = requests.post(base_url + "/v1/completions", timeout=300,
+def complete(base_url, prompt, max_tokens, api_key, session=requests):
+    r = session.post(base_url + "/v1/completions", timeout=300,
                       headers={"Authorization": f"Bearer {api_key}"},
                       json={"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens,
                             "temperature": 0, "ignore_eos": True})
@@ -170,15 +170,17 @@ def run_flood(base_url, prompts, max_tokens, outputs):
 def test_a_newcomer_interrupts_the_floods_step_and_nobody_loses_a_token(start_server):
     server = start_server().wait_ready()
     url = server.base_url
-    prompts = [f"Flood {i}: the story of the {w}" for i, w in enumerate(WORDS.split()[:24])]
-    max_tokens = 160
+    # 48 decodes make a step of ~50 ms here: a lone request sent right after its predecessor's
+    # last token (a step boundary) lands in the first half of the next step.
+    prompts = [f"Flood {i}: the story of the {w}" for i, w in enumerate(WORDS.split() * 3)][:48]
+    max_tokens = 128
     # The flood's greedy outputs with nobody else around (its steps never interrupted).
     alone = [None] * len(prompts)
     for t in run_flood(url, prompts, max_tokens, alone):
         t.join(timeout=300)
     assert metric(url, "troupe:interrupted_steps_total") == 0
     # Again, with a lone client's short requests arriving one after another: at least one of them
-    # lands in the first half of a 24-decode step and has it given up.
+    # lands in the first half of a step and has it given up.
     flooded = [None] * len(prompts)
     threads = run_flood(url, prompts, max_tokens, flooded)
     deadline = time.monotonic() + 120
@@ -186,9 +188,10 @@ def test_a_newcomer_interrupts_the_floods_step_and_nobody_loses_a_token(start_se
         assert time.monotonic() < deadline, "the flood never ran"
         time.sleep(0.05)
     lone = []
-    while metric(url, "troupe:interrupted_steps_total") == 0 and len(lone) < 30:
-        prompt = f"Say hi {len(lone)}:"
-        lone.append((prompt, complete(url, prompt, 4, "lone-key")))
+    with requests.Session() as session:  # kept alive: the request leaves right after the last
+        while metric(url, "troupe:interrupted_steps_total") == 0 and len(lone) < 30:
+            prompt = f"Say hi {len(lone)}:"
+            lone.append((prompt, complete(url, prompt, 4, "lone-key", session)))
     interrupted = metric(url, "troupe:interrupted_steps_total")
     wasted = metric(url, "troupe:interrupted_step_seconds_total")
     for t in threads:
