@@ -225,7 +225,9 @@ class Scheduler {
   // the budget does not apply); 0: nothing fits this step.
   int32_t fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t first_position,
                              int32_t num_tokens, bool admitting) const;
-  // Whether the next step should be a first-token step (the policy above).
+  // Whether first-token steps are on and can be planned (client fairness, the budget, a usable
+  // cost model); then whether the next step should be one (the policy above).
+  bool first_token_steps_apply() const;
   bool first_token_step_due() const;
   // Whether the step being built may be interrupted for a newcomer's first token.
   bool interruptible(const Draft& draft, uint64_t step_id) const;

@@ -129,11 +129,13 @@ int32_t Scheduler::fit_to_time_budget(Draft& draft, const Sequence& seq, int32_t
 // step of 64 decodes costs several times a short prompt's prefill, so the lone user of a flooded
 // server would wait several idle TTFTs (issue 13's flood). SGLang runs prefill batches apart
 // from decode batches for the same reason; here only when it pays: see scheduler.hpp.
+bool Scheduler::first_token_steps_apply() const {
+  return config_.first_token_steps && config_.fairness == Fairness::kClient &&
+         config_.max_step_ms > 0 && step_cost_.usable;
+}
+
 bool Scheduler::first_token_step_due() const {
-  if (!config_.first_token_steps) return false;
-  if (config_.fairness != Fairness::kClient || config_.max_step_ms <= 0 || !step_cost_.usable) {
-    return false;
-  }
+  if (!first_token_steps_apply()) return false;
   if (last_first_token_step_ != 0 && last_first_token_step_ == num_steps_) return false;
   const Sequence* head = waiting_.front();
   if (head == nullptr) return false;
@@ -155,7 +157,11 @@ bool Scheduler::first_token_step_due() const {
 }
 
 bool Scheduler::interruptible(const Draft& draft, uint64_t step_id) const {
-  if (!config_.first_token_interrupts || draft.first_tokens_only) return false;
+  // Only where an interrupt could ever be due: the scheduler actor awaits an interruptible step
+  // together with its mailbox, which costs a little every step.
+  if (!config_.first_token_interrupts || !first_token_steps_apply() || draft.first_tokens_only) {
+    return false;
+  }
   // The decodes right after a first-token step have waited for it once already; those right
   // after an interrupted step too (its newcomer may not have been admitted after all, and
   // another message must not take this step from them as well).
