@@ -37,12 +37,12 @@
 //
 // First-token interrupts (config.first_token_interrupts): a newcomer that arrives while a step
 // runs would wait for the rest of it before its first-token step. When interrupt_due() holds —
-// a first-token step is due, and the step in flight is neither one nor the step right after one
-// — the actor asks the backend to give the step in flight up (gpu::StepInterrupt; the CPU
-// backend does so only in the step's first half) and reports it with on_step_interrupted(): the
-// step counts as never run, its sequences replan from where they were. The waste is bounded by
-// half a step per interrupt, and the step after an interrupted one is never interrupted, so
-// decodes still run at least every other step.
+// a first-token step is due, and the step in flight is not one, nor the step right after one or
+// right after an interrupted step — the actor asks the backend to give the step in flight up
+// (gpu::StepInterrupt; the CPU backend does so only in the step's first half) and reports it
+// with on_step_interrupted(): the step counts as never run, its sequences replan from where they
+// were. The waste is bounded by half a step per interrupt, and decodes still run at least every
+// other step.
 //
 // Only one step may be in flight: schedule() -> on_step_complete() -> schedule() ...
 // cancel()/finish()/add_request() may come at any point, also while a step is in flight.
