@@ -61,6 +61,13 @@ int32_t argmax(const float* v, int n) {
   return static_cast<int32_t>(std::max_element(v, v + n) - v);
 }
 
+// One launch(), its outcome once the completion ran.
+StepOutcome launch_and_wait(CpuBackend& backend, StepBatch batch) {
+  std::promise<StepOutcome> promise;
+  backend.launch(std::move(batch), [&](StepOutcome o) { promise.set_value(std::move(o)); });
+  return promise.get_future().get();
+}
+
 constexpr uint64_t kTarget = 100;
 constexpr int kPromptLen = 70;
 constexpr int kDecodeSteps = 4;
@@ -239,12 +246,6 @@ TEST(CpuBackend, LaunchCompletesOnceWithRunStepResult) {
   }
 }
 
-StepOutcome launch_and_wait(CpuBackend& backend, StepBatch batch) {
-  std::promise<StepOutcome> promise;
-  backend.launch(std::move(batch), [&](StepOutcome o) { promise.set_value(std::move(o)); });
-  return promise.get_future().get();
-}
-
 // First-token interrupts (gpu::StepInterrupt): six layers; the test asks for the interrupt when
 // layer `ask_after_layer` has finished. Asked before layer 3 (the first half), the step is given
 // up: no tokens, and running it again — over the KV it half wrote — gives exactly the tokens of
@@ -322,9 +323,7 @@ TEST(CpuBackend, MalformedBatchIsAnErrorNotACrash) {
   StepBatch good = h.build({{1, 20}});
   auto expect_bad = [&](StepBatch b) {
     EXPECT_THROW(backend->run_step(b), std::invalid_argument);
-    std::promise<StepOutcome> p;
-    backend->launch(std::move(b), [&](StepOutcome o) { p.set_value(std::move(o)); });
-    EXPECT_FALSE(p.get_future().get().ok());
+    EXPECT_FALSE(launch_and_wait(*backend, std::move(b)).ok());
   };
   StepBatch b = good;
   b.token_ids[3] = 100000;
