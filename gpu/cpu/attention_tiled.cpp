@@ -103,20 +103,27 @@ void widen(const uint16_t* src, int64_t n, float* dst, IsaLevel isa) {
 }
 
 // Keys [first, first + count) of fp16 rows src (key t at src + (t - first) * head_dim) into
-// their lanes of the panels (attention_tiled_kernels.hpp). Each row is widened whole, then
-// scattered: one pass per conversion, a small part of the scores' work over the same keys.
+// their lanes of the panels (attention_tiled_kernels.hpp; only the AVX-512 kernels read panels).
+// A whole panel (16 keys from a panel boundary, e.g. every full KV block of 16 slots) is
+// transposed in registers; the keys of a partial one are widened row by row and scattered.
 void widen_to_panels(const uint16_t* src, int32_t first, int32_t count, int32_t hd, float* panels,
                      IsaLevel isa) {
   constexpr int32_t kChunk = 16;
   float part[kChunk];
-  for (int32_t t = first; t < first + count; ++t) {
+  for (int32_t t = first; t < first + count;) {
     const uint16_t* row = src + static_cast<int64_t>(t - first) * hd;
+    if (t % detail::kPanelKeys == 0 && first + count - t >= detail::kPanelKeys) {
+      detail::widen_panel_avx512(row, hd, panels + detail::panel_offset(t, hd));
+      t += detail::kPanelKeys;
+      continue;
+    }
     float* dst = panels + detail::panel_offset(t, hd) + t % detail::kPanelKeys;
     for (int32_t d0 = 0; d0 < hd; d0 += kChunk) {
       const int32_t n = std::min(kChunk, hd - d0);
       widen(row + d0, n, part, isa);
       for (int32_t d = 0; d < n; ++d) dst[(d0 + d) * detail::kPanelKeys] = part[d];
     }
+    ++t;
   }
 }
 

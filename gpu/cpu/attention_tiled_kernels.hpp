@@ -25,6 +25,13 @@ inline int64_t panel_offset(int32_t t, int32_t head_dim) {
   return static_cast<int64_t>(t / kPanelKeys) * kPanelKeys * head_dim;
 }
 
+// The panel of 16 consecutive keys from their fp16 rows (key i at keys + i * head_dim):
+// panel[d * 16 + i] = fp16_to_fp32(keys[i * head_dim + d]). head_dim % 16 == 0. The conversion
+// is exact, so only the layout can differ from widening key by key; converting the whole prefix
+// for every prefill chunk made the key-by-key scatter ~5 % of a long prompt's small-chunk
+// prefill.
+void widen_panel_avx512(const uint16_t* keys, int32_t head_dim, float* panel);
+
 // Scores of keys [first, first + count) for every row, as tile_scores_scalar, K read from the
 // panels of that block (panels: the panel of key `first`, first % 16 == 0). q: [rows][head_dim].
 // Each row's scores are written for its keys below its count; the AVX-512 form may also write

@@ -230,6 +230,44 @@ TROUPE_TARGET_AVX512 void widen_fp16_avx512(const uint16_t* src, int64_t n, floa
   }
 }
 
+// Four rounds of lane shuffles turn 16 rows of 16 floats into 16 columns: pairs of rows
+// interleave 1-float, then 2-float, then 4-float, then 8-float groups.
+TROUPE_TARGET_AVX512 static inline void transpose16x16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xDD);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+TROUPE_TARGET_AVX512 void widen_panel_avx512(const uint16_t* keys, int32_t hd, float* panel) {
+  for (int32_t d0 = 0; d0 < hd; d0 += kPanelKeys) {
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) {
+      r[i] = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(keys + static_cast<int64_t>(i) * hd + d0)));
+    }
+    transpose16x16(r);
+    for (int i = 0; i < 16; ++i) _mm512_storeu_ps(panel + (d0 + i) * kPanelKeys, r[i]);
+  }
+}
+
 namespace {
 
 // One row of softmax_rows_avx512.
@@ -430,6 +468,7 @@ TROUPE_TARGET_AVX512 void tile_values_avx512(const float* values, int32_t first,
 #else
 void widen_fp16_avx2(const uint16_t*, int64_t, float*) {}
 void widen_fp16_avx512(const uint16_t*, int64_t, float*) {}
+void widen_panel_avx512(const uint16_t*, int32_t, float*) {}
 void softmax_rows_avx512(const TileRows&, bool) {}
 void tile_scores_avx2(const float*, int32_t, int32_t, int32_t, const float*, float,
                       const TileRows&) {}

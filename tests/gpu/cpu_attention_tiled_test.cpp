@@ -66,6 +66,27 @@ std::vector<int32_t> row_keys(const ScoreCase& cs, int32_t spread) {
   return keys;
 }
 
+// A whole panel widened in registers holds key i's dim d at d * 16 + i, the exact fp16 value,
+// for head sizes 16 to 128 (a transposition that swaps two lanes or two dims fails here).
+TEST(AttentionTiledPanels, WholePanelConversionTransposesExactly) {
+  if (!has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (int32_t hd : {16, 64, 80, 128}) {
+    const auto values = testing::random_floats(static_cast<size_t>(detail::kPanelKeys) * hd, 3 + hd);
+    std::vector<uint16_t> keys(values.size());
+    for (size_t i = 0; i < values.size(); ++i) keys[i] = model::fp32_to_fp16(values[i]);
+    AlignedFloats panel;
+    panel.grow(detail::kPanelKeys * hd);
+    detail::widen_panel_avx512(keys.data(), hd, panel.data());
+    for (int32_t i = 0; i < detail::kPanelKeys; ++i) {
+      for (int32_t d = 0; d < hd; ++d) {
+        const float want = model::fp16_to_fp32(keys[static_cast<size_t>(i) * hd + d]);
+        ASSERT_EQ(want, panel.data()[d * detail::kPanelKeys + i])
+            << "hd=" << hd << " key=" << i << " dim=" << d;
+      }
+    }
+  }
+}
+
 // Scores from panels (scalar twin and AVX-512) equal the row-layout scalar kernel's, which the
 // per-token tests tie to llama.cpp's order: row counts that leave 1 or 2 rows over the kernel's
 // 3, blocks of 1 to 64 keys starting at panel boundaries, head sizes 16 to 128.
