@@ -230,9 +230,11 @@ TROUPE_TARGET_AVX512 void widen_fp16_avx512(const uint16_t* src, int64_t n, floa
   }
 }
 
-// Four rounds of lane shuffles turn 16 rows of 16 floats into 16 columns: pairs of rows
-// interleave 1-float, then 2-float, then 4-float, then 8-float groups.
-TROUPE_TARGET_AVX512 static inline void transpose16x16(__m512 (&r)[16]) {
+namespace {
+
+// r[i] holds row i on entry and column i on return: four rounds of shuffles between register
+// pairs, which interleave 1-float, 2-float, 4-float and then 8-float groups.
+TROUPE_TARGET_AVX512 inline void transpose16x16(__m512 (&r)[16]) {
   __m512 t[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -255,6 +257,8 @@ TROUPE_TARGET_AVX512 static inline void transpose16x16(__m512 (&r)[16]) {
     r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
   }
 }
+
+}  // namespace
 
 TROUPE_TARGET_AVX512 void widen_panel_avx512(const uint16_t* keys, int32_t hd, float* panel) {
   for (int32_t d0 = 0; d0 < hd; d0 += kPanelKeys) {
