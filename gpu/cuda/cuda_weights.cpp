@@ -20,32 +20,41 @@ WeightType weight_type_of(const model::WeightView& v) {
   return v.type;
 }
 
+// Every host-to-device copy of the upload is stream-ordered on `stream`, the stream the
+// conversions run on. A plain cudaMemcpy from pageable memory (a GGUF mapping) returns once the
+// driver has taken the bytes, before its DMA has landed (CUDA's "API synchronization behavior"),
+// and it is ordered only on the legacy default stream, which the backend's non-blocking stream
+// does not wait for: a conversion launched right after it could read a staging buffer that still
+// held the previous matrix's bytes, or a fresh allocation's garbage. Ordered on one stream, the
+// copy lands before the conversion reads it, and the next copy into `staging` waits for that
+// conversion, with no host synchronization in between.
+void copy_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+}
+
 // Copies (or converts through `staging`) a projection's parts, row after row, into `dst`.
 void upload_projection(const std::vector<const model::WeightView*>& parts, void* dst,
                        void* staging, ActType act, cudaStream_t stream) {
   int64_t row = 0;
   for (const model::WeightView* v : parts) {
     const WeightType type = weight_type_of(*v);
-    char* out = static_cast<char*>(dst) + row * v->num_inputs * 2;
+    char* out = static_cast<char*>(dst) + row * v->num_inputs * act_bytes(act);
     const bool same = (type == WeightType::kF16 && act == ActType::kF16) ||
                       (type == WeightType::kBF16 && act == ActType::kBF16);
     if (same) {
-      CUDA_CHECK(cudaMemcpy(out, v->data, v->num_bytes, cudaMemcpyHostToDevice));
+      copy_to_device(out, v->data, v->num_bytes, stream);
     } else {
-      // cudaMemcpy from pageable memory returns once the source is consumed, so the staging
-      // buffer is free again when the (stream-ordered) conversion of the previous part is done.
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CUDA_CHECK(cudaMemcpy(staging, v->data, v->num_bytes, cudaMemcpyHostToDevice));
+      copy_to_device(staging, v->data, v->num_bytes, stream);
       dequantize_matrix(staging, type, v->num_outputs, v->num_inputs, out, act, stream);
     }
     row += v->num_outputs;
   }
 }
 
-float* upload_f32(const model::WeightView& v, DeviceAllocations& allocations) {
+float* upload_f32(const model::WeightView& v, DeviceAllocations& allocations, cudaStream_t stream) {
   if (v.type != model::TensorType::kF32) throw std::invalid_argument("tensor " + v.name + ": expected F32");
   float* p = allocations.allocate<float>(v.num_bytes);
-  CUDA_CHECK(cudaMemcpy(p, v.data, v.num_bytes, cudaMemcpyHostToDevice));
+  copy_to_device(p, v.data, v.num_bytes, stream);
   return p;
 }
 
@@ -77,8 +86,8 @@ DeviceWeights upload_weights(const model::LlamaWeights& w, ActType act, cudaStre
       upload_projection({&l.w_gate, &l.w_up}, L.gate_up, staging, act, stream);
       L.down = allocations.allocate(E * F * 2);
       upload_projection({&l.w_down}, L.down, staging, act, stream);
-      L.attn_norm = upload_f32(l.attn_norm, allocations);
-      L.ffn_norm = upload_f32(l.ffn_norm, allocations);
+      L.attn_norm = upload_f32(l.attn_norm, allocations, stream);
+      L.ffn_norm = upload_f32(l.ffn_norm, allocations, stream);
       d.gemm_bytes += ((Q + 2 * KV) * E + E * Q + 2 * F * E + E * F) * 2;
       d.layers.push_back(L);
     }
@@ -86,9 +95,9 @@ DeviceWeights upload_weights(const model::LlamaWeights& w, ActType act, cudaStre
     d.embd_type = weight_type_of(embd);
     d.embd_row_bytes = static_cast<int64_t>(model::row_bytes(embd.type, static_cast<uint64_t>(E)));
     d.embd_raw = allocations.allocate(embd.num_bytes);
-    CUDA_CHECK(cudaMemcpy(d.embd_raw, embd.data, embd.num_bytes, cudaMemcpyHostToDevice));
-    d.output_norm = upload_f32(w.output_norm(), allocations);
-    if (w.rope_freqs()) d.rope_freqs = upload_f32(*w.rope_freqs(), allocations);
+    copy_to_device(d.embd_raw, embd.data, embd.num_bytes, stream);
+    d.output_norm = upload_f32(w.output_norm(), allocations, stream);
+    if (w.rope_freqs()) d.rope_freqs = upload_f32(*w.rope_freqs(), allocations, stream);
     d.output = allocations.allocate(static_cast<size_t>(c.n_vocab) * E * 2);
     if (w.output().data == embd.data) {  // tied: convert the copy already on the device
       dequantize_matrix(d.embd_raw, d.embd_type, c.n_vocab, E, d.output, act, stream);
@@ -98,6 +107,7 @@ DeviceWeights upload_weights(const model::LlamaWeights& w, ActType act, cudaStre
     d.gemm_bytes += static_cast<int64_t>(c.n_vocab) * E * 2;
     CUDA_CHECK(cudaStreamSynchronize(stream));
   } catch (...) {
+    cudaStreamSynchronize(stream);  // nothing may still read `staging` when it is freed
     cudaFree(staging);
     throw;
   }

@@ -37,8 +37,10 @@ __device__ __forceinline__ float load_weight_element(const uint8_t* row, WeightT
       const int i = static_cast<int>(j % Block::kElements);
       const uint8_t* qs = blk + offsetof(Block, qs);
       const int q = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);
-      return load_half_bytes(blk + offsetof(Block, d)) * static_cast<float>(q) +
-             load_half_bytes(blk + offsetof(Block, m));
+      // Rounded twice, as the reference (compiled with -ffp-contract=off): nvcc would otherwise
+      // fuse d * q + m into one fma and differ from the CPU's decoding in the last bit.
+      return __fadd_rn(__fmul_rn(load_half_bytes(blk + offsetof(Block, d)), static_cast<float>(q)),
+                       load_half_bytes(blk + offsetof(Block, m)));
     }
     case WeightType::kQ8_0: {
       using Block = model::quants::BlockQ8_0;
