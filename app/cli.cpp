@@ -143,7 +143,9 @@ std::string serve_usage_text() {
   --model-id NAME    name the API serves the model under (default: from the file name)
   --host H           listen address (default 127.0.0.1)
   --port P           listen port (default 8080; 0 picks a free one)
-  --backend B        cpu, cuda or auto (CUDA when a device is present, else CPU)
+  --backend B        cpu, cuda or auto: auto takes CUDA when a device is present and every
+                     weight type of the model is proven on a GPU (gpu/cuda_proven_types.cpp),
+                     else the CPU; cuda refuses a model with an unproven type, naming it
   --log-level L      trace, debug, info, warn, error, critical or off
   --admin-socket P   the admin Unix socket (default $XDG_RUNTIME_DIR/troupe.sock, else
                      /tmp/troupe-$UID/troupe.sock); `troupe admin --socket P` talks to it

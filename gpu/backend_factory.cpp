@@ -1,6 +1,12 @@
 #include "gpu/backend_factory.hpp"
 
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
+
 #include "gpu/cpu/cpu_backend.hpp"
+#include "gpu/cuda_proven_types.hpp"
 #include "gpu/device_probe.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
@@ -9,49 +15,77 @@
 
 namespace troupe::gpu {
 
+BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
+                               const std::vector<std::string>& cuda_devices,
+                               const std::string& probe_status, const model::LlamaWeights& weights,
+                               bool allow_unproven) {
+  if (request == BackendRequest::kCpu) return {BackendVerdict::kCpu, "CPU backend (configured)"};
+  if (cuda_devices.empty()) {
+    return {BackendVerdict::kCpu, "no CUDA device (" + probe_status + "); using the CPU backend"};
+  }
+  const std::string& device = cuda_devices.front();
+  if (!cuda_compiled) {
+    return {BackendVerdict::kCpu,
+            "CUDA device " + device +
+                " found, but this binary was built without CUDA; using the CPU backend"};
+  }
+  const std::optional<UnprovenTensor> unproven = first_unproven_cuda_tensor(weights);
+  if (!unproven) return {BackendVerdict::kCuda, "CUDA backend on " + device};
+  if (request == BackendRequest::kAuto) {
+    return {BackendVerdict::kCpu, "CUDA device " + device + " found, but " +
+                                      unproven_cuda_message(*unproven) + ": using the CPU backend"};
+  }
+  if (allow_unproven) {
+    return {BackendVerdict::kCuda,
+            "CUDA backend on " + device + " with UNPROVEN weight types " +
+                "(TROUPE_CUDA_UNPROVEN_TYPES=allow): " + unproven_cuda_message(*unproven)};
+  }
+  return {BackendVerdict::kRefuse,
+          "--backend cuda: " + unproven_cuda_message(*unproven) +
+              " (TROUPE_CUDA_UNPROVEN_TYPES=allow runs it anyway, to verify it on a GPU)"};
+}
+
 BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
                           const BackendOptions& options) {
-  BuiltBackend built;
+  model::LlamaWeights weights = model::LlamaWeights::from_gguf(file);
+  std::vector<std::string> devices;
+  DeviceProbe probe;
   if (options.request != BackendRequest::kCpu) {
-    const DeviceProbe probe = probe_devices();
-    if (probe.cuda_devices.empty()) {
-      built.note = "no CUDA device (" + probe.cuda_status + "); using the CPU backend";
-    } else if (options.request == BackendRequest::kAuto) {
-      built.note = "CUDA device " + probe.cuda_devices.front().name +
-                   " found; `auto` keeps the CPU backend until the CUDA backend is verified on a "
-                   "GPU (use --backend cuda to try it)";
-    } else {
-#ifdef TROUPE_HAVE_CUDA
-      cuda::CudaBackendConfig cuda_config;
-      cuda_config.device = probe.cuda_devices.front().index;
-      cuda_config.block_size = options.block_size;
-      cuda_config.num_blocks = options.num_blocks;
-      cuda_config.gpu_memory_utilization = options.gpu_memory_utilization;
-      cuda_config.max_num_batched_tokens = options.max_num_batched_tokens;
-      cuda_config.max_num_seqs = options.max_num_seqs;
-      cuda_config.kv_host_mirror = options.kv_host_mirror;
-      cuda_config.max_kv_host_mirror_bytes = options.max_kv_host_mirror_bytes;
-      built.backend = cuda::CudaBackend::from_gguf(std::move(file), cuda_config);
-      built.note = "CUDA backend on " + probe.cuda_devices.front().name +
-                   " (experimental: not yet verified on a GPU)";
-      if (options.cpu_prefill_attention != cpu::PrefillAttentionPrecision::kExact) {
-        built.note += "; cpu.prefill_attention applies to the CPU backend only";
-      }
-      return built;
-#else
-      built.note = "backend 'cuda' requested, but this binary was built without CUDA; using the CPU backend";
-#endif
-    }
-  } else {
-    built.note = "CPU backend (configured)";
+    probe = probe_devices();
+    for (const CudaDevice& d : probe.cuda_devices) devices.push_back(d.name);
   }
+  const char* allow = std::getenv("TROUPE_CUDA_UNPROVEN_TYPES");
+  const BackendDecision decision =
+      decide_backend(options.request, probe.cuda_compiled, devices, probe.cuda_status, weights,
+                     allow != nullptr && std::string_view(allow) == "allow");
+  BuiltBackend built;
+  built.note = decision.note;
+  if (decision.verdict == BackendVerdict::kRefuse) throw std::runtime_error(decision.note);
+#ifdef TROUPE_HAVE_CUDA
+  if (decision.verdict == BackendVerdict::kCuda) {
+    cuda::CudaBackendConfig cuda_config;
+    cuda_config.device = probe.cuda_devices.front().index;
+    cuda_config.block_size = options.block_size;
+    cuda_config.num_blocks = options.num_blocks;
+    cuda_config.gpu_memory_utilization = options.gpu_memory_utilization;
+    cuda_config.max_num_batched_tokens = options.max_num_batched_tokens;
+    cuda_config.max_num_seqs = options.max_num_seqs;
+    cuda_config.kv_host_mirror = options.kv_host_mirror;
+    cuda_config.max_kv_host_mirror_bytes = options.max_kv_host_mirror_bytes;
+    built.backend = std::make_unique<cuda::CudaBackend>(std::move(weights), cuda_config);
+    if (options.cpu_prefill_attention != cpu::PrefillAttentionPrecision::kExact) {
+      built.note += "; cpu.prefill_attention applies to the CPU backend only";
+    }
+    return built;
+  }
+#endif
   cpu::CpuBackendConfig config;
   config.num_threads = options.cpu_threads;
   config.prefill_attention = options.cpu_prefill_attention;
   config.num_blocks = options.num_blocks;
   config.kv_memory_bytes = options.kv_memory_bytes;
   config.block_size = options.block_size;
-  built.backend = cpu::CpuBackend::from_gguf(std::move(file), config);
+  built.backend = std::make_unique<cpu::CpuBackend>(std::move(weights), config);
   if (config.prefill_attention == cpu::PrefillAttentionPrecision::kBf16) {
     built.note += cpu::best_bf16_kernels() == cpu::Bf16Kernels::kAmx
                       ? "; prompt attention in bf16 on AMX tiles"

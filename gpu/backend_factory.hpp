@@ -1,17 +1,20 @@
 // Chooses and builds the step backend for a model. `cuda` builds the CUDA backend when a device is
-// usable (and fails loudly when it cannot start); `auto` stays on the CPU backend until the CUDA
-// backend has been verified on a real GPU (issue 8: it compiles, but no session has run it yet),
-// and says so in the log.
+// usable and every matrix type of the model is proven on a GPU (gpu/cuda_proven_types.hpp), and
+// refuses the model by tensor and type otherwise; `auto` takes the CUDA backend only for such a
+// model, else the CPU backend, and says why in the log. TROUPE_CUDA_UNPROVEN_TYPES=allow (read
+// here only) lets `cuda` run unproven types: for bench/device_check.sh, which proves them.
 //
 // Thread-safety: call from the wiring thread at start-up.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpu/backend.hpp"
 #include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "model/gguf.hpp"
+#include "model/llama_weights.hpp"
 
 namespace troupe::gpu {
 
@@ -35,12 +38,28 @@ struct BackendOptions {
   int64_t max_kv_host_mirror_bytes = 16ll << 30;
 };
 
+// Which backend a request gets, decided from facts alone (testable without a device).
+enum class BackendVerdict { kCpu, kCuda, kRefuse };
+struct BackendDecision {
+  BackendVerdict verdict = BackendVerdict::kCpu;
+  std::string note;  // the log line, or the refusal's message
+};
+
+// `cuda_devices`: names of the usable devices (first is used); `cuda_compiled`: this binary has
+// the CUDA backend; `probe_status`: why no device was found; `allow_unproven`: the environment's
+// override. Pure.
+BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
+                               const std::vector<std::string>& cuda_devices,
+                               const std::string& probe_status, const model::LlamaWeights& weights,
+                               bool allow_unproven);
+
 struct BuiltBackend {
   std::unique_ptr<Backend> backend;
   std::string note;  // why this backend was chosen (logged at start)
 };
 
-// Throws std::runtime_error (naming the tensor or setting) when the model cannot run.
+// Throws std::runtime_error (naming the tensor or setting) when the model cannot run, or when
+// decide_backend() refuses it.
 BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file, const BackendOptions& options);
 
 }  // namespace troupe::gpu

@@ -8,3 +8,5 @@ add_executable(parity_probe ${PROJECT_SOURCE_DIR}/tests/reference/parity_probe.c
 target_link_libraries(parity_probe PRIVATE troupe_options troupe_gpu simdjson::simdjson)
 target_compile_definitions(parity_probe PRIVATE TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 set_target_properties(parity_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+# Which backend a model gets and the CUDA backend's proven weight types (no device needed).
+troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS backend_factory_test dequantized_weights_test)
