@@ -408,6 +408,7 @@ void LlamaForward::embed(const StepBatch& b) {
     dequantize_row(emb.type, emb.row(b.token_ids[i]), E, x_.data() + i * E);
     rope_table(b.positions[i], rope, rope_cos_.data() + i * half_rot, rope_sin_.data() + i * half_rot);
   }
+  observe("inp_embd", 0, x_.data(), b.num_tokens(), E, E);
 }
 
 void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& pool) {

@@ -23,16 +23,15 @@
 #include "gpu/cpu/cpu_features.hpp"
 #include "gpu/cpu/matmul.hpp"
 #include "gpu/cpu/thread_pool.hpp"
+#include "gpu/forward_observer.hpp"
 #include "gpu/step.hpp"
 #include "model/llama_weights.hpp"
 
 namespace troupe::gpu::cpu {
 
-// Observes a step's named intermediates (parity probes, tests): rows x cols with row stride ld,
-// in the names llama.cpp's graph uses (attn_norm, qkv, kqv_out, ffn_out, l_out, result_norm, ...).
-// layer -1: after the last layer. Called on the thread running the step, between its phases.
-using ForwardObserver = std::function<void(const char* name, int32_t layer, const float* data,
-                                           int64_t rows, int64_t cols, int64_t ld)>;
+// Observes a step's named intermediates (gpu/forward_observer.hpp); the CPU pass also shows
+// attn_out and ffn_out (the projections before their residual add).
+using ForwardObserver = gpu::ForwardObserver;
 
 struct ForwardConfig {
   int32_t num_blocks = 0;  // KV blocks (all layers share block ids)

@@ -159,6 +159,7 @@ ForwardContext CudaBackend::Impl::forward_context() const {
   ctx.weights = &device_weights;
   ctx.kv_cache = &kv_cache;
   ctx.scratch = &scratch;
+  ctx.observer = &config.observer;
   return ctx;
 }
 

@@ -37,6 +37,7 @@
 
 #include "gpu/backend.hpp"
 #include "gpu/cuda/kernel_types.cuh"
+#include "gpu/forward_observer.hpp"
 #include "model/gguf.hpp"
 #include "model/llama_weights.hpp"
 
@@ -54,6 +55,9 @@ struct CudaBackendConfig {
   // the KV transport reads and writes. The KV is capped so the mirror fits the host budget.
   bool kv_host_mirror = false;
   int64_t max_kv_host_mirror_bytes = 16ll << 30;
+  // Parity probes and tests (gpu/forward_observer.hpp): every observed op then synchronizes the
+  // stream and copies its output to the host. Empty normally.
+  ForwardObserver observer;
 };
 
 class CudaBackend final : public Backend {

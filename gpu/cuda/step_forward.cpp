@@ -1,16 +1,44 @@
 // The forward pass of one step, enqueued on the backend's stream (see step_forward.hpp).
 #include "gpu/cuda/step_forward.hpp"
 
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
 #include "gpu/cuda/attention.cuh"
+#include "gpu/cuda/cuda_check.cuh"
 #include "gpu/cuda/embedding.cuh"
 #include "gpu/cuda/gemm.hpp"
 #include "gpu/cuda/kv_write.cuh"
 #include "gpu/cuda/rmsnorm.cuh"
 #include "gpu/cuda/rope.cuh"
 #include "gpu/cuda/silu_mul.cuh"
+#include "model/fp16.hpp"
 
 namespace troupe::gpu::cuda {
 namespace {
+
+// Shows one intermediate to the parity observer, if there is one: waits for the stream, copies
+// the rows to the host and widens fp16/bf16 activations to float. Never on the serving path.
+void observe(const ForwardContext& ctx, const char* name, int32_t layer, const void* device,
+             bool is_f32, int64_t rows, int64_t cols, int64_t ld) {
+  if (ctx.observer == nullptr || !*ctx.observer || rows == 0) return;
+  const size_t element = is_f32 ? 4 : 2;
+  std::vector<std::byte> raw(static_cast<size_t>(rows * ld) * element);
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  CUDA_CHECK(cudaMemcpy(raw.data(), device, raw.size(), cudaMemcpyDeviceToHost));
+  std::vector<float> values(static_cast<size_t>(rows * ld));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (is_f32) {
+      std::memcpy(&values[i], raw.data() + 4 * i, 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, raw.data() + 2 * i, 2);
+      values[i] = ctx.act == ActType::kF16 ? model::fp16_to_fp32(bits) : model::bf16_to_fp32(bits);
+    }
+  }
+  (*ctx.observer)(name, layer, values.data(), rows, cols, ld);
+}
 
 // RMSNorm of `num_rows` rows of the residual stream into the normed activations.
 RmsNormArgs norm_args(const ForwardContext& ctx, int32_t num_rows, const float* weight) {
@@ -38,10 +66,12 @@ void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceS
   const DeviceLayerWeights& L = ctx.weights->layers[l];
   const LayerKvCache& K = ctx.kv_cache->layers[l];
   rmsnorm_rows(norm_args(ctx, T, L.attn_norm), ctx.stream);
+  observe(ctx, "attn_norm", l, s.h, false, T, E, E);
   gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.qkv, .input = s.h,
                                  .input_stride = E, .output = s.qkv, .output_stride = W,
                                  .num_rows = T, .input_dim = c.n_embd,
                                  .output_dim = static_cast<int32_t>(W)});
+  observe(ctx, "qkv", l, s.qkv, true, T, W, W);
 
   // Queries meet fp16 keys as fp16, as on the CPU (round_q_to_f16).
   rope_inplace(RopeArgs{.qkv = s.qkv, .ld = W, .positions = in.positions, .num_tokens = T,
@@ -50,6 +80,7 @@ void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceS
                         .freq_scale = c.rope_freq_scale, .freq_factors = ctx.weights->rope_freqs,
                         .neox = c.rope_mode == model::RopeMode::kNeox, .round_q_to_f16 = true},
                ctx.stream);
+  observe(ctx, "qk_rope", l, s.qkv, true, T, Q + KV, W);
   kv_write(KvWriteArgs{.qkv = s.qkv, .ld = W, .k_column = Q, .v_column = Q + KV,
                        .slot_mapping = in.slots, .num_tokens = T, .n_head_kv = c.n_head_kv,
                        .head_dim = c.head_dim, .block_size = ctx.block_size,
@@ -64,10 +95,12 @@ void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceS
                                 .scale = c.attention_scale(), .out = s.attn, .ld_out = Q,
                                 .out_type = ctx.act},
                   ctx.stream);
+  observe(ctx, "kqv_out", l, s.attn, false, T, Q, Q);
   gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.wo, .input = s.attn,
                                  .input_stride = Q, .output = s.x, .output_stride = E,
                                  .num_rows = T, .input_dim = static_cast<int32_t>(Q),
                                  .output_dim = c.n_embd, .add_to_output = true});
+  observe(ctx, "ffn_inp", l, s.x, true, T, E, E);
 }
 
 // RMSNorm -> gate|up GEMM -> SiLU*up -> down GEMM (+residual).
@@ -77,15 +110,19 @@ void enqueue_feed_forward_block(const ForwardContext& ctx, int32_t l, int32_t T)
   const int64_t E = c.n_embd, F = c.n_ff;
   const DeviceLayerWeights& L = ctx.weights->layers[l];
   rmsnorm_rows(norm_args(ctx, T, L.ffn_norm), ctx.stream);
+  observe(ctx, "ffn_norm", l, s.h, false, T, E, E);
   gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.gate_up, .input = s.h,
                                  .input_stride = E, .output = s.gate_up, .output_stride = 2 * F,
                                  .num_rows = T, .input_dim = c.n_embd,
                                  .output_dim = static_cast<int32_t>(2 * F)});
+  observe(ctx, "gate_up", l, s.gate_up, true, T, 2 * F, 2 * F);
   silu_mul(s.gate_up, T, c.n_ff, s.ff, ctx.act, /*out_f32=*/false, ctx.stream);
+  observe(ctx, "ffn_swiglu", l, s.ff, false, T, F, F);
   gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.down, .input = s.ff,
                                  .input_stride = F, .output = s.x, .output_stride = E,
                                  .num_rows = T, .input_dim = c.n_ff, .output_dim = c.n_embd,
                                  .add_to_output = true});
+  observe(ctx, "l_out", l, s.x, true, T, E, E);
 }
 
 }  // namespace
@@ -97,6 +134,7 @@ void enqueue_forward_pass(const ForwardContext& ctx, const DeviceStepInputs& in,
   const int32_t T = num_tokens, S = num_rows;
   const int64_t E = c.n_embd;
   embedding_gather(w.embd_raw, w.embd_type, w.embd_row_bytes, c.n_embd, in.token_ids, T, ctx.scratch->x, ctx.stream);
+  observe(ctx, "inp_embd", 0, ctx.scratch->x, true, T, E, E);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     enqueue_attention_block(ctx, l, in, T, max_blocks_per_seq);
     enqueue_feed_forward_block(ctx, l, T);
@@ -105,6 +143,7 @@ void enqueue_forward_pass(const ForwardContext& ctx, const DeviceStepInputs& in,
     RmsNormArgs norm = norm_args(ctx, S, w.output_norm);
     norm.row_index = in.sample_rows;
     rmsnorm_rows(norm, ctx.stream);
+    observe(ctx, "result_norm", -1, ctx.scratch->h, false, S, E, E);
     gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = w.output,
                                    .input = ctx.scratch->h, .input_stride = E,
                                    .output = ctx.scratch->logits, .output_stride = c.n_vocab,

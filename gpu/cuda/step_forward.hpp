@@ -3,19 +3,25 @@
 // -> SiLU*up -> down GEMM (+residual); the final norm and the vocabulary GEMM for the sampling
 // rows only. Everything is enqueued on one stream; nothing here waits for the device.
 //
+// With an observer (parity probes) each observed op's output is copied to the host in llama.cpp's
+// names (inp_embd, attn_norm, qkv, qk_rope, kqv_out, ffn_inp, ffn_norm, gate_up, ffn_swiglu,
+// l_out, result_norm), which makes the step synchronous.
+//
 // Thread-safety: enqueue_forward_pass() from the thread that calls launch() / compute_logits(),
 // one step at a time (the scratch buffers are shared by every step).
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include <cublas_v2.h>
 
 #include "gpu/cuda/cuda_weights.hpp"
 #include "gpu/cuda/kernel_types.cuh"
 #include "gpu/cuda/kv_memory.hpp"
 #include "gpu/cuda/step_inputs.hpp"
+#include "gpu/forward_observer.hpp"
 #include "model/llama_config.hpp"
 
 namespace troupe::gpu::cuda {
@@ -42,6 +48,9 @@ struct ForwardContext {
   const DeviceWeights* weights = nullptr;
   const KvCache* kv_cache = nullptr;
   const ForwardScratch* scratch = nullptr;
+  // Parity probes only (gpu/forward_observer.hpp): when set, the pass synchronizes the stream
+  // after each observed op and hands its output to the observer as floats.
+  const ForwardObserver* observer = nullptr;
 };
 
 // Enqueues the forward pass of `num_tokens` tokens; the logits of the `num_rows` sampling rows

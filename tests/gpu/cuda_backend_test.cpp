@@ -1,18 +1,15 @@
 // The CUDA backend end to end against the CPU reference backend: logits of mixed batches
 // (prefill chunks on cached prefixes + decode rows) on small dummy models of every weight type,
-// teacher-forced greedy parity on the default model's shape (dummy SmolLM2-135M Q4_1) and on the
-// real default model when models/ has it, launch() completions, malformed batches, KV sizing.
+// chunking and batching, launch() completions, malformed batches, KV sizing, RoPE factors, the KV
+// host mirror and constrained rows. Parity at the default model's shape, per type, and on the real
+// model lives in cuda_parity_test.cpp; the weight upload's round trip in cuda_weights_test.cpp.
 // Skips without a CUDA device; one test checks that construction fails cleanly without one.
 //
-// Tolerances: the GPU runs F16/BF16 GEMMs on dequantized weights where the CPU quantizes
-// activations to int8 as llama.cpp does, so logits differ by ~1e-2 relative (checked < 3e-2 for
-// quantized and F16 models, < 5e-2 for BF16). Greedy tokens must match except at near-ties: a
-// mismatch passes only when the CPU's margin between the two tokens is within 3x the row's
-// measured GPU-CPU logit error; such ties are counted and printed.
+// Tolerances here: the GPU runs F16/BF16 GEMMs on dequantized weights where the CPU quantizes
+// activations to int8 as llama.cpp does, so logits differ by ~1e-2 relative on the tiny shape
+// (checked < 3e-2 for quantized and F16 models, < 5e-2 for BF16). Greedy tokens must match except
+// at near-ties (tests/gpu/parity_support.hpp).
 #include "gpu/cuda/cuda_backend.hpp"
-#include "gpu/cuda/kv_host_mirror.hpp"
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,12 +21,16 @@
 #include <random>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "gpu/cpu/cpu_backend.hpp"
+#include "gpu/cuda/kv_host_mirror.hpp"
 #include "model/dummy_weights.hpp"
 #include "model/gguf.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
+#include "tests/gpu/parity_support.hpp"
 #include "tests/gpu/rope_factors_util.hpp"
 
 namespace troupe::gpu::cuda {
@@ -38,16 +39,11 @@ namespace {
 using cpu::testing::StepHarness;
 using cpu::testing::tiny_config;
 using cuda::testing::relative_error;
+using gpu::testing::argmax;
+using gpu::testing::ParityTally;
+using gpu::testing::random_tokens;
+using gpu::testing::run_teacher_forced;
 using model::TensorType;
-
-std::vector<int32_t> random_tokens(int n, uint32_t seed, int vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (int32_t& x : t) x = static_cast<int32_t>(rng() % vocab);
-  return t;
-}
-
-int32_t argmax(const float* v, int n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
 CudaBackendConfig small_gpu_config(int32_t num_blocks) {
   CudaBackendConfig cfg;
@@ -63,76 +59,15 @@ std::unique_ptr<cpu::CpuBackend> cpu_backend(model::LlamaWeights w, int32_t num_
   return std::make_unique<cpu::CpuBackend>(std::move(w), cfg);
 }
 
-// Greedy comparison of one step's sampling rows; counts near-ties, fails on real mismatches.
-struct GreedyTally {
-  int rows = 0, exact = 0, near_ties = 0;
-  double worst_error = 0.0;
-};
-
-void compare_greedy(const std::vector<float>& cpu_logits, const std::vector<float>& gpu_logits, int V,
-                    GreedyTally& tally, const std::string& where) {
-  ASSERT_EQ(cpu_logits.size(), gpu_logits.size());
-  for (size_t r = 0; r * V < cpu_logits.size(); ++r) {
-    const float* c = &cpu_logits[r * V];
-    const float* g = &gpu_logits[r * V];
-    double err = 0.0;
-    for (int i = 0; i < V; ++i) {
-      ASSERT_FALSE(std::isnan(g[i])) << where << ": NaN logit";
-      err += (static_cast<double>(g[i]) - c[i]) * (static_cast<double>(g[i]) - c[i]);
-    }
-    err = std::sqrt(err / V);
-    tally.worst_error = std::max(tally.worst_error, err);
-    const int32_t ct = argmax(c, V), gt = argmax(g, V);
-    ++tally.rows;
-    if (ct == gt) {
-      ++tally.exact;
-    } else {
-      const double margin = c[ct] - c[gt];
-      ASSERT_LE(margin, 3.0 * err) << where << ": GPU picked " << gt << ", CPU " << ct << " with margin " << margin
-                                   << " (row logit error " << err << ")";
-      ++tally.near_ties;
-    }
-  }
-}
-
-// Runs the same schedule on both backends (teacher-forced with the CPU's greedy tokens) and
-// compares the logits of every step.
-GreedyTally run_parity(cpu::CpuBackend& cpu_b, CudaBackend& gpu_b, const std::vector<std::vector<int32_t>>& prompts,
-                       int chunk, int decode_steps, double max_rel_error, int32_t num_blocks) {
-  StepHarness hc(num_blocks, 16), hg(num_blocks, 16);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    hc.add(i, prompts[i]);
-    hg.add(i, prompts[i]);
-  }
-  const int V = cpu_b.model_config().n_vocab;
-  GreedyTally tally;
-  for (int step = 0;; ++step) {
-    std::vector<std::pair<uint64_t, int32_t>> work;
-    bool decoding_done = true;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const auto& s = hc.seq(i);
-      const int32_t left = static_cast<int32_t>(s.tokens.size()) - s.computed;
-      if (s.num_generated < decode_steps) decoding_done = false;
-      if (s.num_generated >= decode_steps && left == 0) continue;
-      work.push_back({i, std::min(left, chunk)});
-    }
-    if (decoding_done || work.empty()) break;
-    const StepBatch bc = hc.build(work);
-    const StepBatch bg = hg.build(work);
-    const std::vector<float> lc = cpu_b.compute_logits(bc);
-    const std::vector<float> lg = gpu_b.compute_logits(bg);
-    EXPECT_LT(relative_error(lg, lc), max_rel_error) << "step " << step;
-    compare_greedy(lc, lg, V, tally, "step " + std::to_string(step));
-    StepResult r;
-    int row = 0;
-    for (const SequenceSlice& s : bc.seqs) {
-      if (!s.sample) continue;
-      r.tokens.push_back({s.seq_id, argmax(&lc[static_cast<size_t>(row++) * V], V), 0.0f, {}});
-    }
-    hc.accept(r);
-    hg.accept(r);
-  }
-  return tally;
+// The parity run of these tests: teacher-forced from the CPU, every step's logits within
+// `max_rel_error`, greedy equal except at near-ties.
+ParityTally run_parity(cpu::CpuBackend& cpu_b, CudaBackend& gpu_b,
+                       const std::vector<std::vector<int32_t>>& prompts, int chunk,
+                       int decode_steps, double max_rel_error, int32_t num_blocks) {
+  const ParityTally t = run_teacher_forced(cpu_b, gpu_b, prompts, chunk, decode_steps, num_blocks);
+  EXPECT_LT(t.worst_step_relative, max_rel_error);
+  EXPECT_EQ(t.mismatches, 0) << t.first_mismatch;
+  return t;
 }
 
 TEST(CudaBackendWithoutDevice, ConstructionFailsCleanly) {
@@ -151,9 +86,10 @@ TEST_P(CudaLogits, MixedBatchesMatchCpuBackend) {
   for (int i = 0; i < 5; ++i) prompts.push_back(random_tokens(3 + 29 * i, 100 + i, 512));
   const double tol = type == TensorType::kBF16 ? 5e-2 : 3e-2;
   for (int chunk : {1, 7, 64}) {
-    const GreedyTally t = run_parity(*cpu_b, gpu_b, prompts, chunk, 6, tol, 256);
+    const ParityTally t = run_parity(*cpu_b, gpu_b, prompts, chunk, 6, tol, 256);
     std::printf("[ %s chunk %d ] %d rows, %d exact, %d near-ties, worst row logit rms error %.4g\n",
-                std::string(model::tensor_type_name(type)).c_str(), chunk, t.rows, t.exact, t.near_ties, t.worst_error);
+                std::string(model::tensor_type_name(type)).c_str(), chunk, t.rows, t.exact,
+                t.near_ties, t.worst_row_rms);
     // Fresh backends per chunk size would cost seconds; KV of earlier runs is simply overwritten.
   }
 }
@@ -274,27 +210,35 @@ TEST(CudaBackend, RopeFrequencyFactorsMatchCpuBackend) {
   CudaBackend gpu_b(model::make_dummy_weights(c, TensorType::kQ4_1, 5), small_gpu_config(256));
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 3; ++i) prompts.push_back(random_tokens(40 + 37 * i, 300 + i, 512));
-  const GreedyTally t = run_parity(*cpu_b, gpu_b, prompts, 64, 8, 3e-2, 256);
+  const ParityTally t = run_parity(*cpu_b, gpu_b, prompts, 64, 8, 3e-2, 256);
   std::printf(
       "[ rope factors Q4_1 ] %d rows, %d exact, %d near-ties, worst row logit rms error %.4g\n",
-      t.rows, t.exact, t.near_ties, t.worst_error);
+      t.rows, t.exact, t.near_ties, t.worst_row_rms);
 }
 
 // The parity above cannot tell factors from none on its own (on dummy weights they move logits
-// by ~1%, the GPU-CPU error's size), so check the wiring on the GPU alone: factors of 1 change
-// nothing, factors of 2 equal linear scaling by 2 (both exact in float), llama3 factors do move
-// the logits (~1e-2 relative, measured on the CPU backend).
+// by about the GPU-CPU error's size), so check the wiring on the GPU alone: factors of 1 change
+// nothing, factors of 2 equal linear scaling by 2 (both exact in float), and llama3 factors move
+// the logits as much as they move the CPU backend's. That last size is measured, not assumed: on
+// a 120-token prompt at base 500000 only the slowest pairs are scaled and they have barely turned
+// (issue 34: 5e-4 on the H200, where this test had assumed > 1e-3).
 TEST(CudaBackend, RopeFrequencyFactorsAreAppliedOnTheDevice) {
   TROUPE_REQUIRE_CUDA_DEVICE();
   model::LlamaConfig c = tiny_config();
   c.rope_freq_base = 500000.0f;
   const auto base = model::make_dummy_weights(c, TensorType::kQ4_1, 5);
   const auto prompt = random_tokens(120, 301, 512);
-  auto logits = [&](model::LlamaWeights w) {
-    CudaBackend gpu_b(std::move(w), small_gpu_config(64));
+  auto step = [&] {
     StepHarness h(64, 16);
     h.add(0, prompt);
-    return gpu_b.compute_logits(h.build({{0, 120}}));
+    return h.build({{0, 120}});
+  };
+  auto logits = [&](model::LlamaWeights w) {
+    CudaBackend gpu_b(std::move(w), small_gpu_config(64));
+    return gpu_b.compute_logits(step());
+  };
+  auto cpu_logits = [&](model::LlamaWeights w) {
+    return cpu_backend(std::move(w), 64)->compute_logits(step());
   };
   using gpu::testing::with_rope_factors;
   const std::vector<float> none = logits(base);
@@ -303,48 +247,20 @@ TEST(CudaBackend, RopeFrequencyFactorsAreAppliedOnTheDevice) {
   model::LlamaConfig linear = c;
   linear.rope_freq_scale = 0.5f;
   const std::vector<float> scaled = logits(with_rope_factors(base, linear, {}));
-  const std::vector<float> llama3 = logits(with_rope_factors(
-      base, c, model::llama3_rope_freq_factors(32, 500000.0f, {32.0f, 1.0f, 4.0f, 8192})));
+  const auto llama3_factors =
+      model::llama3_rope_freq_factors(32, 500000.0f, {32.0f, 1.0f, 4.0f, 8192});
+  const std::vector<float> llama3 = logits(with_rope_factors(base, c, llama3_factors));
   EXPECT_LT(relative_error(ones, none), 1e-6);
   EXPECT_LT(relative_error(twos, scaled), 1e-6);
   EXPECT_GT(relative_error(twos, none), 1e-3);
-  EXPECT_GT(relative_error(llama3, none), 1e-3);
-}
-
-// The default model's shape and type with dummy weights (the real file is 98 MB and does not
-// travel to the device machine): teacher-forced greedy parity.
-TEST(CudaBackend, GreedyParityOnDefaultModelShape) {
-  TROUPE_REQUIRE_CUDA_DEVICE();
-  model::DummyWeightsSpec spec;
-  spec.shape = "smollm2-135m";
-  spec.type = TensorType::kQ4_1;
-  spec.seed = 3;
-  auto cpu_b = cpu_backend(model::make_dummy_weights(spec), 512);
-  CudaBackend gpu_b(model::make_dummy_weights(spec), small_gpu_config(512));
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 3; ++i) prompts.push_back(random_tokens(20 + 11 * i, 7 + i, 49152));
-  const GreedyTally t = run_parity(*cpu_b, gpu_b, prompts, 64, 12, 3e-2, 512);
-  std::printf("[ smollm2-135m dummy Q4_1 ] %d rows, %d exact, %d near-ties, worst row logit rms error %.4g\n",
-              t.rows, t.exact, t.near_ties, t.worst_error);
-}
-
-
-TEST(CudaBackend, GreedyParityOnRealDefaultModel) {
-  TROUPE_REQUIRE_CUDA_DEVICE();
-  const std::filesystem::path path = cpu::testing::default_model_path();
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found: " << path << " (set TROUPE_TEST_MODEL)";
-  auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
-  cpu::CpuBackendConfig cpu_cfg;
-  cpu_cfg.num_blocks = 512;
-  auto cpu_b = cpu::CpuBackend::from_gguf(file, cpu_cfg);
-  auto gpu_b = CudaBackend::from_gguf(file, small_gpu_config(512));
-  // Token ids of a few English prompts are not needed for parity: any ids exercise the same
-  // path. One fixed list plus random ones.
-  std::vector<std::vector<int32_t>> prompts = {{1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1, 4093, 198}};
-  for (int i = 0; i < 2; ++i) prompts.push_back(random_tokens(30 + 17 * i, 40 + i, 49152));
-  const GreedyTally t = run_parity(*cpu_b, *gpu_b, prompts, 64, 16, 3e-2, 512);
-  std::printf("[ SmolLM2-135M-Instruct Q4_1 ] %d rows, %d exact, %d near-ties, worst row logit rms error %.4g\n",
-              t.rows, t.exact, t.near_ties, t.worst_error);
+  const double cpu_effect =
+      relative_error(cpu_logits(with_rope_factors(base, c, llama3_factors)), cpu_logits(base));
+  const double gpu_effect = relative_error(llama3, none);
+  std::printf("[ rope llama3 factors ] move the logits by %.3g on the GPU, %.3g on the CPU\n",
+              gpu_effect, cpu_effect);
+  ASSERT_GT(cpu_effect, 0.0);
+  EXPECT_GT(gpu_effect, 0.5 * cpu_effect);
+  EXPECT_LT(gpu_effect, 2.0 * cpu_effect);
 }
 
 }  // namespace

@@ -514,7 +514,11 @@ TEST(CudaOps, SamplingAgreesWithCpuSampler) {
     } else if (got[r] != want.token_id) {
       ++disagreements;
     }
-    ASSERT_NEAR(got_lp[r], logits[r * V + got[r]] - (want.logprob - logits[r * V + want.token_id]), 1e-3) << "row " << r;
+    // The raw distribution's log-probability of the token the device drew: its logit minus the
+    // row's log-sum-exp, which the CPU's own draw gives as logit - logprob (so the two draws need
+    // not agree for the logprobs to be compared).
+    const float log_sum_exp = logits[r * V + want.token_id] - want.logprob;
+    ASSERT_NEAR(got_lp[r], logits[r * V + got[r]] - log_sum_exp, 1e-3) << "row " << r;
     for (int i = 0; i < 5; ++i) {
       ASSERT_EQ(got_top[r * kMaxTopLogprobs + i], want.top_logprobs[i].token_id) << "row " << r << " alt " << i;
       ASSERT_NEAR(got_top_lp[r * kMaxTopLogprobs + i], want.top_logprobs[i].logprob, 1e-3);

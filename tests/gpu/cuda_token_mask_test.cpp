@@ -194,7 +194,8 @@ TEST(CudaTokenMask, SamplerAppliesTheMaskBeforeTheChainLikeTheCpu) {
       if (got[r] != want.token_id) ++disagreements;
     }
     // Raw logprobs: the unmasked distribution's, as on the CPU.
-    ASSERT_NEAR(got_lp[r], row[got[r]] - (want.logprob - row[want.token_id]), 1e-3) << "row " << r;
+    const float log_sum_exp = row[want.token_id] - want.logprob;  // the raw row's
+    ASSERT_NEAR(got_lp[r], row[got[r]] - log_sum_exp, 1e-3) << "row " << r;
     for (int i = 0; i < 3; ++i) {
       ASSERT_EQ(got_top[r * kMaxTopLogprobs + i], want.top_logprobs[i].token_id) << "row " << r << " alt " << i;
     }
