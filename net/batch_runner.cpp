@@ -108,15 +108,14 @@ std::shared_ptr<RequestRecord> item_record(const OpenAiContext& context, std::st
 // One item's sink: collects the whole answer, then hands its output line to the run.
 class BatchItemSink final : public engine::RequestSink {
  public:
-  BatchItemSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<BatchRun> run,
-                size_t index, BatchItem item, std::string key_name,
-                model::ToolCallFormat tool_format)
+  BatchItemSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<BatchRun> run, size_t index,
+                BatchItem item, std::string key_name, model::ToolCallFormat tool_format)
       : context_(std::move(context)),
         run_(std::move(run)),
         index_(index),
         item_(std::move(item)),
         token_text_(context_->token_text()),
-        collected_(item_.request->n, item_.request->generate.sampling.logprobs, tool_format) {
+        collected_(item_.request->n, logprobs_output(*item_.request), tool_format) {
     identity_.kind = item_.request->kind;
     identity_.id = make_response_id(identity_.kind);
     identity_.created = std::chrono::duration_cast<std::chrono::seconds>(

@@ -503,6 +503,8 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   request.has_seed = field(o, "seed").has_value();
   if (request.n > 1 && !request.has_seed) g.sampling.seed = random_seed();
   if (auto err = read_logprobs(o, kind, config, g.sampling)) return err;
+  if (auto err = read_bool(o, "return_tokens_as_token_ids", request.return_tokens_as_token_ids))
+    return err;
   if (auto err = read_logit_bias(o, config, g.sampling)) return err;
   if (auto err = read_min_tokens(o, g)) return err;  // after read_limits: needs max_tokens
   if (auto err = read_stop(o, config, g.stop)) return err;

@@ -52,6 +52,8 @@ struct CompletionRequest {
   std::string user;
   int32_t n = 1;          // choices (also in generate.n)
   bool has_seed = false;  // `seed` was given (else n > 1 starts from a random seed)
+  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" instead of by text.
+  bool return_tokens_as_token_ids = false;
 };
 
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;

@@ -35,18 +35,34 @@ void write_bytes(JsonWriter& w, std::string_view text) {
   w.end_array();
 }
 
+// How logprobs name a token: its text, or "token_id:N" (LogprobsOutput::kTokenIds). `bytes`
+// (chat) are always the token's own bytes.
+struct TokenNames {
+  const TokenTextFn& token_text;
+  bool as_ids = false;
+
+  static std::string id_name(int32_t id) { return fmt::format("token_id:{}", id); }
+  std::string chosen(const engine::TokenInfo& token, bool legacy) const {
+    if (as_ids) return id_name(token.token_id);
+    return legacy ? legacy_token_string(token.text) : token.text;
+  }
+  std::string alternative(int32_t id, bool legacy) const {
+    if (as_ids) return id_name(id);
+    return legacy ? legacy_token_string(token_text(id)) : token_text(id);
+  }
+};
+
 // Chat: {"content":[{"token","logprob","bytes","top_logprobs":[...]}]}
 void write_chat_logprobs(JsonWriter& w, std::span<const engine::TokenInfo> tokens,
-                         const TokenTextFn& token_text) {
+                         const TokenNames& names) {
   w.begin_object().key("content").begin_array();
   for (const engine::TokenInfo& token : tokens) {
-    w.begin_object().field("token", token.text).field("logprob", token.logprob);
+    w.begin_object().field("token", names.chosen(token, false)).field("logprob", token.logprob);
     write_bytes(w, token.text);
     w.key("top_logprobs").begin_array();
     for (const auto& [id, logprob] : token.top_logprobs) {
-      const std::string text = token_text(id);
-      w.begin_object().field("token", text).field("logprob", logprob);
-      write_bytes(w, text);
+      w.begin_object().field("token", names.alternative(id, false)).field("logprob", logprob);
+      write_bytes(w, names.token_text(id));
       w.end_object();
     }
     w.end_array().end_object();
@@ -56,9 +72,9 @@ void write_chat_logprobs(JsonWriter& w, std::span<const engine::TokenInfo> token
 
 // Completions: {"tokens","token_logprobs","top_logprobs":[{text: logprob}],"text_offset"}
 void write_completion_logprobs(JsonWriter& w, std::span<const engine::TokenInfo> tokens,
-                               size_t text_offset, const TokenTextFn& token_text) {
+                               size_t text_offset, const TokenNames& names) {
   w.begin_object().key("tokens").begin_array();
-  for (const auto& token : tokens) w.value(legacy_token_string(token.text));
+  for (const auto& token : tokens) w.value(names.chosen(token, true));
   w.end_array().key("token_logprobs").begin_array();
   for (const auto& token : tokens) w.value(token.logprob);
   w.end_array().key("top_logprobs").begin_array();
@@ -67,14 +83,12 @@ void write_completion_logprobs(JsonWriter& w, std::span<const engine::TokenInfo>
     keys.clear();
     w.begin_object();
     for (const auto& [id, logprob] : token.top_logprobs) {
-      std::string key = legacy_token_string(token_text(id));
+      std::string key = names.alternative(id, true);
       // NOTE: a JSON object must not repeat a key (clients keep one of the two and lose the
       // other's logprob). Distinct tokens can still share a text (special tokens render empty,
       // SentencePiece byte tokens equal one-byte pieces): those are named by id, as vLLM's
       // return_tokens_as_token_ids names tokens.
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
-        key = fmt::format("token_id:{}", id);
-      }
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) key = TokenNames::id_name(id);
       w.field(key, logprob);
       keys.push_back(std::move(key));
     }
@@ -92,14 +106,15 @@ void write_completion_logprobs(JsonWriter& w, std::span<const engine::TokenInfo>
 void write_logprobs(JsonWriter& w, ApiKind kind, const ChunkContent& content,
                     const TokenTextFn& token_text) {
   w.key("logprobs");
-  if (!content.with_logprobs) {
+  if (content.logprobs == LogprobsOutput::kNone) {
     w.null();
     return;
   }
+  const TokenNames names{token_text, content.logprobs == LogprobsOutput::kTokenIds};
   switch (kind) {
-    case ApiKind::kChat: write_chat_logprobs(w, content.tokens, token_text); break;
+    case ApiKind::kChat: write_chat_logprobs(w, content.tokens, names); break;
     case ApiKind::kCompletion:
-      write_completion_logprobs(w, content.tokens, content.text_offset, token_text);
+      write_completion_logprobs(w, content.tokens, content.text_offset, names);
       break;
   }
 }
@@ -213,7 +228,7 @@ CollectedChoices::Choice& CollectedChoices::at(int32_t index) {
 void CollectedChoices::add(engine::TokenDelta& delta) {
   Choice& choice = at(delta.index);
   choice.text += delta.text;
-  if (!with_logprobs_) return;
+  if (logprobs_ == LogprobsOutput::kNone) return;
   for (auto& token : delta.tokens) choice.tokens.push_back(std::move(token));
 }
 
@@ -227,7 +242,7 @@ std::string CollectedChoices::body_json(const ResponseIdentity& identity,
   std::vector<ToolCallAnswer> answers(choices_.size());  // outlives `outputs`, which view it
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& choice = choices_[i];
-    ChunkContent content{choice.text, choice.tokens, with_logprobs_, 0};
+    ChunkContent content{choice.text, choice.tokens, logprobs_, 0};
     content.index = static_cast<int32_t>(i);
     std::string_view finish_reason = choice.finish_reason.empty()
                                          ? std::string_view(completion.finish_reason)

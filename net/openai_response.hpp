@@ -56,10 +56,15 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // A streamed piece: text and, when asked for, its tokens' logprobs. `text_offset` is where this
 // piece starts in the completion text (completions' logprobs.text_offset).
+// Whether a response carries logprobs, and how it names tokens in them: by their text (OpenAI),
+// or as "token_id:N" (vLLM's return_tokens_as_token_ids: exact where texts repeat or split a
+// UTF-8 character, which is what parity checks and evaluation harnesses compare).
+enum class LogprobsOutput : uint8_t { kNone, kText, kTokenIds };
+
 struct ChunkContent {
   std::string_view text;
   std::span<const engine::TokenInfo> tokens;
-  bool with_logprobs = false;
+  LogprobsOutput logprobs = LogprobsOutput::kNone;
   size_t text_offset = 0;
   int32_t index = 0;  // the choice (`n` > 1 gives choices 0..n-1)
   // Chat with tools: the calls (whole, or this chunk's pieces); content is null in a message
@@ -94,10 +99,10 @@ class CollectedChoices {
  public:
   // tool_format other than kNone: each choice's text is parsed for tool calls
   // (net/openai_tool_calls.hpp) before it is written.
-  CollectedChoices(int32_t num_choices, bool with_logprobs,
+  CollectedChoices(int32_t num_choices, LogprobsOutput logprobs,
                    model::ToolCallFormat tool_format = model::ToolCallFormat::kNone)
       : choices_(static_cast<size_t>(num_choices < 1 ? 1 : num_choices)),
-        with_logprobs_(with_logprobs),
+        logprobs_(logprobs),
         tool_format_(tool_format) {}
   void add(engine::TokenDelta& delta);
   void end(const engine::ChoiceEnd& end);
@@ -112,7 +117,7 @@ class CollectedChoices {
   };
   Choice& at(int32_t index);
   std::vector<Choice> choices_;
-  bool with_logprobs_;
+  LogprobsOutput logprobs_;
   model::ToolCallFormat tool_format_;
 };
 

@@ -40,8 +40,7 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
                                           http_connection_label(request.connection_id));
   ResponseIdentity identity{kind, make_response_id(kind), unix_now(), context->state.model.id};
   SinkOptions options{route, completion.stream, completion.include_usage,
-                      completion.generate.sampling.logprobs,
-                      context->tool_format(completion.generate)};
+                      logprobs_output(completion), context->tool_format(completion.generate)};
   auto record = context->record(route, identity.id,
                                 completion.n > 1 ? fmt::format("n={}", completion.n) : std::string(),
                                 request.api_key_name);

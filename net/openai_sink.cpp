@@ -49,7 +49,7 @@ CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,
       record_(std::move(record)),
       token_text_(context_->token_text()),
       choices_(static_cast<size_t>(std::max(num_choices, 1))),
-      collected_(num_choices, options_.with_logprobs, options_.tool_format) {}
+      collected_(num_choices, options_.logprobs, options_.tool_format) {}
 
 bool CompletionSink::start_stream() {
   if (stream_started_) return true;
@@ -96,7 +96,7 @@ bool CompletionSink::on_delta(engine::RequestId request_id, engine::TokenDelta d
     return write_tool_pieces(c, delta.index, c.tools->feed(delta.text), delta.tokens, first);
   }
   if (delta.text.empty() && delta.tokens.empty() && !first) return !out_->client_gone();
-  ChunkContent content{delta.text, delta.tokens, options_.with_logprobs, c.text_offset};
+  ChunkContent content{delta.text, delta.tokens, options_.logprobs, c.text_offset};
   content.index = delta.index;
   c.text_offset += delta.text.size();
   return out_->write(sse_event(chunk_json(identity_, content, first, std::nullopt, token_text_)));
@@ -108,7 +108,7 @@ bool CompletionSink::write_tool_pieces(Choice& c, int32_t index,
                                        std::span<const engine::TokenInfo> tokens, bool first) {
   if (pieces.empty() && (first || !tokens.empty())) pieces.emplace_back();
   for (const ToolCallStreamer::Piece& piece : pieces) {
-    ChunkContent content{piece.content, tokens, options_.with_logprobs, c.text_offset};
+    ChunkContent content{piece.content, tokens, options_.logprobs, c.text_offset};
     content.index = index;
     content.tool_calls = piece.calls;
     c.text_offset += piece.content.size();
@@ -136,7 +136,7 @@ void CompletionSink::on_choice_end(engine::RequestId request_id, const engine::C
     c.started = true;
     c.finish_reason = std::string(finish_reason_with_calls(end.finish_reason, c.tools->made_calls()));
   }
-  ChunkContent empty{{}, {}, false, c.text_offset};
+  ChunkContent empty{{}, {}, LogprobsOutput::kNone, c.text_offset};
   empty.index = end.index;
   const bool first = !c.started;
   c.started = true;

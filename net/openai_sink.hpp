@@ -24,6 +24,7 @@
 
 #include "actors/engine/engine.hpp"
 #include "net/metrics.hpp"
+#include "net/openai_request.hpp"
 #include "net/openai_response.hpp"
 #include "net/openai_tool_calls.hpp"
 #include "net/request_record.hpp"
@@ -55,9 +56,15 @@ struct SinkOptions {
   std::string route;
   bool stream = false;
   bool include_usage = false;
-  bool with_logprobs = false;
+  LogprobsOutput logprobs = LogprobsOutput::kNone;
   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;  // OpenAiContext::tool_format
 };
+
+// What the request asked of logprobs (none, by text, or by token id).
+inline LogprobsOutput logprobs_output(const CompletionRequest& request) {
+  if (!request.generate.sampling.logprobs) return LogprobsOutput::kNone;
+  return request.return_tokens_as_token_ids ? LogprobsOutput::kTokenIds : LogprobsOutput::kText;
+}
 
 class CompletionSink final : public engine::RequestSink {
  public:

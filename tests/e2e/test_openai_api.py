@@ -96,6 +96,34 @@ def test_completion_top_logprobs_keys_are_unique(server):
     assert any(key.startswith("bytes:\\x") for key in keys_seen)
 
 
+def test_return_tokens_as_token_ids(server, client):
+    """vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N", the chosen tokens and
+    the alternatives alike, and those ids are the completion (they detokenize to its text)."""
+    r = client.completions.create(model=MODEL_ID, prompt="The capital of France is", max_tokens=8,
+                                  temperature=0, logprobs=3,
+                                  extra_body={"return_tokens_as_token_ids": True})
+    tokens = r.choices[0].logprobs.tokens
+    assert len(tokens) == r.usage.completion_tokens
+    assert all(re.fullmatch(r"token_id:\d+", t) for t in tokens), tokens
+    for top in r.choices[0].logprobs.top_logprobs:
+        assert len(top) == 3 and all(re.fullmatch(r"token_id:\d+", k) for k in top), top
+    ids = [int(t.split(":")[1]) for t in tokens]
+    text = requests.post(server.base_url + "/detokenize", json={"tokens": ids}, timeout=60).json()
+    assert text["prompt"] == r.choices[0].text
+    # Greedy: the chosen token is the best alternative.
+    assert all(max(top, key=top.get) == t for t, top in zip(tokens, r.choices[0].logprobs.top_logprobs))
+    plain = client.completions.create(model=MODEL_ID, prompt="The capital of France is", max_tokens=8,
+                                      temperature=0, logprobs=3)
+    assert plain.choices[0].text == r.choices[0].text
+    assert not any(t.startswith("token_id:") for t in plain.choices[0].logprobs.tokens)
+    c = chat(client, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2,
+             extra_body={"return_tokens_as_token_ids": True})
+    content = c.choices[0].logprobs.content
+    assert content and all(re.fullmatch(r"token_id:\d+", t.token) for t in content)
+    assert all(re.fullmatch(r"token_id:\d+", a.token) for t in content for a in t.top_logprobs)
+    assert b"".join(bytes(t.bytes) for t in content).decode() == c.choices[0].message.content
+
+
 def test_errors_map_to_client_exceptions(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])

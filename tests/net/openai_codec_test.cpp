@@ -37,7 +37,8 @@ TEST(OpenAiResponse, ChatChunksAndCompletion) {
   simdjson::dom::parser parser;
   const ResponseIdentity id{ApiKind::kChat, "chatcmpl-1", 123, "M"};
   const std::vector<engine::TokenInfo> tokens{{5, "Hi", -0.25f, {{5, -0.25f}, {6, -2.0f}}}};
-  const std::string first = chunk_json(id, {"Hi", tokens, true, 0}, true, std::nullopt, token_text);
+  const std::string first =
+      chunk_json(id, {"Hi", tokens, LogprobsOutput::kText, 0}, true, std::nullopt, token_text);
   auto root = parse(parser, first);
   EXPECT_EQ(std::string_view(root["object"]), "chat.completion.chunk");
   EXPECT_EQ(std::string_view(root["choices"].at(0)["delta"]["role"]), "assistant");
@@ -62,7 +63,8 @@ TEST(OpenAiResponse, ChatChunksAndCompletion) {
   engine::Completion done;
   done.finish_reason = "length";
   done.usage = {10, 2, 0};
-  root = parse(parser, completion_json(id, {"Hi there", {}, false, 0}, done, token_text));
+  root = parse(parser,
+               completion_json(id, {"Hi there", {}, LogprobsOutput::kNone, 0}, done, token_text));
   EXPECT_EQ(std::string_view(root["object"]), "chat.completion");
   EXPECT_EQ(std::string_view(root["choices"].at(0)["message"]["content"]), "Hi there");
   EXPECT_EQ(std::string_view(root["choices"].at(0)["finish_reason"]), "length");
@@ -77,18 +79,20 @@ TEST(OpenAiResponse, TextCompletionWithLogprobs) {
                                               {2, "c", -2.0f, {{2, -2.0f}}}};
   engine::Completion done;
   done.finish_reason = "stop";
-  const std::string whole = completion_json(id, {"abc", tokens, true, 0}, done, token_text);
+  const std::string whole =
+      completion_json(id, {"abc", tokens, LogprobsOutput::kText, 0}, done, token_text);
   parse(parser, whole);
   EXPECT_NE(whole.find(R"("object":"text_completion")"), std::string::npos);
   EXPECT_NE(whole.find(R"("text":"abc","logprobs":{"tokens":["ab","c"],"token_logprobs":[-1,-2],)"
                        R"("top_logprobs":[{"t1":-1},{"t2":-2}],"text_offset":[0,2]})"),
             std::string::npos) << whole;
   const std::string chunk =
-      chunk_json(id, {"c", tokens, false, 5}, false, std::nullopt, token_text);
+      chunk_json(id, {"c", tokens, LogprobsOutput::kNone, 5}, false, std::nullopt, token_text);
   parse(parser, chunk);
   EXPECT_NE(chunk.find(R"("text":"c","logprobs":null)"), std::string::npos) << chunk;
   const std::string with_offset =
-      chunk_json(id, {"c", std::span(tokens).subspan(1), true, 5}, false, std::nullopt, token_text);
+      chunk_json(id, {"c", std::span(tokens).subspan(1), LogprobsOutput::kText, 5}, false,
+                 std::nullopt, token_text);
   EXPECT_NE(with_offset.find(R"("text_offset":[5])"), std::string::npos) << with_offset;
 }
 
@@ -111,7 +115,8 @@ TEST(OpenAiResponse, CompletionTopLogprobsKeysAreUniqueForByteTokens) {
       {1, "\xE2", -0.1f, {{1, -0.1f}, {2, -0.2f}, {3, -0.3f}, {4, -0.4f}, {5, -0.5f}, {6, -0.6f}}}};
   engine::Completion done;
   done.finish_reason = "length";
-  const std::string whole = completion_json(id, {"", tokens, true, 0}, done, byte_text);
+  const std::string whole =
+      completion_json(id, {"", tokens, LogprobsOutput::kText, 0}, done, byte_text);
   simdjson::dom::parser parser;
   const simdjson::dom::element root = parse(parser, whole);
   const simdjson::dom::element logprobs = root["choices"].at(0)["logprobs"];

@@ -154,7 +154,7 @@ simdjson::dom::element parse(simdjson::dom::parser& parser, const std::string& j
 
 std::string body_of(const std::string& text, std::string_view finish_reason,
                     model::ToolCallFormat format = model::ToolCallFormat::kHermes) {
-  CollectedChoices collected(1, false, format);
+  CollectedChoices collected(1, LogprobsOutput::kNone, format);
   engine::TokenDelta delta;
   delta.text = text;
   collected.add(delta);
@@ -236,7 +236,7 @@ TEST(OpenAiToolAnswers, StreamedPiecesAsOpenAiSendsThem) {
 
   // The chunk JSON of a first piece and of a fragment.
   const ResponseIdentity identity{ApiKind::kChat, "chatcmpl-1", 1, "M"};
-  ChunkContent content{{}, {}, false, 0};
+  ChunkContent content{{}, {}, LogprobsOutput::kNone, 0};
   content.tool_calls = pieces[1].calls;
   simdjson::dom::parser parser;
   const std::string head = chunk_json(identity, content, false, std::nullopt, {});
