@@ -1,6 +1,6 @@
 // Channel benchmark: messages/s from 1 and several producer threads into one receiver coroutine,
 // and the cross-thread round trip (actor A -> actor B -> actor A, each on its own thread) as
-// p50/p99 latency. Prints numbers; asserts nothing about speed (DESIGN.md §5).
+// p50/p99 latency. Prints numbers; asserts nothing about speed (docs/design.md §5).
 //
 //   channel_bench [messages_per_run=2000000] [round_trips=200000]
 #include <algorithm>

@@ -2,7 +2,7 @@
 // a 1k-token prompt's KV from a prefill engine in another process, shaped as troupe's pulls are
 // for SmolLM2-135M (30 layers, K and V planes, 6,144-byte blocks, 63 consecutive blocks: 60
 // coalesced reads of 387,072 bytes, 23.2 MB). Prints per-pull ms and GB/s (1e9); asserts
-// nothing about speed (DESIGN.md §5). UCX_TLS from the environment (e.g. UCX_TLS=tcp); pin
+// nothing about speed (docs/design.md §5). UCX_TLS from the environment (e.g. UCX_TLS=tcp); pin
 // with taskset, e.g. the prefill child follows the parent's CPU set.
 //
 //   kv_transfer_bench [pulls=30] [reply_chunk_bytes=65280]

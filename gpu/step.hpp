@@ -1,6 +1,6 @@
 // The seam between the scheduler and a backend: one forward step for a mixed batch of prefill
 // chunks and decode tokens, flattened so a backend (CPU or CUDA) can consume it without knowing
-// anything about requests, priorities or text (DESIGN.md §2).
+// anything about requests, priorities or text (docs/design.md §2).
 //
 // Thread-safety: plain values. The scheduler thread builds a StepBatch and hands it over by move;
 // the backend's thread owns it from then on.

@@ -2,8 +2,8 @@
 //
 // Every count, length, offset and type read from the file is checked against the file's size
 // before it is used; a truncated or corrupt file throws GgufError naming the field, never reads
-// out of bounds (DESIGN.md §3). Strings, arrays and tensor data are views into the mapping, so
-// a 100 MB model "loads" in microseconds and pages in on first touch.
+// out of bounds (docs/design.md §3). Strings, arrays and tensor data are views into the mapping,
+// so a 100 MB model "loads" in microseconds and pages in on first touch.
 //
 // Thread-safety: open() from any thread; a GgufFile is immutable afterwards and may be read from
 // any number of threads. Views stay valid while the GgufFile (or an object it was moved into)

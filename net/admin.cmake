@@ -1,4 +1,4 @@
-# The admin socket (DESIGN.md §4): protocol (pure), socket-file housekeeping, Asio listener.
+# The admin socket (docs/design.md §4): protocol (pure), socket-file housekeeping, Asio listener.
 target_sources(troupe_net PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/admin_protocol.cpp
   ${CMAKE_CURRENT_LIST_DIR}/admin_server.cpp

@@ -1,5 +1,5 @@
 // The admin socket's wire protocol as pure functions: one JSON command per line in, one JSON
-// reply per line out (DESIGN.md §4 "Admin socket"). AdminServer owns the sockets; everything
+// reply per line out (docs/design.md §4). AdminServer owns the sockets; everything
 // that decides what a line means and what the reply says lives here, so it is tested without I/O.
 //
 // Thread-safety: pure functions, except execute_admin_command, which calls the Engine facade

@@ -1,4 +1,4 @@
-// The admin socket (DESIGN.md §4): a Unix domain socket, mode 0600, one JSON command per line
+// The admin socket (docs/design.md §4): a Unix domain socket, mode 0600, one JSON command per line
 // and one JSON reply per line (protocol in admin_protocol.hpp), plus an optional TCP listener
 // that is off by default, bound to loopback unless configured, and refuses every command without
 // the bearer token read from a file. Asio stays inside admin_server.cpp (pimpl).

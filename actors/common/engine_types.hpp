@@ -257,7 +257,7 @@ struct EngineStats {
   StructuredOutputStats structured_output;
   SpeculativeStats speculative;
   // Time the engine spent outside the backend, as a share of all tick time since start
-  // (DESIGN.md: the scheduler must stay a rounding error next to a forward pass).
+  // (docs/design.md §2: the scheduler must stay a rounding error next to a forward pass).
   double engine_overhead_ratio = 0;
   LatencySummary time_to_first_token;
   double uptime_s = 0;

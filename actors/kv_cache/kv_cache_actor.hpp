@@ -1,4 +1,4 @@
-// The kv-cache actor: home of the KV manager (BlockPool + PrefixCache, DESIGN.md §1).
+// The kv-cache actor: home of the KV manager (BlockPool + PrefixCache, docs/design.md §1).
 //
 // Why a loan and not a request per allocation: the scheduling policy interleaves allocation
 // with preemption decisions (a sequence that cannot grow preempts the lowest-priority one and

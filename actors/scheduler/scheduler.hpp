@@ -1,8 +1,9 @@
-// Scheduler: the pure, synchronous continuous-batching policy (DESIGN.md §2). Each schedule()
-// decides which sequences run in the next forward step and how many tokens each computes; each
-// on_step_complete() appends the sampled tokens and retires finished sequences. The scheduler
-// actor (a later issue) wraps it: drain inbox -> schedule() -> run the step -> on_step_complete()
-// -> post TokenEvents. No threads, clocks or I/O here; time is counted in steps.
+// Scheduler: the pure, synchronous continuous-batching policy (docs/design.md §2). Each
+// schedule() decides which sequences run in the next forward step and how many tokens each
+// computes; each on_step_complete() appends the sampled tokens and retires finished sequences.
+// The scheduler actor (scheduler_actor.hpp) wraps it: drain inbox -> schedule() -> run the step
+// -> on_step_complete() -> post StepEvents. No threads, clocks or I/O here; time is counted in
+// steps.
 //
 // Policy, one step (vLLM v1's shape, TensorRT-LLM's call-and-return style):
 //   1. running sequences that decode (one token left to compute), highest priority first;

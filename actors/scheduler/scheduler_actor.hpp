@@ -1,4 +1,4 @@
-// The scheduler actor: the step loop of DESIGN.md §2 around the pure Scheduler policy.
+// The scheduler actor: the step loop of docs/design.md §2 around the pure Scheduler policy.
 //
 //   0. borrow the KV manager from the kv-cache actor (the tick's one exchange with it; it goes
 //      back at the end of the tick, see actors/kv_cache/kv_cache_actor.hpp);

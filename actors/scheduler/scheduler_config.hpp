@@ -12,7 +12,7 @@
 
 namespace troupe::scheduler {
 
-// Disaggregated prefill/decode (DESIGN.md §2): a kPrefillOnly scheduler parks every sequence
+// Disaggregated prefill/decode (docs/design.md §2): a kPrefillOnly scheduler parks every sequence
 // whose prompt is computed and first token sampled, for take_completed_prefill(); any scheduler
 // can take such a sequence in with admit_transferred().
 enum class SchedulerRole : uint8_t { kPrefillAndDecode, kPrefillOnly };

@@ -1,6 +1,6 @@
-// Scheduler policy, seed behaviour by seed behaviour (DESIGN.md §2, issue 3): chunked prefill,
-// the decode-first budget, continuous batching, back-pressure, stop conditions, cancel, prefix
-// reuse, eviction, priorities and preemption, P/D transfer, stats and slots.
+// Scheduler policy, seed behaviour by seed behaviour (docs/design.md §2, issue 3): chunked
+// prefill, the decode-first budget, continuous batching, back-pressure, stop conditions, cancel,
+// prefix reuse, eviction, priorities and preemption, P/D transfer, stats and slots.
 #include "actors/scheduler/scheduler.hpp"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-"""The admin socket and `troupe admin` end to end (issue 7, DESIGN.md §4 "Admin socket"), against a
-real `troupe serve --admin-socket PATH`."""
+"""The admin socket and `troupe admin` end to end (issue 7, docs/design.md §4), against a real
+`troupe serve --admin-socket PATH`."""
 import json
 import os
 import socket

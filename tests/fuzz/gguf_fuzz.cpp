@@ -1,7 +1,7 @@
 // Fuzzes the GGUF reader (model/gguf.*) and everything the server reads from a model file after
 // it, in the order the engine does at start-up: the model card, the tokenizer, the chat template
-// and the llama weights view. A model file is untrusted input (DESIGN.md §3): every failure must
-// be a GgufError / std::runtime_error / std::invalid_argument naming the problem, never a
+// and the llama weights view. A model file is untrusted input (docs/design.md §3): every failure
+// must be a GgufError / std::runtime_error / std::invalid_argument naming the problem, never a
 // crash, an out-of-bounds read (ASan) or another exception type (std::out_of_range,
 // std::length_error, std::bad_alloc from an absurd count).
 // Input: the file's bytes (GgufFile::from_bytes, an exactly-sized copy, so ASan sees overreads).
