@@ -5,38 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "app/settings.hpp"
+
 namespace troupe::app {
 namespace {
 
-using ServeFlags = std::map<std::string, std::optional<std::string> ServeOptions::*>;
-
-// Flags that may be given more than once; each adds a value.
-using RepeatedServeFlags = std::map<std::string, std::vector<std::string> ServeOptions::*>;
-
-const RepeatedServeFlags& repeated_serve_flags() {
-  static const RepeatedServeFlags flags = {{"--api-key", &ServeOptions::api_keys},
-                                           {"--prefill-url", &ServeOptions::prefill_urls}};
-  return flags;
-}
-
-const ServeFlags& serve_flags() {
-  static const ServeFlags flags = {
-      {"--config", &ServeOptions::config_path}, {"--model", &ServeOptions::model},
-      {"--model-id", &ServeOptions::model_id},  {"--host", &ServeOptions::host},
-      {"--port", &ServeOptions::port},          {"--backend", &ServeOptions::backend},
-      {"--log-level", &ServeOptions::log_level},
-      {"--admin-socket", &ServeOptions::admin_socket},
-      {"--ssl-cert", &ServeOptions::ssl_cert},  {"--ssl-key", &ServeOptions::ssl_key},
-      {"--role", &ServeOptions::role},          {"--kv-transport", &ServeOptions::kv_transport},
-      {"--kv-events-topic", &ServeOptions::kv_events_topic},
-      {"--advertise-host", &ServeOptions::advertise_host},
-  };
-  return flags;
-}
-
 std::variant<Command, UsageError> parse_serve(const std::vector<std::string>& args, size_t first) {
   ServeOptions options;
-  const ServeFlags& flags = serve_flags();
   for (size_t i = first; i < args.size(); ++i) {
     std::string flag = args[i];
     std::optional<std::string> inline_value;
@@ -45,19 +20,28 @@ std::variant<Command, UsageError> parse_serve(const std::vector<std::string>& ar
       flag.resize(eq);
     }
     if (flag == "--help" || flag == "-h") return Command{HelpCommand{"serve"}};
-    auto it = flags.find(flag);
-    auto repeated = repeated_serve_flags().find(flag);
-    if (it == flags.end() && repeated == repeated_serve_flags().end()) {
+    const Setting* setting = setting_by_flag(flag);
+    if (flag != "--config" && flag != "--set" && setting == nullptr) {
       return UsageError{fmt::format("serve: unknown option '{}'", args[i])};
     }
     if (!inline_value) {
       if (i + 1 >= args.size()) return UsageError{fmt::format("serve: {} needs a value", flag)};
       inline_value = args[++i];
     }
-    if (it != flags.end()) {
-      options.*(it->second) = *inline_value;
+    if (flag == "--config") {
+      options.config_path = *inline_value;
+    } else if (flag == "--set") {
+      const size_t eq = inline_value->find('=');
+      const std::string key = inline_value->substr(0, eq);
+      if (eq == std::string::npos || setting_by_key(key) == nullptr) {
+        return UsageError{
+            fmt::format("serve: --set {}: expected KEY=VALUE with a setting's key "
+                        "(troupe help settings lists them)",
+                        *inline_value)};
+      }
+      options.settings.push_back({"--set " + key, key, "", inline_value->substr(eq + 1)});
     } else {
-      (options.*(repeated->second)).push_back(*inline_value);
+      options.settings.push_back({flag, setting->key, setting->flag, *inline_value});
     }
   }
   return Command{ServeCommand{std::move(options)}};
@@ -117,6 +101,7 @@ std::string usage_text() {
 Usage:
   troupe serve [options]     serve the OpenAI-compatible HTTP API (see 'troupe serve --help')
   troupe generate [options]  stream one generation to stdout (see 'troupe generate --help')
+  troupe help settings       every setting of serve: key, default, flag, meaning (Markdown)
   troupe --version           print the version
   troupe --help              print this help
 
@@ -126,41 +111,24 @@ config error.
 }
 
 std::vector<std::string> serve_flag_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, member] : serve_flags()) names.push_back(name);
-  for (const auto& [name, member] : repeated_serve_flags()) names.push_back(name);
+  std::vector<std::string> names = {"--config", "--set"};
+  for (const Setting& s : settings()) {
+    if (!s.flag.empty()) names.push_back(s.flag);
+  }
   return names;
 }
 
 std::string serve_usage_text() {
-  return R"(Usage: troupe serve [--config FILE] [--model PATH] [--model-id NAME] [--host H]
-                    [--port P] [--backend cpu|cuda|auto] [--log-level L]
-                    [--admin-socket PATH] [--api-key KEY]...
-                    [--ssl-cert FILE --ssl-key FILE]
+  return "Usage: troupe serve [--config FILE] [--FLAG VALUE]... [--set KEY=VALUE]...\n\n"
+         "  --config FILE              JSON config (configs/default.json); the flags override "
+         "it\n" +
+         settings_flags_help() +
+         "\nEvery setting, its default and its bounds: troupe help settings. An unknown key, a "
+         "wrong type or\na value out of bounds stops the server with exit code 2.\n";
+}
 
-  --config FILE      JSON config (configs/default.json documents every key); flags override it
-  --model PATH       GGUF model file (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
-  --model-id NAME    name the API serves the model under (default: from the file name)
-  --host H           listen address (default 127.0.0.1)
-  --port P           listen port (default 8080; 0 picks a free one)
-  --backend B        cpu, cuda or auto: auto takes CUDA when a device is present and every
-                     weight type of the model is proven on a GPU (gpu/cuda_proven_types.cpp),
-                     else the CPU; cuda refuses a model with an unproven type, naming it
-  --log-level L      trace, debug, info, warn, error, critical or off
-  --admin-socket P   the admin Unix socket (default $XDG_RUNTIME_DIR/troupe.sock, else
-                     /tmp/troupe-$UID/troupe.sock); `troupe admin --socket P` talks to it
-  --api-key KEY      require `Authorization: Bearer KEY` on /v1/*, /tokenize, /detokenize, the
-                     WebSocket chat and (api.metrics_require_key) /metrics; repeatable. Keys
-                     also come from api.keys_file ("NAME:KEY" lines) and $TROUPE_API_KEY
-  --ssl-cert FILE    serve HTTPS and wss:// with this PEM certificate (chain); needs --ssl-key
-  --ssl-key FILE     the certificate's PEM private key (http.ssl_cert_file/ssl_key_file)
-  --role ROLE        combined (default), prefill or decode: disaggregated prefill/decode
-                     (disagg.role; KV moves between servers over UCX)
-  --prefill-url URL  decode role: a prefill server (host:port), repeatable (disagg.prefill_urls)
-  --kv-transport T   UCX transports for KV pulls, e.g. tcp or posix,cma (disagg.ucx_tls)
-  --kv-events-topic T  first frame of each KV-event message (kv_events.topic)
-  --advertise-host H   prefill role: the address decode servers pull KV from (disagg.advertise_host)
-)";
+std::string settings_usage_text() {
+  return settings_table();
 }
 
 }  // namespace troupe::app

@@ -13,26 +13,19 @@
 
 namespace troupe::app {
 
-// `troupe serve` flags; each set flag overrides the same key of the config file.
+// One setting given on the command line (settings.hpp): a flag of its own, or `--set KEY=VALUE`.
+struct SettingArgument {
+  std::string given;  // as written, for errors: "--port" or "--set scheduler.max_step_ms"
+  std::string key;    // the setting's config key ("" for a flag-only setting such as --api-key)
+  std::string flag;   // the setting's flag ("" when given with --set)
+  std::string text;   // its value, validated when applied (resolve_config) so errors name `given`
+};
+
+// `troupe serve`'s command line: an optional config file, then settings that override it, in
+// the order given.
 struct ServeOptions {
   std::optional<std::string> config_path;
-  std::optional<std::string> model;
-  std::optional<std::string> model_id;
-  std::optional<std::string> host;
-  std::optional<std::string> port;  // validated when applied, so the error names the flag
-  std::optional<std::string> backend;
-  std::optional<std::string> log_level;
-  std::optional<std::string> admin_socket;
-  std::optional<std::string> ssl_cert;
-  std::optional<std::string> ssl_key;
-  std::vector<std::string> api_keys;  // --api-key, repeatable
-  std::optional<std::string> role;    // --role combined|prefill|decode
-  std::vector<std::string> prefill_urls;  // --prefill-url, repeatable
-  std::optional<std::string> kv_transport;  // --kv-transport (UCX_TLS for KV pulls)
-  // --kv-events-topic (kv_events.topic): per pod, e.g. kv@$(POD_IP)@model in a Deployment
-  std::optional<std::string> kv_events_topic;
-  // --advertise-host (disagg.advertise_host): per pod, e.g. $(POD_IP) in a Deployment
-  std::optional<std::string> advertise_host;
+  std::vector<SettingArgument> settings;
 };
 
 struct HelpCommand {
@@ -64,6 +57,8 @@ std::string usage_text();
 std::string serve_usage_text();
 // Every option `troupe serve` accepts (the help text must name each).
 std::vector<std::string> serve_flag_names();
+// `troupe help settings`: every setting, as the README's table.
+std::string settings_usage_text();
 std::string generate_usage_text();
 
 }  // namespace troupe::app

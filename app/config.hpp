@@ -26,9 +26,6 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class BackendChoice { kAuto, kCpu, kCuda };
-std::string_view to_string(BackendChoice choice);
-
 struct LogConfig {
   std::string level = "info";  // trace|debug|info|warn|error|critical|off
   std::string pattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v";
@@ -45,7 +42,7 @@ struct AccessConfig {
 struct ServerConfig {
   std::filesystem::path model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   std::string model_id;  // served name; empty => derived from the file name
-  BackendChoice backend = BackendChoice::kAuto;
+  engine::BackendKind backend = engine::BackendKind::kAuto;
   std::string chat_template;  // template name; empty: detected from the model
   LogConfig log;
   net::HttpServerConfig http;   // host, port, io threads, limits, timeouts
@@ -53,6 +50,7 @@ struct ServerConfig {
   AccessConfig access;          // API keys (the "api" object's keys_file, metrics_require_key)
   scheduler::SchedulerConfig scheduler = engine::EngineConfig{}.scheduler;
   engine::CpuBackendOptions cpu;
+  engine::CudaBackendOptions cuda;
   engine::StructuredOutputOptions structured_output;  // the grammar compiler's cache and bounds
   net::AdminServerConfig admin;  // the admin socket (and the optional token-guarded TCP port)
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests may finish
@@ -83,8 +81,5 @@ net::AccessPolicy access_policy_of(const AccessConfig& access, std::string_view 
 
 // True for an address only this machine can reach (127.0.0.0/8, ::1, "localhost").
 bool is_loopback_host(std::string_view host);
-
-std::optional<BackendChoice> parse_backend(std::string_view text);
-bool is_valid_log_level(std::string_view level);
 
 }  // namespace troupe::app

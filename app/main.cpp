@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
         if constexpr (std::is_same_v<T, HelpCommand>) {
           std::cout << (command.topic == "serve"      ? serve_usage_text()
                         : command.topic == "generate" ? generate_usage_text()
+                        : command.topic == "settings" ? settings_usage_text()
                                                       : usage_text());
           return 0;
         } else if constexpr (std::is_same_v<T, VersionCommand>) {

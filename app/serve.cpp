@@ -1,6 +1,6 @@
 #include "app/serve.hpp"
 
-#include <charconv>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -11,70 +11,52 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "net/peer_client.hpp"
-#include "app/file_limit.hpp"
-#include "app/version.hpp"
 #include "actors/engine/engine.hpp"
+#include "app/file_limit.hpp"
+#include "app/settings.hpp"
+#include "app/version.hpp"
 #include "model/gguf.hpp"
 #include "model/model_info.hpp"
 #include "net/admin_server.hpp"
 #include "net/api_routes.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_routes.hpp"
+#include "net/peer_client.hpp"
+#include "net/server_state.hpp"
 #include "net/web_page.hpp"
 #include "net/ws_chat.hpp"
-#include "net/server_state.hpp"
 
 namespace troupe::app {
 namespace {
 
+// The command line's settings over the config file's, in the order given; a repeatable flag's
+// first use replaces the file's list. Errors name the flag (or `--set KEY`).
 void apply_flags(const ServeOptions& options, ServerConfig& config) {
-  if (options.model) config.model = *options.model;
-  if (options.model_id) config.model_id = *options.model_id;
-  if (options.host) config.http.host = *options.host;
-  if (options.port) {
-    unsigned port = 0;
-    const std::string& text = *options.port;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-    if (ec != std::errc() || end != text.data() + text.size() || port > 65535) {
-      throw ConfigError(fmt::format("--port: '{}' is not a port number (0-65535)", text));
+  std::vector<const Setting*> cleared;
+  for (const SettingArgument& argument : options.settings) {
+    const Setting* setting =
+        argument.key.empty() ? setting_by_flag(argument.flag) : setting_by_key(argument.key);
+    if (setting == nullptr) throw ConfigError(fmt::format("{}: not a setting", argument.given));
+    if (setting->repeatable &&
+        std::find(cleared.begin(), cleared.end(), setting) == cleared.end()) {
+      if (setting->clear) setting->clear(config);
+      cleared.push_back(setting);
     }
-    config.http.port = static_cast<uint16_t>(port);
-  }
-  if (options.backend) {
-    const auto choice = parse_backend(*options.backend);
-    if (!choice) {
-      throw ConfigError(fmt::format("--backend: '{}' is not one of auto, cpu, cuda", *options.backend));
-    }
-    config.backend = *choice;
-  }
-  for (const std::string& key : options.api_keys) config.access.keys.push_back(key);
-  if (options.ssl_cert) config.http.ssl_cert_file = *options.ssl_cert;
-  if (options.ssl_key) config.http.ssl_key_file = *options.ssl_key;
-  if (options.role) {
-    const auto role = disagg::parse_role(*options.role);
-    if (!role) throw ConfigError(fmt::format("--role: '{}' is not one of combined, prefill, decode", *options.role));
-    config.disagg.role = *role;
-  }
-  if (!options.prefill_urls.empty()) {
-    config.disagg.prefill_peers.clear();
-    for (const std::string& url : options.prefill_urls) {
-      config.disagg.prefill_peers.push_back(parse_peer_url(url, "--prefill-url"));
+    if (setting->read_text) {
+      setting->read_text(config, argument.text, argument.given);
+    } else {  // an object setting (speculative): its value is JSON text
+      simdjson::dom::parser parser;
+      simdjson::dom::element value;
+      if (parser.parse(simdjson::padded_string(argument.text)).get(value) != simdjson::SUCCESS) {
+        throw ConfigError(fmt::format("{}: '{}' is not JSON", argument.given, argument.text));
+      }
+      setting->read_json(config, value, setting->key);
     }
   }
-  if (options.kv_transport) config.kv_transport_tls = *options.kv_transport;
-  if (options.kv_events_topic) config.kv_events.topic = *options.kv_events_topic;
-  if (options.advertise_host) config.disagg.advertise_host = *options.advertise_host;
   // A secret, so from the environment only (like TROUPE_API_KEY): the key this decode server
   // presents to prefill servers that require one.
   if (const char* key = std::getenv("TROUPE_PREFILL_API_KEY"); key != nullptr && *key != '\0') {
     config.disagg.peer_api_key = key;
-  }
-  if (options.log_level) {
-    if (!is_valid_log_level(*options.log_level)) {
-      throw ConfigError(fmt::format("--log-level: '{}' is not a log level", *options.log_level));
-    }
-    config.log.level = *options.log_level;
   }
 }
 
@@ -171,10 +153,13 @@ int run_serve(const ServeOptions& options) {
   // The admin socket (stats, cancel, drain, ...). Its drain command stops the wait below, which
   // then drains like SIGTERM does.
   boost::asio::io_context signals_io;
-  net::AdminServerConfig admin_config = config.admin;
-  if (options.admin_socket) admin_config.socket_path = *options.admin_socket;
+  // A socket path on the command line asks for the socket, even where the file turned it off.
+  const bool socket_asked =
+      std::any_of(options.settings.begin(), options.settings.end(),
+                  [](const SettingArgument& a) { return a.key == "admin.socket_path"; });
+  const net::AdminServerConfig& admin_config = config.admin;
   std::unique_ptr<net::AdminServer> admin;
-  if (admin_config.enabled || options.admin_socket) {
+  if (admin_config.enabled || socket_asked) {
     admin = std::make_unique<net::AdminServer>(admin_config, *engine, [&signals_io] {
       spdlog::info("drain requested on the admin socket");
       signals_io.stop();

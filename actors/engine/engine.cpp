@@ -73,15 +73,6 @@ using actors::runtime::ExecutorThreads;
 using actors::runtime::SendStatus;
 using Clock = std::chrono::steady_clock;
 
-gpu::BackendRequest to_backend_request(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kAuto: return gpu::BackendRequest::kAuto;
-    case BackendKind::kCpu: return gpu::BackendRequest::kCpu;
-    case BackendKind::kCuda: return gpu::BackendRequest::kCuda;
-  }
-  return gpu::BackendRequest::kAuto;
-}
-
 RequestPhase phase_of(scheduler::SlotPhase phase) {
   switch (phase) {
     case scheduler::SlotPhase::kWaiting: return RequestPhase::kWaiting;
@@ -205,17 +196,7 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   if (policy.max_model_len <= 0) policy.max_model_len = static_cast<int32_t>(card_.info.context_length);
   if (policy.eos_token_ids.empty()) policy.eos_token_ids = tokenizer_->end_of_generation_ids();
 
-  gpu::BackendOptions backend_options;
-  backend_options.request = to_backend_request(config.backend);
-  backend_options.cpu_threads = config.cpu.num_threads;
-  backend_options.cpu_prefill_attention = config.cpu.prefill_attention;
-  backend_options.num_blocks = policy.num_blocks;
-  backend_options.kv_memory_bytes = config.cpu.kv_memory_bytes;
-  backend_options.block_size = policy.block_size;
-  backend_options.max_num_batched_tokens = policy.max_num_batched_tokens;
-  backend_options.max_num_seqs = policy.max_num_seqs;
-  backend_options.kv_host_mirror = config.disagg.role != disagg::Role::kCombined;
-  gpu::BuiltBackend built = gpu::make_backend(file_, backend_options);
+  gpu::BuiltBackend built = gpu::make_backend(file_, backend_options_of(config, policy));
   spdlog::info("{}", built.note);
   card_.backend = std::string(built.backend->name());
   if (policy.speculative.enabled() && !built.backend->supports_speculation()) {
@@ -486,6 +467,25 @@ void EngineImpl::shutdown(std::chrono::milliseconds deadline) {
 }
 
 }  // namespace
+
+// What the backend is built with: the engine's backend settings, and the sizes it must cover,
+// derived from the scheduling policy here and nowhere else (the policy never plans a step past
+// max_num_batched_tokens tokens or max_num_seqs sampling rows; KV blocks are the policy's).
+gpu::BackendOptions backend_options_of(const EngineConfig& config,
+                                       const scheduler::SchedulerConfig& policy) {
+  gpu::BackendOptions o;
+  o.request = config.backend;
+  o.cpu_threads = config.cpu.num_threads;
+  o.cpu_prefill_attention = config.cpu.prefill_attention;
+  o.kv_memory_bytes = config.cpu.kv_memory_bytes;
+  o.gpu_memory_utilization = config.cuda.gpu_memory_utilization;
+  o.num_blocks = policy.num_blocks;
+  o.block_size = policy.block_size;
+  o.max_num_batched_tokens = policy.max_num_batched_tokens;
+  o.max_num_seqs = policy.max_num_seqs;
+  o.kv_host_mirror = config.disagg.role != disagg::Role::kCombined;
+  return o;
+}
 
 std::unique_ptr<Engine> Engine::start(const EngineConfig& config,
                                       std::shared_ptr<disagg::PeerClient> peers) {

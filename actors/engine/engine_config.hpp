@@ -12,11 +12,13 @@
 #include "actors/disagg/disagg_config.hpp"
 #include "actors/kv_cache/events/kv_events_config.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
+#include "gpu/backend_factory.hpp"
 #include "gpu/cpu/attention_tiled_bf16.hpp"
 
 namespace troupe::engine {
 
-enum class BackendKind : uint8_t { kAuto, kCpu, kCuda };
+// Which backend (auto, cpu, cuda): the factory's own enum, so no layer translates it.
+using BackendKind = gpu::BackendRequest;
 
 struct CpuBackendOptions {
   int num_threads = 0;                    // 0: every core
@@ -24,6 +26,12 @@ struct CpuBackendOptions {
   // Prompt attention: llama.cpp's exact bits, or bf16 (faster long prompts on CPUs with
   // AVX512-BF16, AMX above all; gpu/cpu/attention_tiled_bf16.hpp says what it changes).
   gpu::cpu::PrefillAttentionPrecision prefill_attention = gpu::cpu::PrefillAttentionPrecision::kExact;
+};
+
+// The CUDA backend's memory budget (the config's "cuda" object). Its batch sizes are the
+// scheduler's (engine.cpp's backend_options_of derives them), not settings of their own.
+struct CudaBackendOptions {
+  double gpu_memory_utilization = 0.9;  // of the device's memory: weights + scratch + KV blocks
 };
 
 // Structured output's grammar compiler (model/grammar/grammar_compiler.hpp), the config file's
@@ -44,6 +52,7 @@ struct EngineConfig {
   std::string chat_template;   // template name ("chatml", "llama3", ...); empty: detect
   BackendKind backend = BackendKind::kAuto;
   CpuBackendOptions cpu;
+  CudaBackendOptions cuda;
   StructuredOutputOptions structured_output;
   // Policy knobs. num_blocks 0: sized by the backend from its memory budget. max_model_len 0:
   // the model's context length. eos_token_ids empty: the tokenizer's end-of-generation set.
@@ -88,5 +97,12 @@ struct EngineConfig {
   std::string kv_transport_tls;
   kv_cache::KvEventsConfig kv_events;  // KV-cache events for prefix-aware routers (issue 20)
 };
+
+// What the backend is built with: the engine's backend settings, and the sizes it must cover,
+// derived from the scheduling policy (`policy`: the config's, completed by the engine) here and
+// nowhere else: the policy never plans a step past max_num_batched_tokens tokens or
+// max_num_seqs sampling rows, and the KV blocks are the policy's.
+gpu::BackendOptions backend_options_of(const EngineConfig& config,
+                                       const scheduler::SchedulerConfig& policy);
 
 }  // namespace troupe::engine

@@ -5,21 +5,39 @@
 namespace troupe::app {
 namespace {
 
+// Flags are the settings' own (app/settings.hpp): each names its config key.
 TEST(CommandLine, ParsesServeFlags) {
-  auto parsed = parse_command_line({"serve", "--model", "m.gguf", "--port=9", "--backend", "cpu"});
+  auto parsed = parse_command_line({"serve", "--config", "c.json", "--model", "m.gguf", "--port=9",
+                                    "--backend", "cpu", "--set", "scheduler.max_step_ms=50"});
   const auto& serve = std::get<ServeCommand>(std::get<Command>(parsed));
-  EXPECT_EQ(serve.options.model, "m.gguf");
-  EXPECT_EQ(serve.options.port, "9");
-  EXPECT_EQ(serve.options.backend, "cpu");
-  EXPECT_FALSE(serve.options.host);
+  EXPECT_EQ(serve.options.config_path, "c.json");
+  ASSERT_EQ(serve.options.settings.size(), 4u);
+  EXPECT_EQ(serve.options.settings[0].key, "model");
+  EXPECT_EQ(serve.options.settings[0].text, "m.gguf");
+  EXPECT_EQ(serve.options.settings[1].key, "http.port");
+  EXPECT_EQ(serve.options.settings[1].text, "9");
+  EXPECT_EQ(serve.options.settings[2].key, "backend");
+  EXPECT_EQ(serve.options.settings[3].key, "scheduler.max_step_ms");
+  EXPECT_EQ(serve.options.settings[3].given, "--set scheduler.max_step_ms");
+  EXPECT_EQ(serve.options.settings[3].text, "50");
 }
 
 TEST(CommandLine, ApiKeyIsRepeatable) {
   auto parsed = parse_command_line({"serve", "--api-key", "sk-one", "--api-key=sk-two"});
   const auto& serve = std::get<ServeCommand>(std::get<Command>(parsed));
-  EXPECT_EQ(serve.options.api_keys, (std::vector<std::string>{"sk-one", "sk-two"}));
+  ASSERT_EQ(serve.options.settings.size(), 2u);
+  EXPECT_EQ(serve.options.settings[0].flag, "--api-key");
+  EXPECT_EQ(serve.options.settings[1].text, "sk-two");
   const auto missing = parse_command_line({"serve", "--api-key"});
   ASSERT_TRUE(std::holds_alternative<UsageError>(missing));
+}
+
+TEST(CommandLine, SetNeedsAKnownKey) {
+  const auto unknown = parse_command_line({"serve", "--set", "scheduler.warp_speed=9"});
+  ASSERT_TRUE(std::holds_alternative<UsageError>(unknown));
+  EXPECT_NE(std::get<UsageError>(unknown).message.find("scheduler.warp_speed"), std::string::npos);
+  EXPECT_TRUE(
+      std::holds_alternative<UsageError>(parse_command_line({"serve", "--set", "http.port"})));
 }
 
 TEST(CommandLine, HelpAndVersion) {
