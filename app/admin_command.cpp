@@ -2,6 +2,11 @@
 // renderings of the replies. The socket protocol is net/admin_protocol.hpp's.
 #include "app/admin_command.hpp"
 
+#include <poll.h>
+#include <simdjson.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -10,13 +15,11 @@
 #include <variant>
 
 #include <fmt/format.h>
-#include <poll.h>
-#include <simdjson.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "net/admin_socket_file.hpp"
 #include "net/json_writer.hpp"
+#include "net/stats_schema.hpp"
 
 namespace troupe::app {
 namespace {
@@ -26,6 +29,7 @@ namespace dom = simdjson::dom;
 struct AdminCliOptions {
   std::string socket_path;  // empty: net::default_admin_socket_path()
   bool json = false;
+  bool all = false;         // stats: every figure of the stats schema, with its help
   std::string command;      // stats|watch|requests|cancel|drain|log-level|flush-prefix-cache
   std::string argument;     // cancel's id, log-level's level
   int64_t interval_ms = 1000;
@@ -65,6 +69,8 @@ std::variant<AdminCliOptions, CliUsageError, bool> parse_args(std::vector<std::s
     if (flag == "--help" || flag == "-h") return true;
     if (flag == "--json") {
       options.json = true;
+    } else if (flag == "--all") {
+      options.all = true;
     } else if (flag == "--socket" || flag == "--interval" || flag == "--count") {
       const std::optional<std::string> text = take_value();
       if (!text) return CliUsageError{fmt::format("{} needs a value", flag)};
@@ -204,6 +210,34 @@ std::string format_age_ms(double ms) {
   return format_duration_s(ms / 1000.0);
 }
 
+// `stats --all`: every figure the stats schema puts in the reply (net/stats_schema.hpp), in its
+// order, with its help; a figure the server does not send (an older server) is shown as "-".
+std::string every_stat(dom::element r) {
+  std::string out;
+  for (const net::Stat& stat : net::engine_stats_schema()) {
+    if (stat.json.empty()) continue;
+    std::string pointer = "/" + std::string(stat.json);
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    dom::element value;
+    std::string shown = "-";
+    if (r.at_pointer(pointer).get(value) == simdjson::SUCCESS) {
+      if (value.is_string()) {
+        shown = std::string(value.get_string().value_unsafe());
+      } else if (value.is_bool()) {
+        shown = value.get_bool().value_unsafe() ? "true" : "false";
+      } else if (value.is_int64() || value.is_uint64()) {
+        shown = fmt::format("{}", value.is_int64()
+                                      ? value.get_int64().value_unsafe()
+                                      : static_cast<int64_t>(value.get_uint64().value_unsafe()));
+      } else if (value.is_double()) {
+        shown = fmt::format("{:.4g}", value.get_double().value_unsafe());
+      }
+    }
+    out += fmt::format("{:<36} {:>14}  {}\n", stat.json, shown, stat.help);
+  }
+  return out;
+}
+
 std::vector<std::string> stats_lines(dom::element r) {
   std::vector<std::string> lines;
   const auto row = [&](std::string_view label, std::string value) {
@@ -314,6 +348,7 @@ std::string render_reply(const AdminCliOptions& options, dom::element r) {
   const std::string& c = options.command;
   if (c == "stats") {
     std::string out;
+    if (options.all) return every_stat(r);
     for (const std::string& line : stats_lines(r)) out += line + "\n";
     return out;
   }
@@ -448,7 +483,8 @@ std::string admin_usage_text() {
 Talks to a running 'troupe serve' over its admin socket.
 
 Commands:
-  stats                   live snapshot: requests, KV blocks, prefix hits, speed, latency
+  stats [--all]           live snapshot: requests, KV blocks, prefix hits, speed, latency;
+                          --all: every figure the server reports, with what it means
   watch [--interval MS]   a live table of the same, every MS ms (default 1000, at least 50);
         [--count N]       stop after N updates (default: until Ctrl-C)
   requests                every live request: id, origin, phase, priority, tokens, age

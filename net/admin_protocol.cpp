@@ -1,14 +1,17 @@
 // Admin command parsing (simdjson) and reply formatting (JsonWriter). See admin_protocol.hpp.
 #include "net/admin_protocol.hpp"
 
+#include <simdjson.h>
+
 #include <charconv>
+#include <vector>
 
 #include <fmt/format.h>
-#include <simdjson.h>
 #include <spdlog/spdlog.h>
 
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
+#include "net/stats_schema.hpp"
 
 namespace troupe::net {
 namespace {
@@ -77,12 +80,6 @@ std::variant<AdminCommand, AdminError> parse_fields(std::string_view cmd, dom::o
       cmd));
 }
 
-void write_latency(JsonWriter& json, std::string_view name, const engine::LatencySummary& latency) {
-  json.key(name).begin_object();
-  json.field("p50", latency.p50_ms).field("p99", latency.p99_ms);
-  json.end_object();
-}
-
 }  // namespace
 
 bool constant_time_equals(std::string_view a, std::string_view b) {
@@ -142,79 +139,34 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
   JsonWriter json;
   json.begin_object().field("ok", true);
   json.field("model", card.info.id).field("backend", card.backend);
-  json.field("uptime_s", stats.uptime_s).field("draining", stats.draining);
-  json.key("requests").begin_object();
-  json.field("waiting", stats.num_waiting)
-      .field("running", stats.num_running)
-      .field("preempted", stats.num_preempted);
-  json.end_object();
-  json.key("kv_blocks").begin_object();
-  json.field("total", stats.kv_blocks_total)
-      .field("used", stats.kv_blocks_used)
-      .field("cached", stats.kv_blocks_cached)
-      .field("free", stats.kv_blocks_free)
-      .field("usage_ratio", stats.kv_usage_ratio);
-  json.end_object();
-  json.key("prefix_cache").begin_object();
-  json.field("queries", stats.prefix_cache_queries)
-      .field("hits", stats.prefix_cache_hits)
-      .field("hit_rate", stats.prefix_cache_hit_rate);
-  json.end_object();
-  json.field("tokens_per_s", stats.tokens_per_s_10s);
-  write_latency(json, "step_time_ms", stats.step_time);
-  write_latency(json, "ttft_ms", stats.time_to_first_token);
-  const engine::StepCostStats& cost = stats.step_cost;
-  json.key("step_budget").begin_object();
-  json.field("max_step_ms", cost.max_step_ms)
-      .field("model_usable", cost.model_usable)
-      .field("predicted_ms", cost.last_predicted_ms)
-      .field("actual_ms", cost.last_actual_ms)
-      .field("mean_abs_error_ratio", cost.mean_abs_error_ratio)
-      .field("margin", cost.planning_margin)
-      .field("budgeted_steps", cost.num_time_budgeted_steps)
-      .field("first_token_steps", cost.num_first_token_steps)
-      .field("interrupted_steps", cost.num_interrupted_steps)
-      .field("interrupted_ms", cost.interrupted_ms);
-  json.key("model").begin_object();
-  json.field("fixed_ms", cost.fixed_ms)
-      .field("per_token_ms", cost.per_token_ms)
-      .field("per_context_ms", cost.per_context_ms)
-      .field("per_sampled_ms", cost.per_sampled_ms);
-  json.end_object().end_object();
-  const engine::SpeculativeStats& spec = stats.speculative;
-  json.key("speculative").begin_object();
-  json.field("drafts", spec.num_drafts)
-      .field("draft_tokens", spec.num_draft_tokens)
-      .field("accepted_tokens", spec.num_accepted_tokens)
-      .field("acceptance_rate", spec.acceptance_rate());
-  json.end_object();
-  json.key("fairness").begin_object();
-  json.field("waiting_clients", stats.num_waiting_clients)
-      .field("preemptions", stats.num_fairness_preemptions);
-  json.end_object();
-  const engine::KvTransferStats& kv = stats.kv_transfer;
-  json.key("disagg").begin_object();
-  json.field("role", kv.role)
-      .field("engine_id", kv.engine_id)
-      .field("transport", kv.transport)
-      .field("peers", kv.num_peers)
-      .field("leases_held", kv.num_leases)
-      .field("leases_expired", kv.num_leases_expired)
-      .field("transfers_in_flight", kv.num_pulls_in_flight)
-      .field("transfers_ok", kv.num_pulls_ok)
-      .field("transfers_failed", kv.num_pulls_failed)
-      .field("bytes_pulled", kv.bytes_pulled)
-      .field("remote_prefills", kv.num_remote_prefills)
-      .field("fallbacks", kv.num_remote_prefill_fallbacks + kv.num_kv_pull_fallbacks);
-  json.end_object();
-  json.key("totals").begin_object();
-  json.field("finished", stats.num_requests_finished)
-      .field("refused", stats.num_requests_refused)
-      .field("preemptions", stats.num_preemptions)
-      .field("prompt_tokens", stats.prompt_tokens_total)
-      .field("generation_tokens", stats.generation_tokens_total)
-      .field("steps", stats.num_steps);
-  json.end_object();
+  // Every schema stat with a JSON path (stats_schema.hpp), nesting objects by the path's dots:
+  // the schema lists the stats of one object together.
+  std::vector<std::string_view> open;  // the objects open now, outermost first
+  for (const Stat& stat : engine_stats_schema()) {
+    if (stat.json.empty()) continue;
+    std::vector<std::string_view> path;
+    for (size_t from = 0;;) {
+      const size_t dot = stat.json.find('.', from);
+      path.push_back(stat.json.substr(
+          from, dot == std::string_view::npos ? std::string_view::npos : dot - from));
+      if (dot == std::string_view::npos) break;
+      from = dot + 1;
+    }
+    size_t common = 0;
+    while (common < open.size() && common + 1 < path.size() && open[common] == path[common])
+      ++common;
+    for (; open.size() > common; open.pop_back()) json.end_object();
+    for (; open.size() + 1 < path.size(); open.push_back(path[open.size()]))
+      json.key(path[open.size()]).begin_object();
+    json.key(path.back());
+    switch (stat.kind) {
+      case StatKind::kText: json.value(stat.text(stats)); break;
+      case StatKind::kFlag: json.value(stat.value(stats) != 0); break;
+      case StatKind::kCounter: json.value(static_cast<uint64_t>(stat.value(stats))); break;
+      case StatKind::kGauge: json.value(stat.value(stats)); break;
+    }
+  }
+  for (; !open.empty(); open.pop_back()) json.end_object();
   json.end_object();
   return json.take();
 }

@@ -1,7 +1,5 @@
 // `troupe admin` (app/admin_command.cpp) against a real AdminServer on a Unix socket in a temp
 // dir, with the admin test-double engine: text and --json output, exit codes.
-#include "app/admin_command.hpp"
-
 #include <atomic>
 #include <iostream>
 #include <sstream>
@@ -9,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include "app/admin_command.hpp"
 #include "net/admin_server.hpp"
+#include "net/stats_schema.hpp"
 #include "tests/net/admin_fake_engine.hpp"
 #include "tests/net/temp_dir.hpp"
 
@@ -82,6 +82,28 @@ TEST_F(AdminCliTest, StatsShowTheDraftAcceptanceRate) {
   CliRun r = run({"--socket", socket_, "stats"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("75.0% of 20 draft tokens accepted (5 verify spans)"), std::string::npos) << r.out;
+}
+
+// `stats --all` prints every figure of the stats schema (net/stats_schema.hpp) with its help:
+// a figure added to the schema shows here without another line of code.
+TEST_F(AdminCliTest, StatsAllPrintsEveryFigureOfTheSchema) {
+  CliRun r = run({"--socket", socket_, "stats", "--all"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  int figures = 0;
+  for (const net::Stat& stat : net::engine_stats_schema()) {
+    if (stat.json.empty()) continue;
+    ++figures;
+    EXPECT_NE(r.out.find(std::string(stat.json) + " "), std::string::npos) << stat.json << "\n"
+                                                                           << r.out;
+  }
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), figures);
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_NE(line.substr(37, 14), std::string(13, ' ') + "-")
+        << "a figure the server did not send: " << line;
+  }
+  EXPECT_NE(r.out.find("kv_blocks.used"), std::string::npos);
+  EXPECT_NE(r.out.find("KV-cache blocks referenced by a sequence."), std::string::npos) << r.out;
 }
 
 TEST_F(AdminCliTest, JsonPrintsTheRawReply) {
