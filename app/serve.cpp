@@ -92,31 +92,23 @@ ServerConfig resolve_config(const ServeOptions& options) {
   return config;
 }
 
-int run_serve(const ServeOptions& options) {
-  ServerConfig config;
-  try {
-    config = resolve_config(options);
-  } catch (const ConfigError& e) {
-    std::cerr << "troupe: " << e.what() << "\n";
-    return 2;
-  }
-  std::shared_ptr<const net::AccessPolicy> access;
-  try {
-    const char* environment_key = std::getenv("TROUPE_API_KEY");
-    access = std::make_shared<const net::AccessPolicy>(
-        access_policy_of(config.access, environment_key != nullptr ? environment_key : ""));
-  } catch (const ConfigError& e) {
-    std::cerr << "troupe: " << e.what() << "\n";
-    return 2;
-  }
-  configure_logging(config.log);
-  spdlog::info("troupe {} starting", kVersionString);
-  // Before the model loads: a bad certificate should not wait for it.
+namespace {
+
+// Who may use the API, from the config, the flags and $TROUPE_API_KEY. Throws ConfigError.
+std::shared_ptr<const net::AccessPolicy> resolve_access(const ServerConfig& config) {
+  const char* environment_key = std::getenv("TROUPE_API_KEY");
+  return std::make_shared<const net::AccessPolicy>(
+      access_policy_of(config.access, environment_key != nullptr ? environment_key : ""));
+}
+
+// What must hold before the model loads: a usable certificate, enough file descriptors.
+// False when the server cannot start (logged).
+bool check_the_host(const ServerConfig& config) {
   try {
     net::HttpServer::check_tls(config.http);
   } catch (const net::TlsConfigError& e) {
     spdlog::error("{}", e.what());
-    return 2;
+    return false;
   }
   // Before any thread starts: every HTTP connection holds a descriptor (http.max_connections).
   const OpenFileLimit file_limit = raise_open_file_limit();
@@ -125,12 +117,11 @@ int run_serve(const ServeOptions& options) {
   } else {
     spdlog::info("{}", describe(file_limit));
   }
+  return true;
+}
 
-  auto state = std::make_unique<net::ServerState>();
-  state->created_unix_seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count();
-  std::unique_ptr<engine::Engine> engine;
+// The engine (model, backend, actors); nullptr when the model cannot be served (logged).
+std::unique_ptr<engine::Engine> start_engine(const ServerConfig& config) {
   try {
     std::shared_ptr<disagg::PeerClient> peers;
     if (config.disagg.role != disagg::Role::kCombined) {
@@ -138,11 +129,108 @@ int run_serve(const ServeOptions& options) {
       peer_config.api_key = config.disagg.peer_api_key;
       peers = std::make_shared<net::HttpPeerClient>(peer_config);
     }
-    engine = engine::Engine::start(engine_config_of(config), peers);
+    return engine::Engine::start(engine_config_of(config), peers);
   } catch (const std::exception& e) {
     spdlog::error("cannot load model: {}", e.what());
-    return 1;
+    return nullptr;
   }
+}
+
+// The admin socket (stats, cancel, drain, ...): its drain command stops `signals_io`, which
+// then drains like SIGTERM does. A socket path on the command line asks for the socket even
+// where the file turned it off. False when a path the operator chose cannot be used (logged);
+// the default path may be taken by another server, which only warns.
+bool start_admin(const ServerConfig& config, const ServeOptions& options, engine::Engine& engine,
+                 boost::asio::io_context& signals_io, std::unique_ptr<net::AdminServer>& admin) {
+  const bool socket_asked =
+      std::any_of(options.settings.begin(), options.settings.end(),
+                  [](const SettingArgument& a) { return a.key == "admin.socket_path"; });
+  if (!config.admin.enabled && !socket_asked) return true;
+  admin = std::make_unique<net::AdminServer>(config.admin, engine, [&signals_io] {
+    spdlog::info("drain requested on the admin socket");
+    signals_io.stop();
+  });
+  try {
+    admin->start();
+  } catch (const std::exception& e) {
+    admin.reset();
+    if (!config.admin.socket_path.empty()) {
+      spdlog::error("{}", e.what());
+      return false;
+    }
+    spdlog::warn("no admin socket: {}", e.what());
+  }
+  return true;
+}
+
+// The HTTP server with every route and the WebSocket chat (not started).
+std::unique_ptr<net::HttpServer> make_http_server(const ServerConfig& config,
+                                                  engine::Engine& engine, net::ServerState& state,
+                                                  std::shared_ptr<const net::AccessPolicy> access) {
+  auto router = std::make_shared<net::Router>();
+  net::add_info_routes(*router, state);
+  // One set of request counters for every surface: /metrics counts WebSocket chats too.
+  auto serving_metrics = std::make_shared<net::ServingMetrics>();
+  net::add_openai_routes(*router, engine, state, config.api, serving_metrics);
+  net::add_web_page_routes(*router);
+  auto server =
+      std::make_unique<net::HttpServer>(http_server_config_of(config), router, state.connections);
+  server->set_access_policy(std::move(access));
+  net::WsChatConfig ws_chat;
+  ws_chat.api = config.api;
+  // One limit for every streaming surface: a WebSocket reader that slow is dropped too.
+  ws_chat.max_pending_bytes = config.api.max_stream_buffer_bytes;
+  ws_chat.served_model_id = state.model.id;
+  server->add_websocket_route("/v1/chat/ws",
+                              net::ws_chat_factory(engine, ws_chat, serving_metrics));
+  return server;
+}
+
+// Waits for SIGINT/SIGTERM (or the admin's drain, which stops `signals_io`), then drains: new
+// requests get 503, in-flight ones finish (up to drain_timeout), then the listener stops and the
+// engine shuts down. WebSocket sessions close with 1001 as soon as their own generations have
+// ended (idle ones at once), while the engine still drains; new upgrades get 503.
+void serve_until_stopped(const ServerConfig& config, boost::asio::io_context& signals_io,
+                         net::ServerState& state, net::HttpServer& server, engine::Engine& engine) {
+  boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
+    if (!ec) spdlog::info("received signal {}, shutting down", signal_number);
+  });
+  signals_io.run();
+  state.phase.store(net::ServerPhase::kDraining, std::memory_order_release);
+  server.begin_shutdown();
+  spdlog::info("draining: new requests get 503; in-flight ones have {} ms to finish",
+               config.drain_timeout.count());
+  if (!engine.drain(config.drain_timeout)) {
+    spdlog::warn("drain timed out after {} ms; cancelled what was left", config.drain_timeout.count());
+  }
+  server.stop();
+}
+
+}  // namespace
+
+// Resolve the configuration (exit 2), load the model and start the actors (exit 1), wire the
+// admin socket and the HTTP server, serve until a stop signal, drain.
+int run_serve(const ServeOptions& options) {
+  ServerConfig config;
+  std::shared_ptr<const net::AccessPolicy> access;
+  try {
+    config = resolve_config(options);
+    access = resolve_access(config);
+  } catch (const ConfigError& e) {
+    std::cerr << "troupe: " << e.what() << "\n";
+    return 2;
+  }
+  configure_logging(config.log);
+  spdlog::info("troupe {} starting", kVersionString);
+  if (!check_the_host(config)) return 2;
+
+  auto state = std::make_unique<net::ServerState>();
+  state->created_unix_seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
+  std::unique_ptr<engine::Engine> engine = start_engine(config);
+  if (!engine) return 1;
   state->api_key_required = access->keys_required();
   state->model = engine->model_card().info;
   state->backend = engine->model_card().backend;
@@ -150,50 +238,12 @@ int run_serve(const ServeOptions& options) {
   spdlog::info("model {}: {} ({} layers, context {}, {} parameters, {})", m.id, m.architecture,
                m.num_layers, m.context_length, m.num_parameters, m.quantization);
 
-  // The admin socket (stats, cancel, drain, ...). Its drain command stops the wait below, which
-  // then drains like SIGTERM does.
   boost::asio::io_context signals_io;
-  // A socket path on the command line asks for the socket, even where the file turned it off.
-  const bool socket_asked =
-      std::any_of(options.settings.begin(), options.settings.end(),
-                  [](const SettingArgument& a) { return a.key == "admin.socket_path"; });
-  const net::AdminServerConfig& admin_config = config.admin;
   std::unique_ptr<net::AdminServer> admin;
-  if (admin_config.enabled || socket_asked) {
-    admin = std::make_unique<net::AdminServer>(admin_config, *engine, [&signals_io] {
-      spdlog::info("drain requested on the admin socket");
-      signals_io.stop();
-    });
-    try {
-      admin->start();
-    } catch (const std::exception& e) {
-      admin.reset();
-      // A path the operator chose must work; the default one may be taken by another server.
-      if (!admin_config.socket_path.empty()) {
-        spdlog::error("{}", e.what());
-        return 1;
-      }
-      spdlog::warn("no admin socket: {}", e.what());
-    }
-  }
-
-  auto router = std::make_shared<net::Router>();
-  net::add_info_routes(*router, *state);
-  // One set of request counters for every surface: /metrics counts WebSocket chats too.
-  auto serving_metrics = std::make_shared<net::ServingMetrics>();
-  net::add_openai_routes(*router, *engine, *state, config.api, serving_metrics);
-  net::add_web_page_routes(*router);
-  net::HttpServer server(http_server_config_of(config), router, state->connections);
-  server.set_access_policy(access);
-  net::WsChatConfig ws_chat;
-  ws_chat.api = config.api;
-  // One limit for every streaming surface: a WebSocket reader that slow is dropped too.
-  ws_chat.max_pending_bytes = config.api.max_stream_buffer_bytes;
-  ws_chat.served_model_id = m.id;
-  server.add_websocket_route("/v1/chat/ws",
-                             net::ws_chat_factory(*engine, ws_chat, serving_metrics));
+  if (!start_admin(config, options, *engine, signals_io, admin)) return 1;
+  std::unique_ptr<net::HttpServer> server = make_http_server(config, *engine, *state, access);
   try {
-    server.start();
+    server->start();
   } catch (const std::exception& e) {  // std::system_error (bind), TlsConfigError
     spdlog::error("{}", e.what());
     return 1;
@@ -202,27 +252,9 @@ int run_serve(const ServeOptions& options) {
   state->phase.store(net::ServerPhase::kReady, std::memory_order_release);
   spdlog::info("serving {} on {}://{}:{}/ (backend {})", m.id,
                config.http.ssl_cert_file.empty() ? "http" : "https", config.http.host,
-               server.port(), state->backend);
+               server->port(), state->backend);
 
-  // The main thread only waits for a stop signal; the io threads serve.
-  boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
-    if (!ec) spdlog::info("received signal {}, shutting down", signal_number);
-  });
-  signals_io.run();
-
-  // Drain: new requests get 503, in-flight ones finish (up to drain_timeout), then the
-  // listener stops and the engine shuts down. WebSocket sessions close with 1001 as soon as
-  // their own generations have ended (idle ones at once), while the engine still drains; new
-  // upgrades get 503.
-  state->phase.store(net::ServerPhase::kDraining, std::memory_order_release);
-  server.begin_shutdown();
-  spdlog::info("draining: new requests get 503; in-flight ones have {} ms to finish",
-               config.drain_timeout.count());
-  if (!engine->drain(config.drain_timeout)) {
-    spdlog::warn("drain timed out after {} ms; cancelled what was left", config.drain_timeout.count());
-  }
-  server.stop();
+  serve_until_stopped(config, signals_io, *state, *server, *engine);
   if (admin) admin->stop();
   engine.reset();
   spdlog::info("stopped");

@@ -164,25 +164,23 @@ TensorType with_fallback(TensorType t, int64_t inputs) {
 
 }  // namespace
 
-LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint64_t seed,
-                                DummyMix mix) {
-  config.validate();
-  struct Spec {
-    std::string name;
-    int64_t inputs, outputs;
-    bool matrix;
-    int32_t layer = -1;
-  };
-  std::vector<Spec> specs;
-  const LlamaConfig& c = config;
+namespace {
+
+// One tensor of the file llama.cpp would write for the config.
+struct TensorSpec {
+  std::string name;
+  int64_t inputs, outputs;
+  bool matrix;
+  int32_t layer = -1;
+};
+
+// Every tensor of the config, in GGUF's order.
+std::vector<TensorSpec> tensor_specs(const LlamaConfig& c) {
+  std::vector<TensorSpec> specs;
   specs.push_back({"token_embd.weight", c.n_embd, c.n_vocab, true});
   specs.push_back({"output_norm.weight", c.n_embd, 1, false});
   if (!c.tied_output) specs.push_back({"output.weight", c.n_embd, c.n_vocab, true});
-  std::vector<float> rope_factors;  // what llama.cpp's converter writes for this config
-  if (c.rope_llama3) {
-    rope_factors = llama3_rope_freq_factors(c.n_rot, c.rope_freq_base, *c.rope_llama3);
-    specs.push_back({"rope_freqs.weight", c.n_rot / 2, 1, false});
-  }
+  if (c.rope_llama3) specs.push_back({"rope_freqs.weight", c.n_rot / 2, 1, false});
   for (int32_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     specs.push_back({p + "attn_norm.weight", c.n_embd, 1, false});
@@ -200,11 +198,51 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
     specs.push_back({p + "ffn_up.weight", c.n_embd, c.n_ff, true, i});
     specs.push_back({p + "ffn_down.weight", c.n_ff, c.n_embd, true, i});
   }
+  return specs;
+}
+
+// The layers' views, by name.
+std::vector<LlamaLayerWeights> layer_views(const std::map<std::string, WeightView>& views,
+                                           const LlamaConfig& c) {
+  std::vector<LlamaLayerWeights> layers;
+  for (int32_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LlamaLayerWeights l;
+    l.attn_norm = views.at(p + "attn_norm.weight");
+    l.wq = views.at(p + "attn_q.weight");
+    l.wk = views.at(p + "attn_k.weight");
+    l.wv = views.at(p + "attn_v.weight");
+    l.wo = views.at(p + "attn_output.weight");
+    if (c.qkv_bias) {
+      l.bq = views.at(p + "attn_q.bias");
+      l.bk = views.at(p + "attn_k.bias");
+      l.bv = views.at(p + "attn_v.bias");
+    }
+    l.ffn_norm = views.at(p + "ffn_norm.weight");
+    l.w_gate = views.at(p + "ffn_gate.weight");
+    l.w_up = views.at(p + "ffn_up.weight");
+    l.w_down = views.at(p + "ffn_down.weight");
+    layers.push_back(std::move(l));
+  }
+  return layers;
+}
+
+}  // namespace
+
+LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint64_t seed,
+                                DummyMix mix) {
+  config.validate();
+  const LlamaConfig& c = config;
+  const std::vector<TensorSpec> specs = tensor_specs(c);
+  // What llama.cpp's converter writes for this config.
+  const std::vector<float> rope_factors =
+      c.rope_llama3 ? llama3_rope_freq_factors(c.n_rot, c.rope_freq_base, *c.rope_llama3)
+                    : std::vector<float>{};
   // One allocation, each tensor 64-byte aligned.
   std::vector<uint64_t> offsets;
   uint64_t total = 0;
   std::vector<TensorType> types;
-  for (const Spec& s : specs) {
+  for (const TensorSpec& s : specs) {
     const TensorType t =
         s.matrix ? with_fallback(mix_type(s.name, s.layer, c, type, mix), s.inputs) : TensorType::kF32;
     types.push_back(t);
@@ -222,7 +260,7 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
   Rng rng{seed * 0x2545F4914F6CDD1Dull + 1};
   std::map<std::string, WeightView> views;
   for (size_t i = 0; i < specs.size(); ++i) {
-    const Spec& s = specs[i];
+    const TensorSpec& s = specs[i];
     WeightView v;
     v.name = s.name;
     v.type = types[i];
@@ -244,33 +282,13 @@ LlamaWeights make_dummy_weights(const LlamaConfig& config, TensorType type, uint
     }
     views.emplace(s.name, std::move(v));
   }
-  std::vector<LlamaLayerWeights> layers;
-  for (int32_t i = 0; i < c.n_layer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    LlamaLayerWeights l;
-    l.attn_norm = views.at(p + "attn_norm.weight");
-    l.wq = views.at(p + "attn_q.weight");
-    l.wk = views.at(p + "attn_k.weight");
-    l.wv = views.at(p + "attn_v.weight");
-    l.wo = views.at(p + "attn_output.weight");
-    if (c.qkv_bias) {
-      l.bq = views.at(p + "attn_q.bias");
-      l.bk = views.at(p + "attn_k.bias");
-      l.bv = views.at(p + "attn_v.bias");
-    }
-    l.ffn_norm = views.at(p + "ffn_norm.weight");
-    l.w_gate = views.at(p + "ffn_gate.weight");
-    l.w_up = views.at(p + "ffn_up.weight");
-    l.w_down = views.at(p + "ffn_down.weight");
-    layers.push_back(std::move(l));
-  }
   std::optional<WeightView> output;
   if (!c.tied_output) output = views.at("output.weight");
   std::optional<WeightView> rope_freqs;
   if (c.rope_llama3) rope_freqs = views.at("rope_freqs.weight");
   return LlamaWeights::from_views(
       config, views.at("token_embd.weight"), views.at("output_norm.weight"), std::move(output),
-      std::move(layers), std::shared_ptr<const void>(storage, base), std::move(rope_freqs));
+      layer_views(views, c), std::shared_ptr<const void>(storage, base), std::move(rope_freqs));
 }
 
 LlamaWeights make_dummy_weights(const DummyWeightsSpec& spec) {

@@ -178,16 +178,16 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
   }
 }
 
-Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
-  auto impl = std::make_shared<Impl>();
-  Impl& t = *impl;
-  t.vocab = std::move(vocab);
-  const size_t n = t.vocab.tokens.size();
+namespace {
+
+// Sizes agree and every named id is inside the vocabulary. Throws std::runtime_error.
+void check_vocab(const TokenizerVocab& v) {
+  const size_t n = v.tokens.size();
   if (n == 0) throw std::runtime_error("tokenizer vocabulary is empty");
-  if (!t.vocab.token_types.empty() && t.vocab.token_types.size() != n) {
+  if (!v.token_types.empty() && v.token_types.size() != n) {
     throw std::runtime_error("tokenizer token_types size differs from the vocabulary size");
   }
-  if (!t.vocab.scores.empty() && t.vocab.scores.size() != n) {
+  if (!v.scores.empty() && v.scores.size() != n) {
     throw std::runtime_error("tokenizer scores size differs from the vocabulary size");
   }
   auto check_id = [n](const std::optional<int32_t>& id, const char* what) {
@@ -195,20 +195,18 @@ Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
       throw std::runtime_error(std::string("tokenizer ") + what + " id is out of range");
     }
   };
-  check_id(t.vocab.bos_id, "bos");
-  check_id(t.vocab.eos_id, "eos");
-  check_id(t.vocab.unk_id, "unk");
-  check_id(t.vocab.eot_id, "eot");
-  check_id(t.vocab.eom_id, "eom");
-  check_id(t.vocab.pad_id, "pad");
+  check_id(v.bos_id, "bos");
+  check_id(v.eos_id, "eos");
+  check_id(v.unk_id, "unk");
+  check_id(v.eot_id, "eot");
+  check_id(v.eom_id, "eom");
+  check_id(v.pad_id, "pad");
+}
 
-  t.text_to_id.reserve(n);
-  for (size_t i = 0; i < n; ++i) t.text_to_id[t.vocab.tokens[i]] = static_cast<int32_t>(i);
-  t.effective_types = t.vocab.token_types;
-  if (t.effective_types.empty()) t.effective_types.assign(n, TokenType::kNormal);
-
-  const bool spm = t.vocab.kind == TokenizerKind::kSentencePiece;
-  if (spm) {
+// The special ids and flags the file leaves out, as llama.cpp defaults them per tokenizer kind.
+void resolve_defaults(Tokenizer::Impl& t) {
+  const size_t n = t.vocab.tokens.size();
+  if (t.vocab.kind == TokenizerKind::kSentencePiece) {
     t.bos_id = t.vocab.bos_id.value_or(n > 1 ? 1 : -1);
     t.eos_id = t.vocab.eos_id.value_or(n > 2 ? 2 : -1);
     t.unk_id = t.vocab.unk_id.value_or(0);
@@ -225,8 +223,10 @@ Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
     t.add_space_prefix = false;
   }
   t.add_eos = t.vocab.add_eos.value_or(false);
+}
 
-  // End-of-generation set; tokens found by text are forced to CONTROL as llama.cpp does.
+// The end-of-generation set; tokens found by text are forced to CONTROL as llama.cpp does.
+void collect_end_of_generation(Tokenizer::Impl& t) {
   std::vector<int32_t> eog;
   for (const auto& id : {t.vocab.eos_id, t.vocab.eot_id, t.vocab.eom_id}) {
     if (id) eog.push_back(*id);
@@ -252,8 +252,24 @@ Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
   t.eog_ids = std::move(eog);
-  t.is_eog.assign(n, false);
+  t.is_eog.assign(t.vocab.tokens.size(), false);
   for (const int32_t id : t.eog_ids) t.is_eog[id] = true;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
+  check_vocab(vocab);
+  auto impl = std::make_shared<Impl>();
+  Impl& t = *impl;
+  t.vocab = std::move(vocab);
+  const size_t n = t.vocab.tokens.size();
+  t.text_to_id.reserve(n);
+  for (size_t i = 0; i < n; ++i) t.text_to_id[t.vocab.tokens[i]] = static_cast<int32_t>(i);
+  t.effective_types = t.vocab.token_types;
+  if (t.effective_types.empty()) t.effective_types.assign(n, TokenType::kNormal);
+  resolve_defaults(t);
+  collect_end_of_generation(t);
 
   for (size_t i = 0; i < n; ++i) {
     if (is_special_type(t.effective_types[i])) t.special_ids.push_back(static_cast<int32_t>(i));
@@ -262,7 +278,7 @@ Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
     return t.vocab.tokens[a].size() > t.vocab.tokens[b].size();
   });
 
-  if (spm) {
+  if (t.vocab.kind == TokenizerKind::kSentencePiece) {
     spm_build_tables(t);
   } else {
     bpe_build_tables(t);

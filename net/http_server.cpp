@@ -246,6 +246,11 @@ struct HttpServer::Impl {
 
   template <class Stream>
   asio::awaitable<void> run_session(std::shared_ptr<Connection<Stream>> connection);
+  // The session's end: TLS close_notify when `tls_goodbye` (and the server is not stopping),
+  // the socket closed unless a WebSocket session took it (`upgraded`), the counts updated.
+  template <class Stream>
+  asio::awaitable<void> close_session(std::shared_ptr<Connection<Stream>> connection,
+                                      bool tls_goodbye, bool upgraded);
   // TLS only: the handshake, within read_timeout from the accept. False: the connection failed.
   asio::awaitable<bool> handshake(TlsStream& stream);
   // Waits (up to the keep-alive timeout) for the first byte of the connection's next request.
@@ -335,12 +340,20 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection<S
     connection->busy = false;
     if (!reusable || !keep_alive) break;
   }
+  // Named first: g++ 12.2 miscompiles some temporaries inside co_await (TOOLCHAIN.md).
+  auto closing = close_session(connection, /*tls_goodbye=*/open && !upgraded, upgraded);
+  co_await std::move(closing);
+}
+
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::close_session(
+    std::shared_ptr<Connection<Stream>> connection, bool tls_goodbye, bool upgraded) {
   if constexpr (kIsTls<Stream>) {
     // close_notify, and the client's answer read, so that its own close_notify does not meet a
     // closed socket (a reset, which clients report instead of the last response).
-    if (open && !upgraded && !stopping.load(std::memory_order_acquire)) {
+    if (tls_goodbye && !stopping.load(std::memory_order_acquire)) {
       connection->tcp().expires_after(std::min(config.read_timeout, kTlsShutdownTimeout));
-      [[maybe_unused]] auto [shutdown_ec] = co_await stream.async_shutdown(kAsTuple);
+      [[maybe_unused]] auto [shutdown_ec] = co_await connection->stream.async_shutdown(kAsTuple);
     }
   }
   // NOTE: after an upgrade the stream was moved into the WebSocket session, which closed it; a

@@ -163,6 +163,17 @@ class EngineImpl final : public Engine {
   bool release_kv_lease(std::string_view remote_request_id) override;
 
  private:
+  // Resolving the configuration: the policy completed from the model and the backend it gets
+  // (context length, end ids, what the backend cannot do, its KV geometry).
+  std::pair<scheduler::SchedulerConfig, std::unique_ptr<gpu::Backend>> resolve_policy_and_backend(
+      const EngineConfig& config);
+  // Wiring: the four actors, connected (not started).
+  void create_actors(const EngineConfig& config, const scheduler::SchedulerConfig& policy,
+                     std::unique_ptr<gpu::Backend> backend, model::ChatTemplate chat_template);
+  void connect_kv_transfer(const EngineConfig& config,
+                           std::unique_ptr<kv_transfer::KvTransport> transport,
+                           std::shared_ptr<disagg::PeerClient> peers);
+  void start_threads();
   void shutdown(std::chrono::milliseconds deadline);
 
   ModelCard card_;
@@ -192,6 +203,21 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   model::ChatTemplate chat_template = model::ChatTemplate::for_model(*file_, config.chat_template);
   card_.tool_call_format = chat_template.tool_call_format();
 
+  auto [policy, backend] = resolve_policy_and_backend(config);
+  KvMovement movement;
+  if (config.disagg.role != disagg::Role::kCombined) {
+    movement = start_kv_movement(config, *backend, *file_);
+    kv_metadata_ = movement.metadata;
+  }
+  create_actors(config, policy, std::move(backend), std::move(chat_template));
+  if (kv_metadata_) connect_kv_transfer(config, std::move(movement.transport), peers);
+  const std::string engine_id = kv_metadata_ ? kv_metadata_->engine_id : std::string();
+  ingress_->set_disagg({config.disagg, engine_id, kv_metadata_.has_value(), peers});
+  start_threads();
+}
+
+std::pair<scheduler::SchedulerConfig, std::unique_ptr<gpu::Backend>>
+EngineImpl::resolve_policy_and_backend(const EngineConfig& config) {
   scheduler::SchedulerConfig policy = config.scheduler;
   if (policy.max_model_len <= 0) policy.max_model_len = static_cast<int32_t>(card_.info.context_length);
   if (policy.eos_token_ids.empty()) policy.eos_token_ids = tokenizer_->end_of_generation_ids();
@@ -214,16 +240,14 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   policy.block_size = geometry.block_size;
   spdlog::info("KV cache: {} blocks of {} tokens ({:.1f} MiB)", geometry.num_blocks,
                geometry.block_size, static_cast<double>(geometry.bytes) / (1 << 20));
+  return {std::move(policy), std::move(built.backend)};
+}
 
-  KvMovement movement;
-  if (config.disagg.role != disagg::Role::kCombined) {
-    movement = start_kv_movement(config, *built.backend, *file_);
-    kv_metadata_ = movement.metadata;
-  }
-
-  ingress::PromptLimits limits{policy.max_model_len, config.default_max_tokens, config.max_stop_strings};
+void EngineImpl::create_actors(const EngineConfig& config, const scheduler::SchedulerConfig& policy,
+                               std::unique_ptr<gpu::Backend> backend,
+                               model::ChatTemplate chat_template) {
   const auto capacity = static_cast<size_t>(config.mailbox_capacity);
-  gpu_worker_ = std::make_shared<gpu_worker::GpuWorkerActor>(std::move(built.backend));
+  gpu_worker_ = std::make_shared<gpu_worker::GpuWorkerActor>(std::move(backend));
   kv_cache::KvCacheConfig kv_config = scheduler::Scheduler::kv_cache_config(policy);
   kv_config.emit_events = config.kv_events.enabled;
   kv_config.event_hash_seed = config.kv_events.hash_seed;
@@ -244,30 +268,39 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   // text (ingress) nor a step (engine); more would take cores from the compute threads.
   prompt_thread_ = std::make_unique<ExecutorThreads>("prompt", 1);
   tokenize_thread_ = std::make_unique<ExecutorThreads>("tokenize", 1);
+  ingress::PromptLimits limits{policy.max_model_len, config.default_max_tokens,
+                               config.max_stop_strings};
   ingress::PromptBuilder prompts(*tokenizer_, std::move(chat_template), limits);
   set_up_structured_output(prompts, *tokenizer_, card_.info, config.structured_output);
   ingress_ = std::make_shared<ingress::IngressActor>(
       std::move(prompts), prompt_thread_->executor(), board_, config.stats_window, capacity);
   scheduler_->connect(ingress_, kv_cache_, gpu_worker_);
   ingress_->connect(scheduler_);
-  const std::string engine_id = kv_metadata_ ? kv_metadata_->engine_id : std::string();
-  ingress_->set_disagg({config.disagg, engine_id, kv_metadata_.has_value(), peers});
-  if (kv_metadata_) {
-    std::weak_ptr<kv_cache::KvCacheActor> kv_weak = kv_cache_;
-    std::weak_ptr<scheduler::SchedulerActor> scheduler_weak = scheduler_;
-    std::weak_ptr<ingress::IngressActor> ingress_weak = ingress_;
-    kv_cache::KvTransferAgent::Outbox outbox{
-        [kv_weak](kv_cache::KvCacheMessage m) {
-          if (auto kv = kv_weak.lock()) kv->deliver(std::move(m));
-        },
-        [scheduler_weak](scheduler::SchedulerMessage m) { actors::runtime::deliver(scheduler_weak.lock(), std::move(m)); },
-        [ingress_weak](disagg::PeerUnusable m) {
-          actors::runtime::deliver(ingress_weak.lock(), ingress::IngressMessage{std::move(m)});
-        }};
-    kv_cache_->set_transfer_agent(std::make_unique<kv_cache::KvTransferAgent>(
-        config.disagg, *kv_metadata_, std::move(movement.transport), peers, std::move(outbox)));
-  }
+}
 
+// The KV transfer agent's messages reach the actors through weak references: it lives inside
+// the kv-cache actor and must not keep the others alive.
+void EngineImpl::connect_kv_transfer(const EngineConfig& config,
+                                     std::unique_ptr<kv_transfer::KvTransport> transport,
+                                     std::shared_ptr<disagg::PeerClient> peers) {
+  std::weak_ptr<kv_cache::KvCacheActor> kv_weak = kv_cache_;
+  std::weak_ptr<scheduler::SchedulerActor> scheduler_weak = scheduler_;
+  std::weak_ptr<ingress::IngressActor> ingress_weak = ingress_;
+  kv_cache::KvTransferAgent::Outbox outbox{
+      [kv_weak](kv_cache::KvCacheMessage m) {
+        if (auto kv = kv_weak.lock()) kv->deliver(std::move(m));
+      },
+      [scheduler_weak](scheduler::SchedulerMessage m) {
+        actors::runtime::deliver(scheduler_weak.lock(), std::move(m));
+      },
+      [ingress_weak](disagg::PeerUnusable m) {
+        actors::runtime::deliver(ingress_weak.lock(), ingress::IngressMessage{std::move(m)});
+      }};
+  kv_cache_->set_transfer_agent(std::make_unique<kv_cache::KvTransferAgent>(
+      config.disagg, *kv_metadata_, std::move(transport), std::move(peers), std::move(outbox)));
+}
+
+void EngineImpl::start_threads() {
   engine_thread_ = std::make_unique<ExecutorThreads>("engine", 1);
   ingress_thread_ = std::make_unique<ExecutorThreads>("ingress", 1);
   gpu_worker_->start(engine_thread_->executor());

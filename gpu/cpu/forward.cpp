@@ -264,24 +264,79 @@ void LlamaForward::plan_head_runs(int64_t num_singles, int32_t n_head_kv, int32_
   }
 }
 
-void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool) {
-  const model::LlamaConfig& c = weights_.config();
-  const int32_t group = c.n_head / c.n_head_kv;
-  const int32_t hd = c.head_dim;
-  const int64_t W = c.q_dim() + 2 * c.kv_dim();
-  const KvLayerView kv = kv_layer(layer);
-  const float scale = c.attention_scale();
-  plan_attention(b, group, prefill_attention_path() == PrefillAttentionPath::kTiled, attn_plan_);
-  const size_t threads = static_cast<size_t>(pool.num_threads());
+void LlamaForward::reset_attention_scratch(size_t threads) {
   if (tile_scratch_.size() < threads) tile_scratch_.resize(threads);  // grown once
   if (converted_.size() < threads) converted_.resize(threads);
   for (ConvertedHead& h : converted_) h.reset();  // this layer's KV: nothing held is valid
-  const bool bf16 = config_.prefill_attention == PrefillAttentionPrecision::kBf16;
-  if (bf16 && converted_bf16_.size() < threads) {
+  if (config_.prefill_attention == PrefillAttentionPrecision::kBf16 &&
+      converted_bf16_.size() < threads) {
     converted_bf16_.resize(threads);
     bf16_scratch_.resize(threads);
   }
   for (ConvertedHeadBf16& h : converted_bf16_) h.reset();
+}
+
+void LlamaForward::attend_head_run(const StepBatch& b, const KvLayerView& kv, const HeadRun& r,
+                                   int t) {
+  const model::LlamaConfig& c = weights_.config();
+  const int32_t group = c.n_head / c.n_head_kv;
+  const int32_t hd = c.head_dim;
+  const int64_t W = c.q_dim() + 2 * c.kv_dim();
+  const AttentionWork& w = attn_plan_.work[attn_plan_.num_tiles + r.single];
+  const SequenceSlice& s = b.seqs[w.seq];
+  const int32_t* table =
+      b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+  const int32_t position = b.positions[w.first_token];
+  attention_group(kv, table, position + 1, r.first_head / group,
+                  qkv_.data() + w.first_token * W + static_cast<int64_t>(r.first_head) * hd,
+                  r.num_heads, c.attention_scale(),
+                  attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
+                      static_cast<int64_t>(r.first_head) * hd,
+                  attn_scratch_[t].data(), config_.isa, /*fp16_probabilities=*/true,
+                  /*single_token=*/uses_decode_order(s, position));
+}
+
+void LlamaForward::attend_tile(const StepBatch& b, const KvLayerView& kv, const AttentionWork& w,
+                               int32_t h, int t) {
+  const model::LlamaConfig& c = weights_.config();
+  const int32_t group = c.n_head / c.n_head_kv;
+  const int32_t hd = c.head_dim;
+  const int64_t W = c.q_dim() + 2 * c.kv_dim();
+  const SequenceSlice& s = b.seqs[w.seq];
+  const int32_t* table =
+      b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+  const int32_t position = b.positions[w.first_token];
+  AttentionTile tile{.head_dim = hd,
+                     .first_position = position,
+                     .num_tokens = w.num_tokens,
+                     .group = group,
+                     .q = qkv_.data() + w.first_token * W + static_cast<int64_t>(h) * group * hd,
+                     .q_stride = W,
+                     .out = attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
+                            static_cast<int64_t>(h) * group * hd,
+                     .out_stride = c.q_dim(),
+                     .scale = c.attention_scale(),
+                     .fp16_probabilities = true};
+  if (config_.prefill_attention == PrefillAttentionPrecision::kBf16) {
+    const ConvertedHeadBf16::Words words =
+        converted_bf16_[t].get(kv, table, h, position + w.num_tokens, bf16_kernels_);
+    attention_tile_bf16({.shape = tile, .k = words.k, .v = words.v}, tile_scratch_[t],
+                        bf16_scratch_[t], bf16_kernels_);
+    return;
+  }
+  const ConvertedHead::Rows rows =
+      converted_[t].get(kv, table, h, position + w.num_tokens, config_.isa);
+  tile.k = rows.k;
+  tile.v = rows.v;
+  attention_tile(tile, tile_scratch_[t], config_.isa);
+}
+
+void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool) {
+  const model::LlamaConfig& c = weights_.config();
+  const int32_t group = c.n_head / c.n_head_kv;
+  const KvLayerView kv = kv_layer(layer);
+  plan_attention(b, group, prefill_attention_path() == PrefillAttentionPath::kTiled, attn_plan_);
+  reset_attention_scratch(static_cast<size_t>(pool.num_threads()));
   const std::vector<AttentionWork>& work = attn_plan_.work;
   const int64_t num_tiles = attn_plan_.num_tiles;
   int64_t total_keys = 0;
@@ -297,60 +352,17 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
   // are its own whatever the run (the same bits).
   plan_head_runs(static_cast<int64_t>(attn_plan_.singles.size()), c.n_head_kv, group,
                  serial ? 1 : pool.num_threads(), attn_plan_.head_runs);
-  const std::vector<HeadRun>& head_runs = attn_plan_.head_runs;
   const int64_t tiled_items = num_tiles * c.n_head_kv;
   auto run = [&](int64_t begin, int64_t end, int t) {
     for (int64_t item = begin; item < end; ++item) {
       if (item >= tiled_items) {
-        const HeadRun& r = head_runs[item - tiled_items];
-        const AttentionWork& w = work[num_tiles + r.single];
-        const SequenceSlice& s = b.seqs[w.seq];
-        const int32_t* table =
-            b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
-        const int32_t position = b.positions[w.first_token];
-        attention_group(kv, table, position + 1, r.first_head / group,
-                        qkv_.data() + w.first_token * W + static_cast<int64_t>(r.first_head) * hd,
-                        r.num_heads, scale,
-                        attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
-                            static_cast<int64_t>(r.first_head) * hd,
-                        attn_scratch_[t].data(), config_.isa, /*fp16_probabilities=*/true,
-                        /*single_token=*/uses_decode_order(s, position));
-        continue;
+        attend_head_run(b, kv, attn_plan_.head_runs[item - tiled_items], t);
+      } else {
+        attend_tile(b, kv, work[item % num_tiles], static_cast<int32_t>(item / num_tiles), t);
       }
-      const AttentionWork& w = work[item % num_tiles];
-      const int32_t h = static_cast<int32_t>(item / num_tiles);
-      const SequenceSlice& s = b.seqs[w.seq];
-      const int32_t* table =
-          b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
-      const float* q = qkv_.data() + w.first_token * W + static_cast<int64_t>(h) * group * hd;
-      float* out = attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
-                   static_cast<int64_t>(h) * group * hd;
-      const int32_t position = b.positions[w.first_token];
-      AttentionTile tile{.head_dim = hd,
-                         .first_position = position,
-                         .num_tokens = w.num_tokens,
-                         .group = group,
-                         .q = q,
-                         .q_stride = W,
-                         .out = out,
-                         .out_stride = c.q_dim(),
-                         .scale = scale,
-                         .fp16_probabilities = true};
-      if (bf16) {
-        const ConvertedHeadBf16::Words words =
-            converted_bf16_[t].get(kv, table, h, position + w.num_tokens, bf16_kernels_);
-        attention_tile_bf16({.shape = tile, .k = words.k, .v = words.v}, tile_scratch_[t],
-                            bf16_scratch_[t], bf16_kernels_);
-        continue;
-      }
-      const ConvertedHead::Rows rows =
-          converted_[t].get(kv, table, h, position + w.num_tokens, config_.isa);
-      tile.k = rows.k;
-      tile.v = rows.v;
-      attention_tile(tile, tile_scratch_[t], config_.isa);
     }
   };
-  const int64_t items = tiled_items + static_cast<int64_t>(head_runs.size());
+  const int64_t items = tiled_items + static_cast<int64_t>(attn_plan_.head_runs.size());
   if (serial) {
     run(0, items, 0);
   } else {

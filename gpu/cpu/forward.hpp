@@ -128,6 +128,12 @@ class LlamaForward {
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
                int64_t ldy, ThreadPool& pool);
   void attention(const StepBatch& batch, int32_t layer, ThreadPool& pool);
+  // attention()'s parts: the per-thread scratch made ready for this layer's K/V; one run of
+  // query heads of a per-token item, and one tile of one KV head, on thread `t`.
+  void reset_attention_scratch(size_t threads);
+  void attend_head_run(const StepBatch& batch, const KvLayerView& kv, const HeadRun& run, int t);
+  void attend_tile(const StepBatch& batch, const KvLayerView& kv, const AttentionWork& work,
+                   int32_t kv_head, int t);
 
   // forward(), phase by phase (the CUDA backend's step_forward.cpp has the same shape).
   void prepare_scratch(const StepBatch& batch, ThreadPool& pool);
