@@ -24,9 +24,6 @@ namespace troupe::app::setting_builders {
 using simdjson::dom::element;
 using std::chrono::milliseconds;
 
-using simdjson::dom::element;
-using std::chrono::milliseconds;
-
 // ----- value readers, JSON and text, with the messages the config tests name -----
 
 inline std::string json_string(element value, const std::string& where) {
