@@ -1,6 +1,7 @@
 // The JSON of disaggregated prefill/decode (issue 17): vLLM's `kv_transfer_params` in both
 // directions, the KV metadata a server serves on GET /v1/kv/metadata, and the /v1/completions
-// body a decode server sends to a prefill server. The shapes are in actors/disagg/disagg_types.hpp.
+// body a decode server sends to a prefill server. The shapes are in
+// actors/messages/disagg_types.hpp.
 //
 // Every parser treats an absent field and an explicit JSON null alike (vLLM's proxies send nulls
 // for unset params), ignores unknown keys (other connectors' fields, such as "tp_size"), and
@@ -14,8 +15,8 @@
 #include <string_view>
 #include <variant>
 
-#include "actors/disagg/disagg_types.hpp"
 #include "actors/disagg/peer_client.hpp"
+#include "actors/messages/disagg_types.hpp"
 #include "net/json_writer.hpp"
 
 namespace simdjson::dom {

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/engine_types.hpp"
 #include "net/connection_metrics.hpp"
 
 namespace troupe::net {

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <variant>
 
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/engine_types.hpp"
 #include "net/http_types.hpp"
 
 namespace troupe::net {

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/engine_types.hpp"
 #include "net/openai_request.hpp"
 
 namespace troupe::net {

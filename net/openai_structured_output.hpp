@@ -18,11 +18,11 @@
 // Thread-safety: pure functions.
 #pragma once
 
-#include <optional>
-
 #include <simdjson.h>
 
-#include "actors/common/engine_types.hpp"
+#include <optional>
+
+#include "actors/messages/engine_types.hpp"
 #include "net/http_types.hpp"
 
 namespace troupe::net {

@@ -18,12 +18,12 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <simdjson.h>
+
 #include <optional>
 #include <string>
 
-#include <simdjson.h>
-
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/engine_types.hpp"
 #include "net/http_types.hpp"
 #include "net/openai_request.hpp"
 

@@ -27,7 +27,7 @@
 #include <string>
 #include <string_view>
 
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/engine_types.hpp"
 #include "net/http_types.hpp"
 #include "net/metrics.hpp"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/engine_types.hpp"
 
 namespace troupe::net {
 

@@ -9,15 +9,15 @@
 
 #include <array>
 #include <atomic>
-#include <string>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "actors/common/engine_types.hpp"
-#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/messages/engine_types.hpp"
+#include "actors/messages/scheduler_types.hpp"
 
 namespace troupe::engine {
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/disagg/disagg_types.hpp"
+#include "actors/messages/disagg_types.hpp"
 
 namespace troupe::model {
 class GgufFile;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/disagg/disagg_types.hpp"
+#include "actors/messages/disagg_types.hpp"
 
 namespace troupe::disagg {
 

@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/disagg/disagg_types.hpp"
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/disagg_types.hpp"
+#include "actors/messages/engine_types.hpp"
 
 namespace troupe::model {
 class Tokenizer;

@@ -22,13 +22,14 @@
 #include <span>
 #include <unordered_map>
 
-#include "actors/disagg/disagg_config.hpp"
 #include "actors/common/stats_board.hpp"
-#include "actors/ingress/ingress_messages.hpp"
+#include "actors/disagg/disagg_config.hpp"
+#include "actors/disagg/peer_client.hpp"
 #include "actors/ingress/output_processor.hpp"
 #include "actors/ingress/prompt_builder.hpp"
+#include "actors/messages/ingress_messages.hpp"
+#include "actors/messages/scheduler_messages.hpp"
 #include "actors/runtime/actor.hpp"
-#include "actors/scheduler/scheduler_messages.hpp"
 
 namespace troupe::ingress {
 

@@ -1,7 +1,7 @@
 // IngressActor, disaggregated prefill/decode: honouring a request's kv_transfer_params, and (decode
 // role with prefill peers) sending long prompts to a prefill server before the scheduler sees
 // them. The prefill server's answer comes back as RemotePrefillDone; failures fall back to a
-// local prefill. See actors/disagg/disagg_types.hpp for the contract.
+// local prefill. See actors/messages/disagg_types.hpp for the contract.
 #include <spdlog/spdlog.h>
 
 #include "actors/ingress/ingress_actor.hpp"

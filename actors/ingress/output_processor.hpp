@@ -27,9 +27,9 @@
 #include <variant>
 #include <vector>
 
-#include "actors/common/engine_types.hpp"
 #include "actors/ingress/stop_matcher.hpp"
-#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/messages/engine_types.hpp"
+#include "actors/messages/scheduler_types.hpp"
 #include "model/detokenizer.hpp"
 #include "model/tokenizer.hpp"
 

@@ -25,13 +25,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <variant>
 #include <string>
+#include <variant>
 #include <vector>
 
-#include "actors/common/engine_types.hpp"
-#include "model/grammar/grammar_compiler.hpp"
+#include "actors/messages/engine_types.hpp"
+#include "actors/messages/prompt_types.hpp"
 #include "model/chat_template.hpp"
+#include "model/grammar/grammar_compiler.hpp"
 #include "model/tokenizer.hpp"
 
 namespace troupe::ingress {
@@ -40,13 +41,6 @@ struct PromptLimits {
   int32_t max_model_len = 0;       // prompt + generated tokens
   int32_t default_max_tokens = 0;  // 0: whatever the context leaves
   int32_t max_stop_strings = 16;
-};
-
-struct BuiltPrompt {
-  std::vector<int32_t> token_ids;
-  int32_t max_tokens = 0;  // effective: the request's, or the default, clamped to the context
-  // The request's structured output, compiled (shared by its n choices); null: unconstrained.
-  std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
 };
 
 class PromptBuilder {

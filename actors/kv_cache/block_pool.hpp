@@ -28,10 +28,9 @@
 #include <string_view>
 #include <vector>
 
-namespace troupe::kv_cache {
+#include "actors/messages/kv_types.hpp"
 
-using BlockId = int32_t;
-inline constexpr BlockId kNoBlock = -1;
+namespace troupe::kv_cache {
 
 enum class BlockState : uint8_t { kFree, kCachedUnreferenced, kReferenced };
 

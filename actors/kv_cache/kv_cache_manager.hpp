@@ -53,18 +53,6 @@ struct PrefixMatch {
   int32_t num_tokens = 0;  // blocks.size() * block_size
 };
 
-struct KvCacheStats {
-  int32_t num_blocks = 0;
-  int32_t block_size = 0;
-  bool prefix_caching = false;
-  int32_t num_free = 0;                  // hold nothing
-  int32_t num_cached_unreferenced = 0;   // evictable prefix-cache blocks
-  int32_t num_referenced = 0;            // held by sequences
-  double usage_ratio = 0.0;              // referenced / total (vLLM's kv_cache_usage_perc)
-  int32_t num_cached_blocks = 0;         // in the prefix tree, referenced or not
-  PrefixCacheCounters prefix;
-};
-
 class KvCacheManager {
  public:
   explicit KvCacheManager(const KvCacheConfig& config);

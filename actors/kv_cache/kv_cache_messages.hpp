@@ -10,10 +10,10 @@
 #include <string>
 #include <variant>
 
-#include "actors/disagg/peer_client.hpp"
 #include "actors/kv_cache/kv_cache_manager.hpp"
 #include "actors/kv_cache/transfer/kv_transport.hpp"
-#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/messages/peer_messages.hpp"
+#include "actors/messages/scheduler_types.hpp"
 #include "actors/runtime/completion_slot.hpp"
 
 namespace troupe::kv_cache {

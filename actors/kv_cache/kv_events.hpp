@@ -17,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "actors/messages/kv_types.hpp"
+
 namespace troupe::kv_cache {
 
 // Consecutive full blocks of one sequence that entered the cache together, parent first.
@@ -45,13 +47,6 @@ using KvEvent = std::variant<BlockStored, BlockRemoved, AllBlocksCleared>;
 struct KvEventBatch {
   double timestamp = 0;  // seconds since the Unix epoch, as vLLM's time.time()
   std::vector<KvEvent> events;
-};
-
-struct KvEventStats {
-  uint64_t published_batches = 0;  // sent on the PUB socket (each also kept for replay)
-  uint64_t published_events = 0;
-  uint64_t dropped_events = 0;     // the publisher's queue was full: never waited for
-  uint64_t replay_requests = 0;
 };
 
 // Where the kv-cache actor sends each tick's events: the ZeroMQ publisher

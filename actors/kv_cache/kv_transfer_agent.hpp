@@ -24,12 +24,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/common/stats_board.hpp"
 #include "actors/disagg/disagg_config.hpp"
 #include "actors/disagg/peer_client.hpp"
-#include "actors/common/stats_board.hpp"
 #include "actors/kv_cache/kv_cache_messages.hpp"
 #include "actors/kv_cache/transfer/kv_transport.hpp"
-#include "actors/scheduler/scheduler_messages.hpp"
+#include "actors/messages/scheduler_messages.hpp"
 
 namespace troupe::kv_cache {
 

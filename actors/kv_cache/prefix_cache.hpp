@@ -25,23 +25,9 @@
 #include <vector>
 
 #include "actors/kv_cache/block_pool.hpp"
+#include "actors/messages/kv_types.hpp"
 
 namespace troupe::kv_cache {
-
-struct PrefixCacheCounters {
-  uint64_t num_queries = 0;        // admissions that looked the cache up
-  uint64_t num_hits = 0;           // ... and reused at least one block
-  uint64_t num_query_tokens = 0;   // tokens those lookups asked for
-  uint64_t num_hit_tokens = 0;     // tokens they did not have to compute (tokens saved)
-  uint64_t num_evictions = 0;      // cached blocks reused for other contents
-
-  // Fraction of looked-up tokens served from the cache (vLLM's prefix_cache_hit_rate).
-  double hit_rate() const {
-    return num_query_tokens == 0 ? 0.0
-                                 : static_cast<double>(num_hit_tokens) /
-                                       static_cast<double>(num_query_tokens);
-  }
-};
 
 enum class InsertOutcome : uint8_t {
   kInserted,       // the block now represents this key

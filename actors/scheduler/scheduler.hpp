@@ -60,10 +60,11 @@
 #include <vector>
 
 #include "actors/kv_cache/kv_cache_manager.hpp"
+#include "actors/messages/scheduler_types.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
-#include "actors/scheduler/scheduler_types.hpp"
 #include "actors/scheduler/sequence.hpp"
 #include "actors/scheduler/step_cost_model.hpp"
+#include "actors/scheduler/step_plan.hpp"
 #include "actors/scheduler/waiting_queue.hpp"
 #include "gpu/step.hpp"
 

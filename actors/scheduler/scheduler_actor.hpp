@@ -32,11 +32,11 @@
 
 #include "actors/common/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
-#include "actors/ingress/ingress_messages.hpp"
 #include "actors/kv_cache/kv_cache_actor.hpp"
+#include "actors/messages/ingress_messages.hpp"
+#include "actors/messages/scheduler_messages.hpp"
 #include "actors/runtime/actor.hpp"
 #include "actors/scheduler/scheduler.hpp"
-#include "actors/scheduler/scheduler_messages.hpp"
 #include "actors/scheduler/step_cost_model.hpp"
 #include "actors/scheduler/structured_output.hpp"
 

@@ -20,55 +20,13 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/common/priority.hpp"
 #include "actors/kv_cache/kv_cache_manager.hpp"
+#include "actors/messages/priority.hpp"
+#include "actors/messages/scheduler_types.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
 #include "model/sampling_params.hpp"
 
-namespace troupe::model::grammar {
-class CompiledGrammar;
-}
-
 namespace troupe::scheduler {
-
-// Chosen by the engine; doubles as gpu::SequenceSlice::seq_id.
-using RequestId = uint64_t;
-
-// Disaggregated prefill/decode, decode side: where a request's prompt KV already is. A prefill
-// server computed token_ids[0, num_tokens) into `block_ids` of its pool and holds them under a
-// lease named `request_id`; the kv-cache actor pulls them (scheduler_remote_kv.cpp).
-struct RemoteKvSource {
-  std::string engine_id;  // the prefill server's (its KV metadata must carry the same id)
-  std::string host;       // its HTTP surface (metadata handshake, lease release)
-  int32_t port = 0;
-  std::string request_id;  // the lease to release once pulled
-  std::vector<int32_t> block_ids;
-  int32_t num_tokens = 0;
-};
-
-// What the engine hands the scheduler for a new generation (prompt already tokenized).
-struct NewRequest {
-  RequestId request_id = 0;
-  std::vector<int32_t> prompt_token_ids;
-  model::SamplingParams sampling;
-  model::StopConditions stop;
-  Priority priority = Priority::kNormal;
-  // Who sent it, for fair share (SchedulerConfig::fairness): an opaque key chosen upstream (API
-  // key, user, connection). Requests with equal keys are one client; "" is a client too.
-  std::string client;
-  // Prefill side of P/D: when it finishes (not cancelled), keep its KV blocks held for a decode
-  // server to pull, until release_transferred() (see FinishedSequence::held_kv).
-  bool hold_kv_when_finished = false;
-  // Decode side of P/D: the prompt's KV is on a prefill server. With first_token_id (sampled
-  // there) the sequence starts with that token generated; without, the prompt's last position
-  // is recomputed here to sample from, as vLLM's decode side does.
-  std::optional<RemoteKvSource> remote_kv;
-  std::optional<int32_t> first_token_id;
-  // Structured output (issue 19): the compiled grammar every generated token must follow. Only
-  // the scheduler actor's StructuredOutput reads it (the policy never does); ingress keeps such
-  // requests local (no remote prefill, no KV transfer).
-  std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
-};
 
 enum class SequenceState : uint8_t {
   kWaiting,      // queued, never ran (or ran and was preempted: see num_preemptions)
@@ -77,20 +35,7 @@ enum class SequenceState : uint8_t {
   kAwaitingKv,   // holds blocks that a pull from a prefill server is filling (remote_kv)
 };
 
-enum class FinishReason : uint8_t {
-  kEos,          // the model emitted one of the config's eos_token_ids
-  kStopToken,    // one of the request's stop_token_ids
-  kStopString,   // the detokenizer matched a stop string (finish() from the ingress side)
-  kMaxTokens,    // generated StopConditions::max_tokens
-  kMaxModelLen,  // prompt + generated reached max_model_len
-  kCancelled,    // cancel(): client went away, admin cancel, ...
-  kGrammarEnd,   // structured output: the grammar accepted its end (or, a bug, refused a token)
-};
-
 std::string_view to_string(SequenceState state);
-std::string_view to_string(FinishReason reason);
-// OpenAI's finish_reason: "stop" | "length" | "cancelled".
-std::string_view openai_finish_reason(FinishReason reason);
 
 struct Sequence {
   RequestId request_id = 0;

@@ -31,7 +31,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/messages/scheduler_types.hpp"
 #include "gpu/step.hpp"
 
 namespace troupe::model::grammar {

@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "actors/common/priority.hpp"
+#include "actors/messages/priority.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
 #include "actors/scheduler/sequence.hpp"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/messages/scheduler_types.hpp"
 #include "gpu/step.hpp"
 #include "model/sampling_params.hpp"
 

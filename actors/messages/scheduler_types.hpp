@@ -1,22 +1,81 @@
-// Values the Scheduler hands in and out: admission results, the StepPlan, the per-step update,
-// stats and the slots view, and the disaggregated prefill/decode handoff.
+// The scheduler's vocabulary that other actors see: a new request and where its KV may already
+// be, why a sequence finished, admission results, the per-step update, stats and the slots view,
+// and the disaggregated prefill/decode handoff. (StepPlan, the policy's own output, is in
+// scheduler/step_plan.hpp.)
 //
 // Thread-safety: plain values; built on the scheduler's executor, safe to move to any thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "actors/common/priority.hpp"
-#include "actors/kv_cache/kv_cache_manager.hpp"
-#include "actors/scheduler/sequence.hpp"
-#include "actors/scheduler/step_cost_model.hpp"
+#include "actors/messages/kv_types.hpp"
+#include "actors/messages/priority.hpp"
 #include "gpu/step.hpp"
+#include "model/sampling_params.hpp"
+
+namespace troupe::model::grammar {
+class CompiledGrammar;
+}
 
 namespace troupe::scheduler {
+
+// Chosen by the engine; doubles as gpu::SequenceSlice::seq_id.
+using RequestId = uint64_t;
+
+// Disaggregated prefill/decode, decode side: where a request's prompt KV already is. A prefill
+// server computed token_ids[0, num_tokens) into `block_ids` of its pool and holds them under a
+// lease named `request_id`; the kv-cache actor pulls them (scheduler_remote_kv.cpp).
+struct RemoteKvSource {
+  std::string engine_id;  // the prefill server's (its KV metadata must carry the same id)
+  std::string host;       // its HTTP surface (metadata handshake, lease release)
+  int32_t port = 0;
+  std::string request_id;  // the lease to release once pulled
+  std::vector<int32_t> block_ids;
+  int32_t num_tokens = 0;
+};
+
+// What the engine hands the scheduler for a new generation (prompt already tokenized).
+struct NewRequest {
+  RequestId request_id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  model::SamplingParams sampling;
+  model::StopConditions stop;
+  Priority priority = Priority::kNormal;
+  // Who sent it, for fair share (SchedulerConfig::fairness): an opaque key chosen upstream (API
+  // key, user, connection). Requests with equal keys are one client; "" is a client too.
+  std::string client;
+  // Prefill side of P/D: when it finishes (not cancelled), keep its KV blocks held for a decode
+  // server to pull, until release_transferred() (see FinishedSequence::held_kv).
+  bool hold_kv_when_finished = false;
+  // Decode side of P/D: the prompt's KV is on a prefill server. With first_token_id (sampled
+  // there) the sequence starts with that token generated; without, the prompt's last position
+  // is recomputed here to sample from, as vLLM's decode side does.
+  std::optional<RemoteKvSource> remote_kv;
+  std::optional<int32_t> first_token_id;
+  // Structured output (issue 19): the compiled grammar every generated token must follow. Only
+  // the scheduler actor's StructuredOutput reads it (the policy never does); ingress keeps such
+  // requests local (no remote prefill, no KV transfer).
+  std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
+};
+
+enum class FinishReason : uint8_t {
+  kEos,          // the model emitted one of the config's eos_token_ids
+  kStopToken,    // one of the request's stop_token_ids
+  kStopString,   // the detokenizer matched a stop string (finish() from the ingress side)
+  kMaxTokens,    // generated StopConditions::max_tokens
+  kMaxModelLen,  // prompt + generated reached max_model_len
+  kCancelled,    // cancel(): client went away, admin cancel, ...
+  kGrammarEnd,   // structured output: the grammar accepted its end (or, a bug, refused a token)
+};
+
+std::string_view to_string(FinishReason reason);
+// OpenAI's finish_reason: "stop" | "length" | "cancelled".
+std::string_view openai_finish_reason(FinishReason reason);
 
 // add_request()/admit_transferred() outcome. Refusals are values (HTTP 429/400/413 upstream).
 enum class AddResult : uint8_t {
@@ -31,24 +90,6 @@ enum class AddResult : uint8_t {
   kRetryLater,        // admit_transferred only: no sequence slot or blocks free right now
 };
 std::string_view to_string(AddResult result);
-
-// What one step computes, and what the scheduler needs to know about it afterwards.
-struct StepPlan {
-  gpu::StepBatch batch;  // batch.seqs[i].seq_id is the RequestId
-  int32_t num_prefill_tokens = 0;  // tokens of spans longer than one, or that do not sample
-  int32_t num_decode_tokens = 0;   // one-token spans that sample (steady-state decode)
-  // Sequences preempted while planning this step (already back in the waiting queue).
-  std::vector<RequestId> preempted;
-  // The step's shape, and its time as the StepCostModel in force predicted it (0 when the
-  // model was not usable yet). time_budgeted: prefill chunks were cut to scheduler.max_step_ms.
-  StepShape shape;
-  double predicted_ms = 0;
-  bool time_budgeted = false;
-  // The step may be given up for a newcomer's first token (Scheduler::interrupt_due()).
-  bool interruptible = false;
-
-  bool empty() const { return batch.seqs.empty(); }
-};
 
 struct GeneratedToken {
   RequestId request_id = 0;
@@ -90,19 +131,19 @@ struct SchedulerStats {
   int32_t num_waiting = 0;            // in the queue, preempted ones included
   int32_t num_preempted_waiting = 0;  // ... of which were preempted at least once
   int32_t num_running = 0;
-  int32_t num_awaiting_transfer = 0;  // parked or handed off, KV still held here
-  int32_t num_awaiting_kv = 0;        // decode side: blocks allocated, remote pull in flight
-  uint64_t num_kv_pulls = 0;          // pull orders issued
+  int32_t num_awaiting_transfer = 0;   // parked or handed off, KV still held here
+  int32_t num_awaiting_kv = 0;         // decode side: blocks allocated, remote pull in flight
+  uint64_t num_kv_pulls = 0;           // pull orders issued
   uint64_t num_kv_pull_fallbacks = 0;  // pulls that failed: the prompt was computed here
   kv_cache::KvCacheStats kv;
   double prefix_cache_hit_rate = 0.0;
-  int32_t num_waiting_clients = 0;   // clients with at least one waiting request
+  int32_t num_waiting_clients = 0;  // clients with at least one waiting request
   uint64_t num_preemptions = 0;
   uint64_t num_fairness_preemptions = 0;  // ... of which made room for a lighter client
   uint64_t num_time_budgeted_steps = 0;   // steps whose prefill the step-time budget cut
   uint64_t num_first_token_steps = 0;     // steps of newcomers' prompts alone
   uint64_t num_interrupted_steps = 0;     // steps given up for a newcomer's first token
-  uint64_t num_prefix_deferrals = 0;  // admissions postponed for an in-flight shared block
+  uint64_t num_prefix_deferrals = 0;      // admissions postponed for an in-flight shared block
   uint64_t num_steps = 0;
   int32_t last_step_num_tokens = 0;
   int32_t last_step_num_seqs = 0;

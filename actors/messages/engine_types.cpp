@@ -1,4 +1,4 @@
-#include "actors/common/engine_types.hpp"
+#include "actors/messages/engine_types.hpp"
 
 namespace troupe::engine {
 

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/common/priority.hpp"
-#include "actors/disagg/disagg_types.hpp"
+#include "actors/messages/disagg_types.hpp"
+#include "actors/messages/priority.hpp"
 #include "model/chat_template.hpp"
 #include "model/grammar/grammar_spec.hpp"
 #include "model/model_info.hpp"
@@ -91,7 +91,7 @@ struct TokenInfo {
 struct TokenDelta {
   int32_t index = 0;  // the choice it belongs to (GenerateRequest::n)
   std::string text;
-  std::vector<TokenInfo> tokens;  // filled when the request asked for logprobs
+  std::vector<TokenInfo> tokens;     // filled when the request asked for logprobs
   int32_t num_generated_tokens = 0;  // so far, including this delta
 };
 
@@ -102,7 +102,7 @@ struct Usage {
 };
 
 struct Timings {
-  double queue_ms = 0;         // submit -> first scheduled
+  double queue_ms = 0;  // submit -> first scheduled
   double time_to_first_token_ms = 0;
   double total_ms = 0;
   double decode_tokens_per_s = 0;  // after the first token
@@ -172,7 +172,7 @@ struct StepCostStats {
   // What the policy keeps free: steps are planned to max_step_ms / (1 + margin)
   // (scheduler::PlanningMargin).
   double planning_margin = 0;
-  uint64_t num_predicted = 0;       // steps planned with a usable model
+  uint64_t num_predicted = 0;            // steps planned with a usable model
   uint64_t num_time_budgeted_steps = 0;  // steps whose prefill the budget cut
   uint64_t num_first_token_steps = 0;    // steps of newcomers' prompts alone
   uint64_t num_interrupted_steps = 0;    // steps given up for a newcomer's first token
@@ -185,7 +185,7 @@ struct StructuredOutputStats {
   uint64_t num_masked_steps = 0;  // steps with at least one constrained sampling slot
   uint64_t num_masked_rows = 0;   // bitmask rows filled (rows where every token is allowed: none)
   double mask_fill_ms_total = 0;
-  double mask_fill_ms_max = 0;    // the slowest step's fill
+  double mask_fill_ms_max = 0;  // the slowest step's fill
 };
 
 // Speculative decoding (vLLM's spec_decode counters): verify spans, the drafts in them, and
@@ -195,17 +195,19 @@ struct SpeculativeStats {
   uint64_t num_draft_tokens = 0;
   uint64_t num_accepted_tokens = 0;
   double acceptance_rate() const {
-    return num_draft_tokens == 0 ? 0.0 : static_cast<double>(num_accepted_tokens) / num_draft_tokens;
+    return num_draft_tokens == 0 ? 0.0
+                                 : static_cast<double>(num_accepted_tokens) / num_draft_tokens;
   }
 };
 
-inline constexpr std::array<double, 11> kPullMsBuckets{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
+inline constexpr std::array<double, 11> kPullMsBuckets{1,   2,   5,   10,   20,  50,
+                                                       100, 200, 500, 1000, 5000};
 
 struct KvTransferStats {
   std::string role = "combined";
   std::string engine_id;
-  std::string transport;  // "" when this server moves no KV
-  int32_t num_leases = 0;          // prefill side: held sequences a decode server may pull
+  std::string transport;   // "" when this server moves no KV
+  int32_t num_leases = 0;  // prefill side: held sequences a decode server may pull
   uint64_t num_leases_expired = 0;
   uint64_t num_leases_released = 0;
   int32_t num_pulls_in_flight = 0;
@@ -231,10 +233,10 @@ struct EngineStats {
   int32_t num_running = 0;
   int32_t num_preempted = 0;
   int64_t kv_blocks_total = 0;
-  int64_t kv_blocks_used = 0;     // referenced by a sequence
-  int64_t kv_blocks_cached = 0;   // cached prefix, unreferenced (evictable)
+  int64_t kv_blocks_used = 0;    // referenced by a sequence
+  int64_t kv_blocks_cached = 0;  // cached prefix, unreferenced (evictable)
   int64_t kv_blocks_free = 0;
-  int32_t kv_block_size = 0;      // tokens per KV block
+  int32_t kv_block_size = 0;  // tokens per KV block
   bool prefix_caching = false;
   double kv_usage_ratio = 0;
   uint64_t kv_events_published = 0;  // KV-cache events sent to routers (issue 20)
@@ -252,7 +254,7 @@ struct EngineStats {
   uint64_t generation_tokens_total = 0;
   uint64_t num_steps = 0;
   double tokens_per_s_10s = 0;  // generated tokens per second over the last 10 s
-  LatencySummary step_time;       // a whole tick: schedule, device step, bookkeeping
+  LatencySummary step_time;     // a whole tick: schedule, device step, bookkeeping
   StepCostStats step_cost;
   StructuredOutputStats structured_output;
   SpeculativeStats speculative;

@@ -1,17 +1,7 @@
 // Names of the scheduler's enums, for logs, the admin socket and the wire codecs.
-#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/messages/scheduler_types.hpp"
 
 namespace troupe::scheduler {
-
-std::string_view to_string(SequenceState state) {
-  switch (state) {
-    case SequenceState::kWaiting: return "waiting";
-    case SequenceState::kRunning: return "running";
-    case SequenceState::kPrefillDone: return "prefill_done";
-    case SequenceState::kAwaitingKv: return "awaiting_kv";
-  }
-  return "unknown";
-}
 
 std::string_view to_string(FinishReason reason) {
   switch (reason) {

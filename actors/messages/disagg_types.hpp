@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/kv_cache/transfer/kv_transport.hpp"
+#include "actors/messages/kv_transfer_types.hpp"
 
 namespace troupe::disagg {
 

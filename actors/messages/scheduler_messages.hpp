@@ -7,7 +7,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/scheduler/sequence.hpp"
+#include "actors/messages/scheduler_types.hpp"
 
 namespace troupe::scheduler {
 

@@ -1,4 +1,4 @@
-#include "actors/common/priority.hpp"
+#include "actors/messages/priority.hpp"
 
 namespace troupe {
 

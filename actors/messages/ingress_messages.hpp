@@ -9,10 +9,10 @@
 #include <variant>
 #include <vector>
 
-#include "actors/disagg/peer_client.hpp"
-#include "actors/common/engine_types.hpp"
-#include "actors/ingress/prompt_builder.hpp"
-#include "actors/scheduler/scheduler_types.hpp"
+#include "actors/messages/engine_types.hpp"
+#include "actors/messages/peer_messages.hpp"
+#include "actors/messages/prompt_types.hpp"
+#include "actors/messages/scheduler_types.hpp"
 
 namespace troupe::ingress {
 

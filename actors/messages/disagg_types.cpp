@@ -1,4 +1,4 @@
-#include "actors/disagg/disagg_types.hpp"
+#include "actors/messages/disagg_types.hpp"
 
 namespace troupe::disagg {
 
