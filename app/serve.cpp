@@ -21,7 +21,7 @@
 #include "net/api_routes.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_routes.hpp"
-#include "net/peer_client.hpp"
+#include "net/http_peer_client.hpp"
 #include "net/server_state.hpp"
 #include "net/web_page.hpp"
 #include "net/ws_chat.hpp"

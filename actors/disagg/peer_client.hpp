@@ -1,7 +1,7 @@
 // How the actors reach other troupe servers' HTTP surfaces for disaggregated prefill/decode:
 // ask a prefill server to compute a prompt and hold its KV, fetch its KV metadata (the
 // handshake), and tell it a lease is done. The actors know only this interface; net/ implements
-// it over Beast (net/peer_client.hpp), so actors/ never depends on net/.
+// it over Beast (net/http_peer_client.hpp), so actors/ never depends on net/.
 //
 // Thread-safety: every member may be called from any thread. Callbacks run exactly once, on the
 // client's own thread, and must not block (post to an actor's mailbox).

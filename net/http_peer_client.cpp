@@ -6,7 +6,7 @@
 //
 // A call's connection sits in an Exchange, registered by id so that cancel() and the destructor
 // can close it. The registry and the Exchanges are touched only on the client's thread.
-#include "net/peer_client.hpp"
+#include "net/http_peer_client.hpp"
 
 #include <algorithm>
 #include <atomic>

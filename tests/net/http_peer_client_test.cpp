@@ -1,7 +1,7 @@
 // HttpPeerClient against a real loopback HTTP server: a plain POSIX-socket server in a thread
 // that answers canned responses (or holds a connection open without answering), so the test
 // does not compile Beast itself. Every wait is on an event, bounded by kWait.
-#include "net/peer_client.hpp"
+#include "net/http_peer_client.hpp"
 
 #include <poll.h>
 #include <unistd.h>
