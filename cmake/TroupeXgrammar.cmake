@@ -56,6 +56,7 @@ if(_xgr_sources_there AND NOT TROUPE_XGRAMMAR STREQUAL "OFF")
     XGRAMMAR_ENABLE_CPPTRACE=0
     XGRAMMAR_ENABLE_INTERNAL_CHECK=0)
   target_compile_options(xgrammar PRIVATE -w)
+  troupe_compute_code(xgrammar)
   target_link_libraries(xgrammar PUBLIC Threads::Threads)
   # Our logging hooks (model/grammar/xgrammar_logging.cpp): errors become clean messages for the
   # client, warnings go to spdlog rather than std::cerr. Part of the target, so the static

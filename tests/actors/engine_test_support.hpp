@@ -17,12 +17,12 @@
 
 #include "actors/engine/engine.hpp"
 #include "actors/engine/engine_config.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::engine::testing {
 
 inline std::filesystem::path default_model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return ::troupe::test_support::default_model_path();
 }
 
 inline EngineConfig test_config() {

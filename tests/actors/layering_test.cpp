@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/source_dir.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -20,7 +22,7 @@ using Graph = std::map<std::string, std::set<std::string>>;  // folder -> folder
 // Every include of "actors/<folder>/..." in actors/<folder>/**, by folder (the engine is the top
 // and may include anything, so it is left out).
 Graph actor_folder_includes() {
-  const fs::path actors = fs::path(TROUPE_SOURCE_DIR) / "actors";
+  const fs::path actors = ::troupe::test_support::source_dir() / "actors";
   const std::regex include(R"re(#include "actors/([a-z_]+)/)re");
   Graph graph;
   for (const auto& entry : fs::recursive_directory_iterator(actors)) {

@@ -16,13 +16,13 @@
 #include "actors/scheduler/scheduler.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
 #include "model/gguf.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::scheduler {
 namespace {
 
 std::filesystem::path model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return ::troupe::test_support::default_model_path();
 }
 
 struct Generated {
@@ -111,7 +111,7 @@ struct Reference {
 };
 
 std::vector<Reference> load_reference() {
-  const auto path = std::filesystem::path(TROUPE_SOURCE_DIR) / "tests" / "reference" / "smollm2_greedy.json";
+  const auto path = ::troupe::test_support::source_dir() / "tests" / "reference" / "smollm2_greedy.json";
   simdjson::dom::parser parser;
   simdjson::dom::element doc = parser.load(path.string());
   std::vector<Reference> refs;

@@ -13,6 +13,7 @@
 #include "model/grammar/grammar_compiler.hpp"
 #include "model/grammar/token_bitmask.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::scheduler {
 namespace {
@@ -23,7 +24,7 @@ using model::grammar::GrammarSpec;
 using model::grammar::TokenizerInfo;
 
 std::filesystem::path model_path() {
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return ::troupe::test_support::default_model_path();
 }
 
 struct Fixture {

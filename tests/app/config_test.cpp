@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "app/serve.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::app {
 namespace {
@@ -283,7 +284,7 @@ TEST(Config, FlagsOverrideTheFileAndAreValidated) {
 }
 
 TEST(Config, ShippedPresetsParse) {
-  const std::filesystem::path configs = std::filesystem::path(TROUPE_SOURCE_DIR) / "configs";
+  const std::filesystem::path configs = ::troupe::test_support::source_dir() / "configs";
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator(configs)) {
     if (entry.path().extension() != ".json") continue;

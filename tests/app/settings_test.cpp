@@ -14,6 +14,7 @@
 #include "app/cli.hpp"
 #include "app/config.hpp"
 #include "app/serve.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::app {
 namespace {
@@ -25,7 +26,7 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
-const std::filesystem::path kSource = TROUPE_SOURCE_DIR;
+const std::filesystem::path kSource = ::troupe::test_support::source_dir();
 
 TEST(Settings, KeysAndFlagsAreUniqueAndEverySettingSaysWhatItIs) {
   std::set<std::string> keys, flags;

@@ -19,6 +19,7 @@
 #include "model/llama_weights.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
@@ -186,7 +187,7 @@ TEST_F(RealModel, QuantizedPathTracksF32Dequantized) {
 // gap at that step (a near tie points at rounding, a wide gap at a bug) and
 // build/tests/parity_probe dumps the intermediates to compare.
 TEST_F(RealModel, MatchesLlamaCppGreedyReference) {
-  const auto ref_path = std::filesystem::path(TROUPE_SOURCE_DIR) / "tests" / "reference" / "smollm2_greedy.json";
+  const auto ref_path = ::troupe::test_support::source_dir() / "tests" / "reference" / "smollm2_greedy.json";
   if (!std::filesystem::exists(ref_path)) GTEST_SKIP() << "no " << ref_path;
   simdjson::dom::parser parser;
   simdjson::dom::element doc = parser.load(ref_path.string());

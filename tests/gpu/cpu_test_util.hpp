@@ -16,14 +16,14 @@
 #include "model/quants/q4_q8.hpp"
 #include "model/quants/q5.hpp"
 #include "model/tensor_type.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::gpu::cpu::testing {
 
 // The default model (scripts/setup fetches it), or $TROUPE_TEST_MODEL. Tests that need it skip
 // when the file is missing.
 inline std::filesystem::path default_model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return ::troupe::test_support::default_model_path();
 }
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {

@@ -13,6 +13,7 @@
 
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::model {
 
@@ -190,7 +191,7 @@ TEST(ChatTemplate, EncodeChatMatchesLlamaCppReferencePrompts) {
   const GgufFile file = GgufFile::open(smollm2_model_path());
   const ChatTemplate t = ChatTemplate::for_model(file);
   const auto path =
-      std::filesystem::path(TROUPE_SOURCE_DIR) / "tests" / "reference" / "smollm2_greedy.json";
+      ::troupe::test_support::source_dir() / "tests" / "reference" / "smollm2_greedy.json";
   simdjson::dom::parser parser;
   simdjson::dom::element doc = parser.load(path.string());
   int checked = 0;

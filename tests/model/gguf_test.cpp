@@ -9,6 +9,7 @@
 #include <span>
 
 #include "tests/model/gguf_writer.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::model {
 namespace {
@@ -17,8 +18,7 @@ using testing::GgufWriter;
 using testing::tiny_llama_file;
 
 std::filesystem::path default_model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return ::troupe::test_support::default_model_path();
 }
 
 // Expects open() to throw GgufError whose message contains `needle`.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "tests/model/gguf_writer.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::model {
 namespace {
@@ -41,9 +42,7 @@ TEST(ModelInfo, MissingRequiredKeyIsNamed) {
 }
 
 TEST(ModelInfo, DefaultModel) {
-  std::filesystem::path path = std::filesystem::path(TROUPE_SOURCE_DIR) /
-                               "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL")) path = env;
+  const std::filesystem::path path = ::troupe::test_support::default_model_path();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "default model not found at " << path;
   const GgufFile file = GgufFile::open(path);
   const ModelInfo info = read_model_info(file);

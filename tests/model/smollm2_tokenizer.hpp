@@ -11,13 +11,12 @@
 
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::model {
 
 inline std::filesystem::path smollm2_model_path() {
-  if (const char* env = std::getenv("TROUPE_TEST_MODEL"); env != nullptr && *env != '\0')
-    return env;
-  return std::filesystem::path(TROUPE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return ::troupe::test_support::default_model_path();
 }
 
 inline const Tokenizer* smollm2_tokenizer() {

@@ -19,6 +19,7 @@
 #include "model/unicode.hpp"
 #include "tests/model/gguf_writer.hpp"
 #include "tests/model/smollm2_tokenizer.hpp"
+#include "tests/support/source_dir.hpp"
 
 namespace troupe::model {
 
@@ -68,7 +69,7 @@ const Reference& reference() {
   static const Reference ref = [] {
     Reference r;
     const auto path =
-        std::filesystem::path(TROUPE_SOURCE_DIR) / "tests" / "reference" / "smollm2_tokenize.json";
+        ::troupe::test_support::source_dir() / "tests" / "reference" / "smollm2_tokenize.json";
     simdjson::dom::parser parser;
     simdjson::dom::element doc = parser.load(path.string());
     r.version = std::string(std::string_view(doc["info"]["llama_cpp_python"]));
