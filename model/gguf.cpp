@@ -4,6 +4,8 @@
 // exhausting memory.
 #include "model/gguf.hpp"
 
+#include "model/enum_names.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -77,24 +79,17 @@ T load(const std::byte* p) {
 
 }  // namespace
 
-std::string_view to_string(GgufValueType type) {
-  switch (type) {
-    case GgufValueType::kUint8: return "uint8";
-    case GgufValueType::kInt8: return "int8";
-    case GgufValueType::kUint16: return "uint16";
-    case GgufValueType::kInt16: return "int16";
-    case GgufValueType::kUint32: return "uint32";
-    case GgufValueType::kInt32: return "int32";
-    case GgufValueType::kFloat32: return "float32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kUint64: return "uint64";
-    case GgufValueType::kInt64: return "int64";
-    case GgufValueType::kFloat64: return "float64";
-  }
-  return "?";
-}
+constexpr EnumNames<GgufValueType, 13> kGgufValueTypeNames{{{
+    {GgufValueType::kUint8, "uint8"}, {GgufValueType::kInt8, "int8"},
+    {GgufValueType::kUint16, "uint16"}, {GgufValueType::kInt16, "int16"},
+    {GgufValueType::kUint32, "uint32"}, {GgufValueType::kInt32, "int32"},
+    {GgufValueType::kFloat32, "float32"}, {GgufValueType::kBool, "bool"},
+    {GgufValueType::kString, "string"}, {GgufValueType::kArray, "array"},
+    {GgufValueType::kUint64, "uint64"}, {GgufValueType::kInt64, "int64"},
+    {GgufValueType::kFloat64, "float64"}}}, "?"};
+static_assert(kGgufValueTypeNames.dense());
+
+std::string_view to_string(GgufValueType type) { return kGgufValueTypeNames.name(type); }
 
 // ---------------------------------------------------------------------------------------------
 // Parser

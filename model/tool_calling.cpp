@@ -4,17 +4,16 @@
 #include <string>
 
 #include "model/json_string.hpp"
+#include "model/enum_names.hpp"
 
 namespace troupe::model {
 
-std::string_view tool_call_format_name(ToolCallFormat format) {
-  switch (format) {
-    case ToolCallFormat::kNone: return "none";
-    case ToolCallFormat::kHermes: return "hermes";
-    case ToolCallFormat::kLlama3Json: return "llama3_json";
-  }
-  return "none";
-}
+constexpr EnumNames<ToolCallFormat, 3> kToolCallFormatNames{{{
+    {ToolCallFormat::kNone, "none"}, {ToolCallFormat::kHermes, "hermes"},
+    {ToolCallFormat::kLlama3Json, "llama3_json"}}}, "none"};
+static_assert(kToolCallFormatNames.dense());
+
+std::string_view tool_call_format_name(ToolCallFormat format) { return kToolCallFormatNames.name(format); }
 
 namespace {
 

@@ -3,17 +3,16 @@
 #include <fmt/format.h>
 
 #include "net/json_writer.hpp"
+#include "model/enum_names.hpp"
 
 namespace troupe::net {
 
-std::string_view to_string(ServerPhase phase) {
-  switch (phase) {
-    case ServerPhase::kLoading: return "loading";
-    case ServerPhase::kReady: return "ok";
-    case ServerPhase::kDraining: return "draining";
-  }
-  return "unknown";
-}
+constexpr EnumNames<ServerPhase, 3> kServerPhaseNames{{{
+    {ServerPhase::kLoading, "loading"}, {ServerPhase::kReady, "ok"},
+    {ServerPhase::kDraining, "draining"}}}};
+static_assert(kServerPhaseNames.dense());
+
+std::string_view to_string(ServerPhase phase) { return kServerPhaseNames.name(phase); }
 
 std::string model_object_json(const ServerState& state) {
   const model::ModelInfo& m = state.model;

@@ -29,6 +29,7 @@
 
 #include "net/disagg_codec.hpp"
 #include "net/json_writer.hpp"
+#include "model/enum_names.hpp"
 
 namespace troupe::net {
 
@@ -46,14 +47,12 @@ using CallId = disagg::PeerClient::CallId;
 // Why a call stopped early, when it did.
 enum class Abort : uint8_t { kNone, kCancelled, kShuttingDown };
 
-std::string_view describe(Abort abort) {
-  switch (abort) {
-    case Abort::kNone: return "";
-    case Abort::kCancelled: return "cancelled";
-    case Abort::kShuttingDown: return "shutting down";
-  }
-  return "";
-}
+constexpr EnumNames<Abort, 3> kAbortNames{{{
+    {Abort::kNone, ""}, {Abort::kCancelled, "cancelled"},
+    {Abort::kShuttingDown, "shutting down"}}}, ""};
+static_assert(kAbortNames.dense());
+
+std::string_view describe(Abort abort) { return kAbortNames.name(abort); }
 
 // One call's connection. Shared by its coroutine and (weakly) the registry.
 struct Exchange {

@@ -1,6 +1,8 @@
 // BlockPool: reference counts, the free stack and the LRU eviction list (see block_pool.hpp).
 #include "actors/kv_cache/block_pool.hpp"
 
+#include "model/enum_names.hpp"
+
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -166,13 +168,11 @@ std::optional<std::string> BlockPool::check_invariants() const {
   return std::nullopt;
 }
 
-std::string_view to_string(BlockState state) {
-  switch (state) {
-    case BlockState::kFree: return "free";
-    case BlockState::kCachedUnreferenced: return "cached_unreferenced";
-    case BlockState::kReferenced: return "referenced";
-  }
-  return "unknown";
-}
+constexpr EnumNames<BlockState, 3> kBlockStateNames{{{
+    {BlockState::kFree, "free"}, {BlockState::kCachedUnreferenced, "cached_unreferenced"},
+    {BlockState::kReferenced, "referenced"}}}};
+static_assert(kBlockStateNames.dense());
+
+std::string_view to_string(BlockState state) { return kBlockStateNames.name(state); }
 
 }  // namespace troupe::kv_cache

@@ -1,21 +1,15 @@
 #include "actors/messages/disagg_types.hpp"
 
+#include "model/enum_names.hpp"
+
 namespace troupe::disagg {
 
-std::string_view to_string(Role role) {
-  switch (role) {
-    case Role::kCombined: return "combined";
-    case Role::kPrefill: return "prefill";
-    case Role::kDecode: return "decode";
-  }
-  return "combined";
-}
+constexpr EnumNames<Role, 3> kRoleNames{{{
+    {Role::kCombined, "combined"}, {Role::kPrefill, "prefill"}, {Role::kDecode, "decode"}}}, "combined"};
+static_assert(kRoleNames.dense());
 
-std::optional<Role> parse_role(std::string_view text) {
-  if (text == "combined") return Role::kCombined;
-  if (text == "prefill") return Role::kPrefill;
-  if (text == "decode") return Role::kDecode;
-  return std::nullopt;
-}
+std::string_view to_string(Role role) { return kRoleNames.name(role); }
+
+std::optional<Role> parse_role(std::string_view text) { return kRoleNames.parse(text); }
 
 }  // namespace troupe::disagg

@@ -1,27 +1,24 @@
 #include "actors/messages/engine_types.hpp"
 
+#include "model/enum_names.hpp"
+
 namespace troupe::engine {
 
-std::string_view to_string(RequestOrigin origin) {
-  switch (origin) {
-    case RequestOrigin::kHttp: return "http";
-    case RequestOrigin::kWebSocket: return "ws";
-    case RequestOrigin::kBatch: return "batch";
-    case RequestOrigin::kCli: return "cli";
-  }
-  return "http";
-}
+constexpr EnumNames<RequestOrigin, 4> kRequestOriginNames{{{
+    {RequestOrigin::kHttp, "http"}, {RequestOrigin::kWebSocket, "ws"},
+    {RequestOrigin::kBatch, "batch"}, {RequestOrigin::kCli, "cli"}}}, "http"};
+static_assert(kRequestOriginNames.dense());
 
-std::string_view to_string(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kInvalidRequest: return "invalid_request";
-    case ErrorCode::kPromptTooLong: return "context_length_exceeded";
-    case ErrorCode::kQueueFull: return "queue_full";
-    case ErrorCode::kDraining: return "draining";
-    case ErrorCode::kInternal: return "internal_error";
-  }
-  return "internal_error";
-}
+std::string_view to_string(RequestOrigin origin) { return kRequestOriginNames.name(origin); }
+
+constexpr EnumNames<ErrorCode, 5> kErrorCodeNames{{{
+    {ErrorCode::kInvalidRequest, "invalid_request"},
+    {ErrorCode::kPromptTooLong, "context_length_exceeded"},
+    {ErrorCode::kQueueFull, "queue_full"}, {ErrorCode::kDraining, "draining"},
+    {ErrorCode::kInternal, "internal_error"}}}, "internal_error"};
+static_assert(kErrorCodeNames.dense());
+
+std::string_view to_string(ErrorCode code) { return kErrorCodeNames.name(code); }
 
 int http_status(ErrorCode code) {
   switch (code) {
@@ -34,15 +31,12 @@ int http_status(ErrorCode code) {
   return 500;
 }
 
-std::string_view to_string(RequestPhase phase) {
-  switch (phase) {
-    case RequestPhase::kWaiting: return "waiting";
-    case RequestPhase::kPreempted: return "preempted";
-    case RequestPhase::kPrefill: return "prefill";
-    case RequestPhase::kDecode: return "decode";
-    case RequestPhase::kFinishing: return "finishing";
-  }
-  return "waiting";
-}
+constexpr EnumNames<RequestPhase, 5> kRequestPhaseNames{{{
+    {RequestPhase::kWaiting, "waiting"}, {RequestPhase::kPreempted, "preempted"},
+    {RequestPhase::kPrefill, "prefill"}, {RequestPhase::kDecode, "decode"},
+    {RequestPhase::kFinishing, "finishing"}}}, "waiting"};
+static_assert(kRequestPhaseNames.dense());
+
+std::string_view to_string(RequestPhase phase) { return kRequestPhaseNames.name(phase); }
 
 }  // namespace troupe::engine

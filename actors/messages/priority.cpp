@@ -1,23 +1,16 @@
 #include "actors/messages/priority.hpp"
 
+#include "model/enum_names.hpp"
+
 namespace troupe {
 
-std::string_view to_string(Priority priority) {
-  switch (priority) {
-    case Priority::kLow: return "low";
-    case Priority::kNormal: return "normal";
-    case Priority::kHigh: return "high";
-    case Priority::kCritical: return "critical";
-  }
-  return "normal";
-}
+constexpr EnumNames<Priority, 4> kPriorityNames{{{
+    {Priority::kLow, "low"}, {Priority::kNormal, "normal"}, {Priority::kHigh, "high"},
+    {Priority::kCritical, "critical"}}}, "normal"};
+static_assert(kPriorityNames.dense());
 
-std::optional<Priority> parse_priority(std::string_view text) {
-  if (text == "low") return Priority::kLow;
-  if (text == "normal") return Priority::kNormal;
-  if (text == "high") return Priority::kHigh;
-  if (text == "critical") return Priority::kCritical;
-  return std::nullopt;
-}
+std::string_view to_string(Priority priority) { return kPriorityNames.name(priority); }
+
+std::optional<Priority> parse_priority(std::string_view text) { return kPriorityNames.parse(text); }
 
 }  // namespace troupe

@@ -1,20 +1,18 @@
 // Names of the scheduler's enums, for logs, the admin socket and the wire codecs.
 #include "actors/messages/scheduler_types.hpp"
 
+#include "model/enum_names.hpp"
+
 namespace troupe::scheduler {
 
-std::string_view to_string(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStopToken: return "stop_token";
-    case FinishReason::kStopString: return "stop_string";
-    case FinishReason::kMaxTokens: return "max_tokens";
-    case FinishReason::kMaxModelLen: return "max_model_len";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kGrammarEnd: return "grammar_end";
-  }
-  return "unknown";
-}
+constexpr EnumNames<FinishReason, 7> kFinishReasonNames{{{
+    {FinishReason::kEos, "eos"}, {FinishReason::kStopToken, "stop_token"},
+    {FinishReason::kStopString, "stop_string"}, {FinishReason::kMaxTokens, "max_tokens"},
+    {FinishReason::kMaxModelLen, "max_model_len"}, {FinishReason::kCancelled, "cancelled"},
+    {FinishReason::kGrammarEnd, "grammar_end"}}}};
+static_assert(kFinishReasonNames.dense());
+
+std::string_view to_string(FinishReason reason) { return kFinishReasonNames.name(reason); }
 
 std::string_view openai_finish_reason(FinishReason reason) {
   switch (reason) {
@@ -29,30 +27,23 @@ std::string_view openai_finish_reason(FinishReason reason) {
   return "stop";
 }
 
-std::string_view to_string(AddResult result) {
-  switch (result) {
-    case AddResult::kAccepted: return "accepted";
-    case AddResult::kQueueFull: return "queue_full";
-    case AddResult::kClientQueueFull: return "client_queue_full";
-    case AddResult::kEmptyPrompt: return "empty_prompt";
-    case AddResult::kInvalidMaxTokens: return "invalid_max_tokens";
-    case AddResult::kPromptTooLong: return "prompt_too_long";
-    case AddResult::kNeverFits: return "never_fits";
-    case AddResult::kDuplicateId: return "duplicate_id";
-    case AddResult::kRetryLater: return "retry_later";
-  }
-  return "unknown";
-}
+constexpr EnumNames<AddResult, 9> kAddResultNames{{{
+    {AddResult::kAccepted, "accepted"}, {AddResult::kQueueFull, "queue_full"},
+    {AddResult::kClientQueueFull, "client_queue_full"},
+    {AddResult::kEmptyPrompt, "empty_prompt"},
+    {AddResult::kInvalidMaxTokens, "invalid_max_tokens"},
+    {AddResult::kPromptTooLong, "prompt_too_long"}, {AddResult::kNeverFits, "never_fits"},
+    {AddResult::kDuplicateId, "duplicate_id"}, {AddResult::kRetryLater, "retry_later"}}}};
+static_assert(kAddResultNames.dense());
 
-std::string_view to_string(SlotPhase phase) {
-  switch (phase) {
-    case SlotPhase::kWaiting: return "waiting";
-    case SlotPhase::kPreempted: return "preempted";
-    case SlotPhase::kPrefill: return "prefill";
-    case SlotPhase::kDecode: return "decode";
-    case SlotPhase::kAwaitingTransfer: return "awaiting_transfer";
-  }
-  return "unknown";
-}
+std::string_view to_string(AddResult result) { return kAddResultNames.name(result); }
+
+constexpr EnumNames<SlotPhase, 5> kSlotPhaseNames{{{
+    {SlotPhase::kWaiting, "waiting"}, {SlotPhase::kPreempted, "preempted"},
+    {SlotPhase::kPrefill, "prefill"}, {SlotPhase::kDecode, "decode"},
+    {SlotPhase::kAwaitingTransfer, "awaiting_transfer"}}}};
+static_assert(kSlotPhaseNames.dense());
+
+std::string_view to_string(SlotPhase phase) { return kSlotPhaseNames.name(phase); }
 
 }  // namespace troupe::scheduler

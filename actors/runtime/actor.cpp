@@ -1,19 +1,18 @@
 // ActorLifecycle: completion bookkeeping and the deadline-bounded join.
 #include "actors/runtime/actor.hpp"
 
+#include "model/enum_names.hpp"
+
 #include <boost/asio/post.hpp>
 
 namespace troupe::actors::runtime {
 
-const char* to_string(ShutdownOutcome outcome) {
-  switch (outcome) {
-    case ShutdownOutcome::kDrained: return "drained";
-    case ShutdownOutcome::kCancelled: return "cancelled";
-    case ShutdownOutcome::kStuck: return "stuck";
-    case ShutdownOutcome::kFailed: return "failed";
-  }
-  return "?";
-}
+constexpr EnumNames<ShutdownOutcome, 4> kShutdownOutcomeNames{{{
+    {ShutdownOutcome::kDrained, "drained"}, {ShutdownOutcome::kCancelled, "cancelled"},
+    {ShutdownOutcome::kStuck, "stuck"}, {ShutdownOutcome::kFailed, "failed"}}}, "?"};
+static_assert(kShutdownOutcomeNames.dense());
+
+std::string_view to_string(ShutdownOutcome outcome) { return kShutdownOutcomeNames.name(outcome); }
 
 ActorLifecycle::ActorLifecycle(std::string name) : state_(std::make_shared<State>()) {
   state_->name = std::move(name);

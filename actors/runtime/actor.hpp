@@ -63,7 +63,7 @@ namespace troupe::actors::runtime {
 //   kFailed     its coroutine ended with an exception (a bug); failure() says which.
 enum class ShutdownOutcome { kDrained, kCancelled, kStuck, kFailed };
 
-const char* to_string(ShutdownOutcome outcome);
+std::string_view to_string(ShutdownOutcome outcome);
 
 // Thread-safety: spawn() from the wiring thread, once. Everything else from any thread, except
 // join(), which blocks and so must not run on the actor's own executor.

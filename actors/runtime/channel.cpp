@@ -1,15 +1,15 @@
 // Non-template parts of the channel.
 #include "actors/runtime/channel.hpp"
 
+#include "model/enum_names.hpp"
+
 namespace troupe::actors::runtime {
 
-const char* to_string(SendStatus status) {
-  switch (status) {
-    case SendStatus::kAccepted: return "accepted";
-    case SendStatus::kFull: return "full";
-    case SendStatus::kClosed: return "closed";
-  }
-  return "?";
-}
+constexpr EnumNames<SendStatus, 3> kSendStatusNames{{{
+    {SendStatus::kAccepted, "accepted"}, {SendStatus::kFull, "full"},
+    {SendStatus::kClosed, "closed"}}}, "?"};
+static_assert(kSendStatusNames.dense());
+
+std::string_view to_string(SendStatus status) { return kSendStatusNames.name(status); }
 
 }  // namespace troupe::actors::runtime

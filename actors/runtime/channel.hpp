@@ -42,6 +42,7 @@
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -59,7 +60,7 @@ namespace troupe::actors::runtime {
 // `kClosed` means the receiver stopped admitting and will never see this message.
 enum class SendStatus { kAccepted, kFull, kClosed };
 
-const char* to_string(SendStatus status);
+std::string_view to_string(SendStatus status);
 
 template <typename T>
 class Channel {

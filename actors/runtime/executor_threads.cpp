@@ -1,19 +1,19 @@
 // ExecutorThreads: thread start-up, naming and the deadline-bounded join.
 #include "actors/runtime/executor_threads.hpp"
 
+#include "model/enum_names.hpp"
+
 #include <pthread.h>
 
 #include <stdexcept>
 
 namespace troupe::actors::runtime {
 
-const char* to_string(JoinOutcome outcome) {
-  switch (outcome) {
-    case JoinOutcome::kFinished: return "finished";
-    case JoinOutcome::kForced: return "forced";
-  }
-  return "?";
-}
+constexpr EnumNames<JoinOutcome, 2> kJoinOutcomeNames{{{
+    {JoinOutcome::kFinished, "finished"}, {JoinOutcome::kForced, "forced"}}}, "?"};
+static_assert(kJoinOutcomeNames.dense());
+
+std::string_view to_string(JoinOutcome outcome) { return kJoinOutcomeNames.name(outcome); }
 
 ExecutorThreads::ExecutorThreads(std::string name, int num_threads)
     : name_(std::move(name)), context_(num_threads) {

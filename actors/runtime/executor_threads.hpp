@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -27,7 +28,7 @@ namespace troupe::actors::runtime {
 // stop, a parked wait nobody woke), so the context was stopped and that work abandoned.
 enum class JoinOutcome { kFinished, kForced };
 
-const char* to_string(JoinOutcome outcome);
+std::string_view to_string(JoinOutcome outcome);
 
 class ExecutorThreads {
  public:

@@ -1,6 +1,8 @@
 // SchedulerConfig validation.
 #include "actors/scheduler/scheduler_config.hpp"
 
+#include "model/enum_names.hpp"
+
 #include <fmt/format.h>
 
 namespace troupe::scheduler {
@@ -39,40 +41,27 @@ std::optional<std::string> validate(const SchedulerConfig& config) {
   return std::nullopt;
 }
 
-std::string_view to_string(SchedulerRole role) {
-  switch (role) {
-    case SchedulerRole::kPrefillAndDecode: return "prefill_and_decode";
-    case SchedulerRole::kPrefillOnly: return "prefill_only";
-  }
-  return "unknown";
-}
+constexpr EnumNames<SchedulerRole, 2> kSchedulerRoleNames{{{
+    {SchedulerRole::kPrefillAndDecode, "prefill_and_decode"},
+    {SchedulerRole::kPrefillOnly, "prefill_only"}}}};
+static_assert(kSchedulerRoleNames.dense());
 
-std::string_view to_string(Fairness fairness) {
-  switch (fairness) {
-    case Fairness::kFifo: return "fifo";
-    case Fairness::kClient: return "client";
-  }
-  return "unknown";
-}
+std::string_view to_string(SchedulerRole role) { return kSchedulerRoleNames.name(role); }
 
-std::string_view to_string(SpeculativeMethod method) {
-  switch (method) {
-    case SpeculativeMethod::kNone: return "none";
-    case SpeculativeMethod::kNgram: return "ngram";
-  }
-  return "unknown";
-}
+constexpr EnumNames<Fairness, 2> kFairnessNames{{{
+    {Fairness::kFifo, "fifo"}, {Fairness::kClient, "client"}}}};
+static_assert(kFairnessNames.dense());
 
-std::optional<SpeculativeMethod> parse_speculative_method(std::string_view text) {
-  if (text == "none") return SpeculativeMethod::kNone;
-  if (text == "ngram") return SpeculativeMethod::kNgram;
-  return std::nullopt;
-}
+std::string_view to_string(Fairness fairness) { return kFairnessNames.name(fairness); }
 
-std::optional<Fairness> parse_fairness(std::string_view text) {
-  if (text == "fifo") return Fairness::kFifo;
-  if (text == "client") return Fairness::kClient;
-  return std::nullopt;
-}
+constexpr EnumNames<SpeculativeMethod, 2> kSpeculativeMethodNames{{{
+    {SpeculativeMethod::kNone, "none"}, {SpeculativeMethod::kNgram, "ngram"}}}};
+static_assert(kSpeculativeMethodNames.dense());
+
+std::string_view to_string(SpeculativeMethod method) { return kSpeculativeMethodNames.name(method); }
+
+std::optional<SpeculativeMethod> parse_speculative_method(std::string_view text) { return kSpeculativeMethodNames.parse(text); }
+
+std::optional<Fairness> parse_fairness(std::string_view text) { return kFairnessNames.parse(text); }
 
 }  // namespace troupe::scheduler

@@ -1,6 +1,8 @@
 // CPUID-based dispatch (GCC/Clang __builtin_cpu_supports), see cpu_features.hpp.
 #include "gpu/cpu/cpu_features.hpp"
 
+#include "model/enum_names.hpp"
+
 #include <cstdlib>
 #include <string>
 
@@ -12,14 +14,11 @@
 
 namespace troupe::gpu::cpu {
 
-std::string_view to_string(IsaLevel level) {
-  switch (level) {
-    case IsaLevel::kScalar: return "scalar";
-    case IsaLevel::kAvx2: return "avx2";
-    case IsaLevel::kAvx512Vnni: return "avx512vnni";
-  }
-  return "?";
-}
+constexpr EnumNames<IsaLevel, 3> kIsaLevelNames{{{
+    {IsaLevel::kScalar, "scalar"}, {IsaLevel::kAvx2, "avx2"},
+    {IsaLevel::kAvx512Vnni, "avx512vnni"}}}, "?"};
+
+std::string_view to_string(IsaLevel level) { return kIsaLevelNames.name(level); }
 
 IsaLevel supported_isa() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,19 +1,17 @@
 // GrammarSpec's cache key and size (see grammar_spec.hpp).
 #include "model/grammar/grammar_spec.hpp"
 
+#include "model/enum_names.hpp"
+
 namespace troupe::model::grammar {
 
-std::string_view grammar_kind_name(GrammarKind kind) {
-  switch (kind) {
-    case GrammarKind::kJsonObject: return "json_object";
-    case GrammarKind::kJsonSchema: return "json_schema";
-    case GrammarKind::kRegex: return "regex";
-    case GrammarKind::kChoice: return "choice";
-    case GrammarKind::kEbnf: return "ebnf";
-    case GrammarKind::kStructuralTag: return "structural_tag";
-  }
-  return "unknown";
-}
+constexpr EnumNames<GrammarKind, 6> kGrammarKindNames{{{
+    {GrammarKind::kJsonObject, "json_object"}, {GrammarKind::kJsonSchema, "json_schema"},
+    {GrammarKind::kRegex, "regex"}, {GrammarKind::kChoice, "choice"},
+    {GrammarKind::kEbnf, "ebnf"}, {GrammarKind::kStructuralTag, "structural_tag"}}}};
+static_assert(kGrammarKindNames.dense());
+
+std::string_view grammar_kind_name(GrammarKind kind) { return kGrammarKindNames.name(kind); }
 
 std::string GrammarSpec::cache_key() const {
   std::string key(grammar_kind_name(kind));
