@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu/backend.hpp"
+#include "gpu/backend_defaults.hpp"
 #include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "model/gguf.hpp"
 #include "model/llama_weights.hpp"
@@ -25,13 +26,13 @@ struct BackendOptions {
   int cpu_threads = 0;           // 0: every core
   cpu::PrefillAttentionPrecision cpu_prefill_attention = cpu::PrefillAttentionPrecision::kExact;
   int32_t num_blocks = 0;        // KV blocks; 0: from kv_memory_bytes
-  int64_t kv_memory_bytes = 256ll << 20;
-  int32_t block_size = 16;
+  int64_t kv_memory_bytes = defaults::kCpuKvMemoryBytes;
+  int32_t block_size = defaults::kBlockSize;
   // CUDA: share of device memory for weights + scratch + KV, and the step limits its scratch
   // buffers must cover (the scheduler's max_num_batched_tokens / max_num_seqs).
-  double gpu_memory_utilization = 0.9;
-  int32_t max_num_batched_tokens = 8192;
-  int32_t max_num_seqs = 256;
+  double gpu_memory_utilization = defaults::kGpuMemoryUtilization;
+  int32_t max_num_batched_tokens = defaults::kMaxNumBatchedTokens;
+  int32_t max_num_seqs = defaults::kMaxNumSeqs;
   // Disaggregated prefill/decode: a backend whose KV is not host memory keeps a pinned host
   // mirror for the KV transport (CUDA), capped at this many bytes.
   bool kv_host_mirror = false;

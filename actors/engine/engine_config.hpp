@@ -12,6 +12,7 @@
 #include "actors/disagg/disagg_config.hpp"
 #include "actors/kv_cache/events/kv_events_config.hpp"
 #include "actors/scheduler/scheduler_config.hpp"
+#include "gpu/backend_defaults.hpp"
 #include "gpu/backend_factory.hpp"
 #include "gpu/cpu/attention_tiled_bf16.hpp"
 
@@ -22,7 +23,7 @@ using BackendKind = gpu::BackendRequest;
 
 struct CpuBackendOptions {
   int num_threads = 0;                    // 0: every core
-  int64_t kv_memory_bytes = 256ll << 20;  // KV pool size when scheduler.num_blocks is 0
+  int64_t kv_memory_bytes = gpu::defaults::kCpuKvMemoryBytes;  // when scheduler.num_blocks is 0
   // Prompt attention: llama.cpp's exact bits, or bf16 (faster long prompts on CPUs with
   // AVX512-BF16, AMX above all; gpu/cpu/attention_tiled_bf16.hpp says what it changes).
   gpu::cpu::PrefillAttentionPrecision prefill_attention = gpu::cpu::PrefillAttentionPrecision::kExact;
@@ -31,7 +32,8 @@ struct CpuBackendOptions {
 // The CUDA backend's memory budget (the config's "cuda" object). Its batch sizes are the
 // scheduler's (engine.cpp's backend_options_of derives them), not settings of their own.
 struct CudaBackendOptions {
-  double gpu_memory_utilization = 0.9;  // of the device's memory: weights + scratch + KV blocks
+  // Of the device's memory: weights + scratch + KV blocks.
+  double gpu_memory_utilization = gpu::defaults::kGpuMemoryUtilization;
 };
 
 // Structured output's grammar compiler (model/grammar/grammar_compiler.hpp), the config file's
@@ -56,10 +58,9 @@ struct EngineConfig {
   StructuredOutputOptions structured_output;
   // Policy knobs. num_blocks 0: sized by the backend from its memory budget. max_model_len 0:
   // the model's context length. eos_token_ids empty: the tokenizer's end-of-generation set.
-  // The step budget suits the CPU backend (and equals configs/default.json, which a test
-  // checks): a 2048-token step of the default model takes ~2 s on two cores, and every decoding
-  // stream waits for it, so prompts go in 512-token chunks. The policy's own defaults are
-  // vLLM's GPU-sized ones.
+  // The step budget suits the CPU backend (gpu/backend_defaults.hpp; configs/default.json
+  // equals it, which a test checks): a 2048-token step of the default model takes ~2 s on two
+  // cores, and every decoding stream waits for it, so prompts go in 512-token chunks.
   // max_step_ms 100: while streams decode, no step is planned past 100 ms, i.e. every stream
   // keeps >= 10 tokens/s (faster than anyone reads) whatever prompt arrives. A decode step of
   // the default model with 4-16 streams takes 10-40 ms on two cores, so the other 60-90 ms
@@ -75,8 +76,6 @@ struct EngineConfig {
     scheduler::SchedulerConfig defaults;
     defaults.max_model_len = 0;
     defaults.num_blocks = 0;
-    defaults.max_num_seqs = 64;
-    defaults.max_num_batched_tokens = 2048;
     defaults.chunked_prefill_size = 512;
     defaults.max_step_ms = 100;
     defaults.fairness = scheduler::Fairness::kClient;

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gpu/backend_defaults.hpp"
+
 namespace troupe::scheduler {
 
 // Disaggregated prefill/decode (docs/design.md §2): a kPrefillOnly scheduler parks every sequence
@@ -56,13 +58,14 @@ std::string_view to_string(SpeculativeMethod method);
 std::optional<SpeculativeMethod> parse_speculative_method(std::string_view text);
 
 struct SchedulerConfig {
-  int32_t max_num_seqs = 256;             // sequences in one step
-  int32_t max_num_batched_tokens = 8192;  // tokens in one step (decode + prefill)
+  int32_t max_num_seqs = gpu::defaults::kMaxNumSeqs;  // sequences in one step
+  // Tokens in one step (decode + prefill).
+  int32_t max_num_batched_tokens = gpu::defaults::kMaxNumBatchedTokens;
   int32_t chunked_prefill_size = 2048;    // most prompt tokens one sequence computes per step;
                                           // 0: only the step budget limits a chunk
   int32_t max_model_len = 8192;           // prompt + generated tokens of one sequence
   int32_t max_queue = 1024;               // waiting requests (incl. preempted) before refusing
-  int32_t block_size = 16;                // tokens per KV block
+  int32_t block_size = gpu::defaults::kBlockSize;  // tokens per KV block
   int32_t num_blocks = 4096;              // KV blocks in the pool
   bool enable_prefix_caching = true;
   // A waiting request may preempt a running one of strictly lower priority when blocks or

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gpu/backend.hpp"
+#include "gpu/backend_defaults.hpp"
 #include "gpu/cpu/cpu_features.hpp"
 #include "gpu/cpu/forward.hpp"
 #include "gpu/cpu/sampler.hpp"
@@ -34,8 +35,8 @@ namespace troupe::gpu::cpu {
 struct CpuBackendConfig {
   int num_threads = 0;                       // compute threads in all; 0: every core
   int32_t num_blocks = 0;                    // KV blocks; 0: from kv_memory_bytes
-  int64_t kv_memory_bytes = 256ll << 20;     // used when num_blocks == 0
-  int32_t block_size = 16;                   // tokens per KV block
+  int64_t kv_memory_bytes = defaults::kCpuKvMemoryBytes;  // used when num_blocks == 0
+  int32_t block_size = defaults::kBlockSize;              // tokens per KV block
   std::optional<IsaLevel> isa;               // default: default_isa() (TROUPE_CPU_ISA caps it)
   // Prompt tokens' attention (attention_tiled_bf16.hpp): exact (llama.cpp's bits) or bf16.
   PrefillAttentionPrecision prefill_attention = PrefillAttentionPrecision::kExact;

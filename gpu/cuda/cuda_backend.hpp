@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "gpu/backend.hpp"
+#include "gpu/backend_defaults.hpp"
 #include "gpu/cuda/kernel_types.cuh"
 #include "gpu/forward_observer.hpp"
 #include "model/gguf.hpp"
@@ -45,11 +46,12 @@ namespace troupe::gpu::cuda {
 
 struct CudaBackendConfig {
   int device = 0;
-  double gpu_memory_utilization = 0.9;  // of total device memory, for weights + scratch + KV
+  double gpu_memory_utilization = defaults::kGpuMemoryUtilization;  // weights + scratch + KV
   int32_t num_blocks = 0;               // KV blocks; 0: as many as gpu_memory_utilization allows
-  int32_t block_size = 16;              // tokens per KV block
-  int32_t max_num_batched_tokens = 8192;  // scratch sizing: most tokens in one step
-  int32_t max_num_seqs = 256;             // scratch sizing: most sampling rows in one step
+  int32_t block_size = defaults::kBlockSize;
+  // Scratch sizing: most tokens, and most sampling rows, in one step.
+  int32_t max_num_batched_tokens = defaults::kMaxNumBatchedTokens;
+  int32_t max_num_seqs = defaults::kMaxNumSeqs;
   std::optional<ActType> compute_type;    // default: BF16 for BF16 models, else F16
   // Disaggregated prefill/decode: keep a pinned host mirror of the KV (kv_host_mirror.hpp) that
   // the KV transport reads and writes. The KV is capped so the mirror fits the host budget.

@@ -8,12 +8,18 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
 #include "app/cli.hpp"
 #include "app/config.hpp"
 #include "app/serve.hpp"
+#include "gpu/backend_factory.hpp"
+#include "gpu/cpu/cpu_backend.hpp"
+#if TROUPE_HAVE_CUDA
+#include "gpu/cuda/cuda_backend.hpp"
+#endif
 #include "tests/support/source_dir.hpp"
 
 namespace troupe::app {
@@ -140,6 +146,43 @@ TEST(Settings, TheBackendIsBuiltFromTheSettings) {
   EXPECT_EQ(o.kv_memory_bytes, 64ll << 20);
   EXPECT_EQ(o.cpu_prefill_attention, gpu::cpu::PrefillAttentionPrecision::kBf16);
   EXPECT_TRUE(o.kv_host_mirror);
+}
+
+// A value both sides of a seam carry starts from the same default in every layer: the settings'
+// (ServerConfig's, which the README's table shows), the scheduling policy's own, the backend
+// options the engine derives, and each backend's config. Four layers once held four defaults
+// for max_num_seqs (64, 256, 256, 256); gpu/backend_defaults.hpp now declares them once.
+TEST(Settings, EveryLayerStartsFromTheSettingsDefaults) {
+  const ServerConfig settings;
+  const scheduler::SchedulerConfig policy;
+  const gpu::BackendOptions options;
+  const gpu::BackendOptions derived =
+      engine::backend_options_of(engine_config_of(settings), settings.scheduler);
+  const gpu::cpu::CpuBackendConfig cpu;
+  for (const auto& [layer, seqs, tokens, block] :
+       {std::tuple{"scheduler policy", policy.max_num_seqs, policy.max_num_batched_tokens,
+                   policy.block_size},
+        std::tuple{"backend options", options.max_num_seqs, options.max_num_batched_tokens,
+                   options.block_size},
+        std::tuple{"derived backend options", derived.max_num_seqs,
+                   derived.max_num_batched_tokens, derived.block_size}}) {
+    EXPECT_EQ(seqs, settings.scheduler.max_num_seqs) << layer;
+    EXPECT_EQ(tokens, settings.scheduler.max_num_batched_tokens) << layer;
+    EXPECT_EQ(block, settings.scheduler.block_size) << layer;
+  }
+  EXPECT_EQ(cpu.block_size, settings.scheduler.block_size);
+  for (const int64_t bytes : {options.kv_memory_bytes, derived.kv_memory_bytes, cpu.kv_memory_bytes}) {
+    EXPECT_EQ(bytes, settings.cpu.kv_memory_bytes);
+  }
+  EXPECT_DOUBLE_EQ(options.gpu_memory_utilization, settings.cuda.gpu_memory_utilization);
+  EXPECT_DOUBLE_EQ(derived.gpu_memory_utilization, settings.cuda.gpu_memory_utilization);
+#if TROUPE_HAVE_CUDA
+  const gpu::cuda::CudaBackendConfig cuda;
+  EXPECT_EQ(cuda.max_num_seqs, settings.scheduler.max_num_seqs);
+  EXPECT_EQ(cuda.max_num_batched_tokens, settings.scheduler.max_num_batched_tokens);
+  EXPECT_EQ(cuda.block_size, settings.scheduler.block_size);
+  EXPECT_DOUBLE_EQ(cuda.gpu_memory_utilization, settings.cuda.gpu_memory_utilization);
+#endif
 }
 
 TEST(Settings, ServeHelpListsEveryFlagWithItsKey) {
