@@ -18,6 +18,14 @@ if(_san)
   add_link_options(${_san})
 endif()
 
+# The linker: lld when present (scripts/setup installs it). It links an ASan test program in 2 s
+# where GNU ld takes 5, and a build links some 70 of them (the mutants relink them again).
+include(CheckLinkerFlag)
+check_linker_flag(CXX "-fuse-ld=lld" TROUPE_HAVE_LLD)
+if(TROUPE_HAVE_LLD)
+  add_link_options(-fuse-ld=lld)
+endif()
+
 # Optimisation by what the code is, in the builds that check rather than serve.
 #   TROUPE_CHECK_BUILD (ON for the sanitizer builds, scripts/build asan|tsan): their build type
 #     leaves everything at -O0, the cheapest to compile (g++ 12.2's co_await miscompile is in
