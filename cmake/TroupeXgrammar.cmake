@@ -16,10 +16,10 @@
 # The target below is the same as upstream's `xgrammar` target: every cpp/**/*.cc except the
 # Python bindings (cpp/tvm_ffi/), public include/, picojson and dlpack as SYSTEM includes,
 # C++17, XGRAMMAR_ENABLE_CPPTRACE=0 and XGRAMMAR_ENABLE_INTERNAL_CHECK=0 -- plus our logging
-# hooks (XGRAMMAR_LOG_CUSTOMIZE, see below). It is compiled with
-# our build type, our ccache launcher and our sanitizer flags (so the ASan build checks it too),
-# and with its warnings off: they are not ours to fix, and they never reach our code because its
-# headers come in as SYSTEM includes.
+# hooks (XGRAMMAR_LOG_CUSTOMIZE, see below). It is compiled with our build type, our ccache
+# launcher and our sanitizer flags, and with its warnings off: they are not ours to fix, and they
+# never reach our code because its headers come in as SYSTEM includes. A build may instead link
+# the library another build compiled (TROUPE_XGRAMMAR_PREBUILT, below).
 file(STRINGS "${PROJECT_SOURCE_DIR}/cmake/xgrammar.pin" _xgr_version_line
      REGEX "^XGRAMMAR_VERSION=")
 string(REGEX REPLACE "^XGRAMMAR_VERSION=" "" TROUPE_XGRAMMAR_VERSION "${_xgr_version_line}")
@@ -29,6 +29,12 @@ set(TROUPE_XGRAMMAR_SOURCE_DIR "${PROJECT_SOURCE_DIR}/.cache/xgrammar-${TROUPE_X
 set(TROUPE_XGRAMMAR "AUTO" CACHE STRING
     "Structured output on xgrammar: AUTO (when scripts/setup has unpacked its sources), ON, OFF")
 set_property(CACHE TROUPE_XGRAMMAR PROPERTY STRINGS AUTO ON OFF)
+# A libxgrammar.a another build of this checkout compiled, to link instead of compiling the
+# sources again. The ASan build takes the Release build's (scripts/test): xgrammar is not our
+# code to check, ASan still watches every allocation it makes and our calls into it, and its
+# 31 sources cost ~5 minutes of the two cores under ASan.
+set(TROUPE_XGRAMMAR_PREBUILT "" CACHE FILEPATH
+    "Link this prebuilt libxgrammar.a (same sources, version and checkout) instead of compiling")
 
 set(TROUPE_HAVE_XGRAMMAR OFF)
 set(_xgr_sources_there OFF)
@@ -39,7 +45,25 @@ if(TROUPE_XGRAMMAR STREQUAL "ON" AND NOT _xgr_sources_there)
   message(FATAL_ERROR "TROUPE_XGRAMMAR is ON but ${TROUPE_XGRAMMAR_SOURCE_DIR} holds no xgrammar "
                       "sources: run scripts/setup, or configure with -DTROUPE_XGRAMMAR=OFF")
 endif()
-if(_xgr_sources_there AND NOT TROUPE_XGRAMMAR STREQUAL "OFF")
+# Include folders and definitions of the target, whichever way it comes.
+set(_xgr_includes
+  "${TROUPE_XGRAMMAR_SOURCE_DIR}/include"
+  "${TROUPE_XGRAMMAR_SOURCE_DIR}/3rdparty/picojson"
+  "${TROUPE_XGRAMMAR_SOURCE_DIR}/3rdparty/dlpack/include")
+set(_xgr_definitions XGRAMMAR_ENABLE_CPPTRACE=0 XGRAMMAR_ENABLE_INTERNAL_CHECK=0)
+if(_xgr_sources_there AND NOT TROUPE_XGRAMMAR STREQUAL "OFF" AND TROUPE_XGRAMMAR_PREBUILT)
+  # The library another build of this checkout compiled, linked as it is (see above).
+  if(NOT EXISTS "${TROUPE_XGRAMMAR_PREBUILT}")
+    message(FATAL_ERROR "TROUPE_XGRAMMAR_PREBUILT: no file ${TROUPE_XGRAMMAR_PREBUILT}")
+  endif()
+  add_library(xgrammar STATIC IMPORTED GLOBAL)
+  set_target_properties(xgrammar PROPERTIES IMPORTED_LOCATION "${TROUPE_XGRAMMAR_PREBUILT}")
+  target_include_directories(xgrammar SYSTEM INTERFACE ${_xgr_includes})
+  target_compile_definitions(xgrammar INTERFACE ${_xgr_definitions})
+  target_link_libraries(xgrammar INTERFACE Threads::Threads spdlog::spdlog)
+  set(TROUPE_HAVE_XGRAMMAR ON)
+  message(STATUS "troupe: xgrammar ${TROUPE_XGRAMMAR_VERSION} prebuilt: ${TROUPE_XGRAMMAR_PREBUILT}")
+elseif(_xgr_sources_there AND NOT TROUPE_XGRAMMAR STREQUAL "OFF")
   file(GLOB_RECURSE _xgr_sources CONFIGURE_DEPENDS "${TROUPE_XGRAMMAR_SOURCE_DIR}/cpp/*.cc")
   list(FILTER _xgr_sources EXCLUDE REGEX "/cpp/tvm_ffi/[^/]*\\.cc$")
   add_library(xgrammar STATIC ${_xgr_sources})
@@ -48,13 +72,8 @@ if(_xgr_sources_there AND NOT TROUPE_XGRAMMAR STREQUAL "OFF")
     CXX_STANDARD_REQUIRED ON
     CXX_EXTENSIONS OFF
     POSITION_INDEPENDENT_CODE ON)
-  target_include_directories(xgrammar SYSTEM PUBLIC
-    "${TROUPE_XGRAMMAR_SOURCE_DIR}/include"
-    "${TROUPE_XGRAMMAR_SOURCE_DIR}/3rdparty/picojson"
-    "${TROUPE_XGRAMMAR_SOURCE_DIR}/3rdparty/dlpack/include")
-  target_compile_definitions(xgrammar PUBLIC
-    XGRAMMAR_ENABLE_CPPTRACE=0
-    XGRAMMAR_ENABLE_INTERNAL_CHECK=0)
+  target_include_directories(xgrammar SYSTEM PUBLIC ${_xgr_includes})
+  target_compile_definitions(xgrammar PUBLIC ${_xgr_definitions})
   target_compile_options(xgrammar PRIVATE -w)
   troupe_compute_code(xgrammar)
   target_link_libraries(xgrammar PUBLIC Threads::Threads)
