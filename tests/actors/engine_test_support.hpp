@@ -21,9 +21,7 @@
 
 namespace troupe::engine::testing {
 
-inline std::filesystem::path default_model_path() {
-  return ::troupe::test_support::default_model_path();
-}
+using ::troupe::test_support::default_model_path;
 
 inline EngineConfig test_config() {
   EngineConfig config;

@@ -21,9 +21,7 @@
 namespace troupe::scheduler {
 namespace {
 
-std::filesystem::path model_path() {
-  return ::troupe::test_support::default_model_path();
-}
+using ::troupe::test_support::default_model_path;
 
 struct Generated {
   std::map<RequestId, std::vector<int32_t>> tokens;
@@ -37,8 +35,8 @@ class SpeculativeModel : public ::testing::Test {
   static constexpr int32_t kNumBlocks = 1024;
 
   static void SetUpTestSuite() {
-    if (!std::filesystem::exists(model_path())) return;
-    auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(model_path()));
+    if (!std::filesystem::exists(default_model_path())) return;
+    auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(default_model_path()));
     gpu::cpu::CpuBackendConfig config;
     config.num_blocks = kNumBlocks;
     backend_ = gpu::cpu::CpuBackend::from_gguf(file, config).release();
@@ -48,7 +46,7 @@ class SpeculativeModel : public ::testing::Test {
     backend_ = nullptr;
   }
   void SetUp() override {
-    if (backend_ == nullptr) GTEST_SKIP() << "model not found: " << model_path();
+    if (backend_ == nullptr) GTEST_SKIP() << "model not found: " << default_model_path();
   }
 
   static SchedulerConfig config(int32_t num_speculative_tokens) {

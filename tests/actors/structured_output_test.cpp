@@ -23,9 +23,7 @@ using model::grammar::GrammarCompiler;
 using model::grammar::GrammarSpec;
 using model::grammar::TokenizerInfo;
 
-std::filesystem::path model_path() {
-  return ::troupe::test_support::default_model_path();
-}
+using ::troupe::test_support::default_model_path;
 
 struct Fixture {
   model::Tokenizer tokenizer;
@@ -47,8 +45,8 @@ struct Fixture {
 
 Fixture* fixture() {
   static std::unique_ptr<Fixture> f = []() -> std::unique_ptr<Fixture> {
-    if (!std::filesystem::exists(model_path())) return nullptr;
-    return std::make_unique<Fixture>(model::Tokenizer::from_gguf(model::GgufFile::open(model_path())));
+    if (!std::filesystem::exists(default_model_path())) return nullptr;
+    return std::make_unique<Fixture>(model::Tokenizer::from_gguf(model::GgufFile::open(default_model_path())));
   }();
   return f.get();
 }

@@ -22,9 +22,7 @@ namespace troupe::gpu::cpu::testing {
 
 // The default model (scripts/setup fetches it), or $TROUPE_TEST_MODEL. Tests that need it skip
 // when the file is missing.
-inline std::filesystem::path default_model_path() {
-  return ::troupe::test_support::default_model_path();
-}
+using ::troupe::test_support::default_model_path;
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);

@@ -159,8 +159,8 @@ TEST(ChatTemplate, UnknownTemplateIsAClearErrorUnlessConfigured) {
 
 TEST(ChatTemplate, SmolLM2FromModelFileAndNoInjection) {
   const Tokenizer* tok = smollm2_tokenizer();
-  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << smollm2_model_path();
-  const GgufFile file = GgufFile::open(smollm2_model_path());
+  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << default_model_path();
+  const GgufFile file = GgufFile::open(default_model_path());
   const ChatTemplate t = ChatTemplate::for_model(file);
   EXPECT_EQ(t.kind(), ChatTemplateKind::kChatml);
   ASSERT_TRUE(t.default_system_prompt().has_value());
@@ -187,8 +187,8 @@ TEST(ChatTemplate, SmolLM2FromModelFileAndNoInjection) {
 // encode_chat must give exactly the same ids.
 TEST(ChatTemplate, EncodeChatMatchesLlamaCppReferencePrompts) {
   const Tokenizer* tok = smollm2_tokenizer();
-  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << smollm2_model_path();
-  const GgufFile file = GgufFile::open(smollm2_model_path());
+  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << default_model_path();
+  const GgufFile file = GgufFile::open(default_model_path());
   const ChatTemplate t = ChatTemplate::for_model(file);
   const auto path =
       ::troupe::test_support::source_dir() / "tests" / "reference" / "smollm2_greedy.json";

@@ -21,7 +21,7 @@ const Tokenizer* tokenizer_or_null() {
 
 TEST(IncrementalDetokenizer, EmitsOnlyCompleteCharacters) {
   const Tokenizer* tok = tokenizer_or_null();
-  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << smollm2_model_path();
+  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << default_model_path();
   const std::vector<std::string> texts = {"😀😃😄 emoji",
                                           "👨‍👩‍👧‍👦 family",
                                           "你好，世界！我爱自然语言处理。",
@@ -52,7 +52,7 @@ TEST(IncrementalDetokenizer, EmitsOnlyCompleteCharacters) {
 
 TEST(IncrementalDetokenizer, ByteByByte) {
   const Tokenizer* tok = tokenizer_or_null();
-  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << smollm2_model_path();
+  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << default_model_path();
   IncrementalDetokenizer detok(*tok);
   const std::string emoji = "\xF0\x9F\x98\x80";
   EXPECT_EQ(detok.push_bytes(emoji.substr(0, 1)), "");
@@ -63,7 +63,7 @@ TEST(IncrementalDetokenizer, ByteByByte) {
 
 TEST(IncrementalDetokenizer, InvalidBytesBecomeReplacementCharacters) {
   const Tokenizer* tok = tokenizer_or_null();
-  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << smollm2_model_path();
+  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << default_model_path();
   IncrementalDetokenizer detok(*tok);
   // A stray continuation byte can never become valid: replaced at once.
   EXPECT_EQ(detok.push_bytes("a\x80"
@@ -83,7 +83,7 @@ TEST(IncrementalDetokenizer, InvalidBytesBecomeReplacementCharacters) {
 
 TEST(IncrementalDetokenizer, ControlTokensHiddenUnlessRendered) {
   const Tokenizer* tok = tokenizer_or_null();
-  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << smollm2_model_path();
+  if (tok == nullptr) GTEST_SKIP() << "model file not found at " << default_model_path();
   IncrementalDetokenizer plain(*tok);
   EXPECT_EQ(plain.push(2), "");
   IncrementalDetokenizer special(*tok, /*render_special=*/true);

@@ -17,9 +17,7 @@ namespace {
 using testing::GgufWriter;
 using testing::tiny_llama_file;
 
-std::filesystem::path default_model_path() {
-  return ::troupe::test_support::default_model_path();
-}
+using ::troupe::test_support::default_model_path;
 
 // Expects open() to throw GgufError whose message contains `needle`.
 void expect_rejected(const std::filesystem::path& path, std::string_view needle) {

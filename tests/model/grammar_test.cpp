@@ -41,7 +41,7 @@ GrammarCompiler* smollm2_compiler() {
   const Tokenizer* tok = smollm2_tokenizer();                                          \
   GrammarCompiler* compiler = smollm2_compiler();                                      \
   if (tok == nullptr || compiler == nullptr) {                                         \
-    GTEST_SKIP() << "model file not found at " << smollm2_model_path()                 \
+    GTEST_SKIP() << "model file not found at " << default_model_path()                 \
                  << " (set TROUPE_TEST_MODEL or run setup to place it under models/)"; \
   }                                                                                    \
   (void)tok;                                                                           \

@@ -15,13 +15,11 @@
 
 namespace troupe::model {
 
-inline std::filesystem::path smollm2_model_path() {
-  return ::troupe::test_support::default_model_path();
-}
+using ::troupe::test_support::default_model_path;
 
 inline const Tokenizer* smollm2_tokenizer() {
   static const std::unique_ptr<Tokenizer> tokenizer = []() -> std::unique_ptr<Tokenizer> {
-    const auto path = smollm2_model_path();
+    const auto path = default_model_path();
     if (!std::filesystem::exists(path)) return nullptr;
     return std::make_unique<Tokenizer>(Tokenizer::from_gguf(GgufFile::open(path)));
   }();

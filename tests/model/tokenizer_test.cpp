@@ -26,7 +26,7 @@ namespace troupe::model {
 #define REQUIRE_SMOLLM2(tok)                                                           \
   const Tokenizer* tok = smollm2_tokenizer();                                          \
   if (tok == nullptr) {                                                                \
-    GTEST_SKIP() << "model file not found at " << smollm2_model_path()                 \
+    GTEST_SKIP() << "model file not found at " << default_model_path()                 \
                  << " (set TROUPE_TEST_MODEL or run setup to place it under models/)"; \
   }
 
