@@ -19,8 +19,50 @@ int32_t to_i32(uint64_t v, std::string_view key) {
 }  // namespace
 
 float LlamaConfig::attention_scale() const {
-  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return scale_queries ? 1.0f : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
+
+float LlamaConfig::query_scale() const {
+  return scale_queries ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
+}
+
+namespace {
+
+// gemma3 (llama.cpp src/models/gemma3.cpp, llama_model_gemma3::load_arch_hparams): the
+// embeddings scaled by sqrt(n_embd), QK norms and post norms, GEGLU, Q scaled before attention
+// by 1/sqrt(head_dim) (the 27B's 1/sqrt(n_embd / n_head) is the same number only when
+// head_dim = n_embd / n_head, so a 62-layer file is refused), and sliding-window layers in a
+// pattern of 6 (five sliding, then one global) unless the file lists them, with RoPE base 10000
+// there.
+void read_gemma3(const GgufFile& file, const std::string& a, LlamaConfig& c) {
+  c.rope_mode = RopeMode::kNeox;
+  c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.qk_norm = true;
+  c.post_norms = true;
+  c.ffn_activation = FfnActivation::kGeluTanh;
+  c.scale_queries = true;
+  if (c.n_layer == 62 && c.head_dim * c.n_head != c.n_embd) {
+    throw GgufError("gemma3 with 62 layers (27B) scales queries by 1/sqrt(n_embd / n_head), "
+                    "which troupe does not implement");
+  }
+  if (file.find(a + "final_logit_softcapping") != nullptr) {
+    throw GgufError(a + "final_logit_softcapping is not supported");
+  }
+  if (file.find(a + "attention.sliding_window_pattern") != nullptr) {
+    throw GgufError(a + "attention.sliding_window_pattern is not supported (the default "
+                    "pattern of 6 is)");
+  }
+  if (auto w = file.get_uint(a + "attention.sliding_window"); w && *w > 0) {
+    if (*w > static_cast<uint64_t>(INT32_MAX)) throw GgufError(a + "attention.sliding_window is too large");
+    c.sliding_window = static_cast<int32_t>(*w);
+    c.sliding_layers.resize(static_cast<size_t>(std::max(c.n_layer, 0)));
+    constexpr int32_t kPattern = 6;
+    for (int32_t i = 0; i < c.n_layer; ++i) c.sliding_layers[static_cast<size_t>(i)] = i % kPattern < kPattern - 1;
+  }
+  if (auto v = file.get_float(a + "rope.freq_base_swa")) c.rope_freq_base_sliding = static_cast<float>(*v);
+}
+
+}  // namespace
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& file) {
   LlamaConfig c;
@@ -30,8 +72,9 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& file) {
   } else if (c.architecture == "qwen2") {
     c.rope_mode = RopeMode::kNeox;
     c.qkv_bias = true;
-  } else {
-    throw GgufError("architecture '" + c.architecture + "' is not supported (llama, qwen2)");
+  } else if (c.architecture != "gemma3") {
+    throw GgufError("architecture '" + c.architecture +
+                    "' is not supported (llama, mistral, qwen2, gemma3)");
   }
   const std::string a = c.architecture + ".";
   auto req = [&](const char* key) { return to_i32(file.require_uint(a + key), a + key); };
@@ -67,6 +110,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& file) {
     throw GgufError(a + "rope.scaling.type '" + scaling + "' is not supported (none, linear)");
   }
   c.tied_output = file.find_tensor("output.weight") == nullptr;
+  if (c.architecture == "gemma3") read_gemma3(file, a, c);
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
@@ -155,6 +199,16 @@ void LlamaConfig::validate() const {
   }
   if (!positive_finite(rms_eps)) {
     throw std::invalid_argument("model config: rms epsilon must be positive and finite");
+  }
+  if (!positive_finite(embedding_scale)) {
+    throw std::invalid_argument("model config: the embedding scale must be positive and finite");
+  }
+  if (!positive_finite(rope_freq_base_sliding)) {
+    throw std::invalid_argument("model config: rope.freq_base_swa must be positive and finite");
+  }
+  if (sliding_window < 0 ||
+      (sliding_window > 0 && sliding_layers.size() != static_cast<size_t>(n_layer))) {
+    throw std::invalid_argument("model config: the sliding window needs one flag per layer");
   }
   if (rope_llama3) {
     const Llama3RopeScaling& s = *rope_llama3;

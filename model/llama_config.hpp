@@ -1,9 +1,11 @@
 // Hyper-parameters of a llama-family model (llama: SmolLM2, TinyLlama, Llama 2/3, Mistral; qwen2
-// through the QKV-bias and NEOX-RoPE seams), read from GGUF metadata or a named dummy shape.
+// through the QKV-bias and NEOX-RoPE seams; gemma3 through the Gemma seams below), read from
+// GGUF metadata or a named dummy shape.
 //
 // Thread-safety: a plain value; copy freely.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,6 +30,10 @@ struct Llama3RopeScaling {
   int32_t original_context_length = 8192;  // original_max_position_embeddings
 };
 
+// The gate activation of the feed-forward block: SiLU (SwiGLU: llama, qwen2) or GELU with the
+// tanh approximation (GEGLU: gemma3).
+enum class FfnActivation { kSilu, kGeluTanh };
+
 struct LlamaConfig {
   std::string architecture = "llama";
   int32_t n_vocab = 0;
@@ -48,9 +54,44 @@ struct LlamaConfig {
   bool tied_output = false;    // no output.weight: logits use token_embd
   bool qkv_bias = false;       // qwen2: attn_q/k/v carry a bias vector
 
+  // The Gemma 3 seams (llama.cpp src/models/gemma3.cpp), all off for the llama family.
+  float embedding_scale = 1.0f;  // token embeddings times this (gemma3: sqrt(n_embd))
+  bool qk_norm = false;          // per-head RMSNorm of Q and K (attn_q_norm/attn_k_norm) before RoPE
+  bool post_norms = false;       // post_attention_norm / post_ffw_norm before each residual add
+  FfnActivation ffn_activation = FfnActivation::kSilu;
+  // Q is multiplied by 1/sqrt(head_dim) in f32 before attention and the scores are not scaled
+  // (gemma3's graph); otherwise the scores are scaled. Same math, different rounding: llama.cpp
+  // rounds the scaled Q to fp16 for the KQ product.
+  bool scale_queries = false;
+  // Sliding-window attention: a query at position p sees keys (p - sliding_window, p] in the
+  // layers marked here (gemma3: every layer but each sixth); 0 = no sliding layers.
+  int32_t sliding_window = 0;
+  std::vector<bool> sliding_layers;      // [n_layer] when sliding_window > 0
+  float rope_freq_base_sliding = 10000.0f;  // the RoPE base of the sliding layers (scale 1)
+
   int32_t q_dim() const { return n_head * head_dim; }
   int32_t kv_dim() const { return n_head_kv * head_dim; }
+  // The factor on the attention scores (1 when scale_queries), and the one on Q before
+  // attention (1 unless scale_queries).
   float attention_scale() const;
+  float query_scale() const;
+  bool is_sliding(int32_t layer) const {
+    return sliding_window > 0 && sliding_layers[static_cast<size_t>(layer)];
+  }
+  // The first key position a query at `position` attends in `layer`.
+  int32_t first_visible_key(int32_t layer, int32_t position) const {
+    return is_sliding(layer) ? std::max(0, position + 1 - sliding_window) : 0;
+  }
+  // RoPE base and linear scale of one layer (the sliding layers have their own).
+  float rope_base(int32_t layer) const {
+    return is_sliding(layer) ? rope_freq_base_sliding : rope_freq_base;
+  }
+  float rope_scale(int32_t layer) const { return is_sliding(layer) ? 1.0f : rope_freq_scale; }
+  // Whether any Gemma seam is on: backends that implement only the llama family refuse these.
+  bool uses_gemma_seams() const {
+    return embedding_scale != 1.0f || qk_norm || post_norms ||
+           ffn_activation != FfnActivation::kSilu || scale_queries || sliding_window > 0;
+  }
 
   // Reads `{arch}.*` keys. Throws GgufError naming a missing/invalid key, or an unsupported
   // architecture or RoPE scaling.

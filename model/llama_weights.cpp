@@ -98,6 +98,14 @@ LlamaWeights LlamaWeights::from_gguf(const GgufFile& file) {
       l.bk = get(p + "attn_k.bias");
       l.bv = get(p + "attn_v.bias");
     }
+    if (w.config_.qk_norm) {
+      l.q_norm = get(p + "attn_q_norm.weight");
+      l.k_norm = get(p + "attn_k_norm.weight");
+    }
+    if (w.config_.post_norms) {
+      l.post_attn_norm = get(p + "post_attention_norm.weight");
+      l.post_ffn_norm = get(p + "post_ffw_norm.weight");
+    }
     l.ffn_norm = get(p + "ffn_norm.weight");
     l.w_gate = get(p + "ffn_gate.weight");
     l.w_up = get(p + "ffn_up.weight");
@@ -158,6 +166,18 @@ void LlamaWeights::validate() const {
       check(*l.bq, c.q_dim(), 1, false);
       check(*l.bk, c.kv_dim(), 1, false);
       check(*l.bv, c.kv_dim(), 1, false);
+    }
+    if (c.qk_norm) {
+      if (!l.q_norm || !l.k_norm) throw GgufError("QK-norm layer without attn_q_norm/attn_k_norm");
+      check(*l.q_norm, c.head_dim, 1, false);
+      check(*l.k_norm, c.head_dim, 1, false);
+    }
+    if (c.post_norms) {
+      if (!l.post_attn_norm || !l.post_ffn_norm) {
+        throw GgufError("layer without post_attention_norm/post_ffw_norm");
+      }
+      check(*l.post_attn_norm, c.n_embd, 1, false);
+      check(*l.post_ffn_norm, c.n_embd, 1, false);
     }
     check(l.ffn_norm, c.n_embd, 1, false);
     check(l.w_gate, c.n_embd, c.n_ff, true);

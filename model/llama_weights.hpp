@@ -42,6 +42,9 @@ struct LlamaLayerWeights {
   std::optional<WeightView> bq, bk, bv;  // qwen2 only, F32
   WeightView ffn_norm;   // [n_embd] F32
   WeightView w_gate, w_up, w_down;
+  // gemma3 only (LlamaConfig::qk_norm, post_norms), F32: [head_dim] per-head Q/K norms, and the
+  // [n_embd] norms of the attention and feed-forward outputs before their residual adds.
+  std::optional<WeightView> q_norm, k_norm, post_attn_norm, post_ffn_norm;
 };
 
 class LlamaWeights {

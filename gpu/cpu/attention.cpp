@@ -139,7 +139,8 @@ namespace {
 // The SIMD path: every step vectorized, bit-identical to the scalar one (attention_kernels.hpp).
 bool attention_simd(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                     int32_t kv_head, const float* q, int32_t group, float scale, float* out,
-                    float* scratch, IsaLevel isa, bool fp16_probabilities, bool single_token) {
+                    float* scratch, IsaLevel isa, bool fp16_probabilities, bool single_token,
+                    int32_t first_key) {
   const int32_t hd = kv.head_dim;
   if (!TROUPE_X86 || isa == IsaLevel::kScalar || hd % 8 != 0 || hd > detail::kMaxSimdHeadDim ||
       (single_token && hd % 32 != 0)) {
@@ -166,6 +167,7 @@ bool attention_simd(const KvLayerView& kv, const int32_t* block_table, int32_t n
   } else {
     detail::scores_chunk_avx2(k_rows, num_keys, hd, q, group, scale, scratch);
   }
+  mask_keys_before(scratch, num_keys, group, first_key);
   if (avx512) {
     // The group's rows together: their double sums' dependent adds overlap.
     int32_t keys[kMaxGroup];
@@ -200,9 +202,10 @@ bool attention_simd(const KvLayerView& kv, const int32_t* block_table, int32_t n
 
 void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                      int32_t kv_head, const float* q, int32_t group, float scale, float* out,
-                     float* scratch, IsaLevel isa, bool fp16_probabilities, bool single_token) {
+                     float* scratch, IsaLevel isa, bool fp16_probabilities, bool single_token,
+                     int32_t first_key) {
   if (attention_simd(kv, block_table, num_keys, kv_head, q, group, scale, out, scratch, isa,
-                     fp16_probabilities, single_token)) {
+                     fp16_probabilities, single_token, first_key)) {
     return;
   }
   // The scalar path: the reference order every SIMD form must reproduce.
@@ -211,6 +214,7 @@ void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t 
   } else {
     scores_scalar(kv, block_table, num_keys, kv_head, q, group, scale, scratch);
   }
+  mask_keys_before(scratch, num_keys, group, first_key);
   for (int32_t g = 0; g < group; ++g) {
     detail::softmax_row_scalar(scratch + static_cast<int64_t>(g) * num_keys, num_keys,
                                fp16_probabilities);
@@ -222,15 +226,20 @@ void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t 
   }
 }
 
+void mask_keys_before(float* scores, int64_t stride, int32_t rows, int32_t first_key) {
+  if (first_key <= 0) return;
+  for (int32_t r = 0; r < rows; ++r) std::fill_n(scores + r * stride, first_key, -INFINITY);
+}
+
 void attention_group_reference(const KvLayerView& kv, const int32_t* block_table,
                                int32_t num_keys, int32_t kv_head, const float* q, int32_t group,
-                               float scale, float* out) {
+                               float scale, float* out, int32_t first_key) {
   const int32_t hd = kv.head_dim;
   std::vector<double> s(num_keys);
   for (int32_t g = 0; g < group; ++g) {
     const float* qg = q + static_cast<int64_t>(g) * hd;
     double mx = -1e300;
-    for (int32_t t = 0; t < num_keys; ++t) {
+    for (int32_t t = first_key; t < num_keys; ++t) {
       const uint16_t* kp =
           kv.k + kv.offset(block_table[t / kv.block_size], kv_head, t % kv.block_size);
       double acc = 0.0;
@@ -239,10 +248,10 @@ void attention_group_reference(const KvLayerView& kv, const int32_t* block_table
       mx = std::max(mx, s[t]);
     }
     double sum = 0.0;
-    for (int32_t t = 0; t < num_keys; ++t) sum += (s[t] = std::exp(s[t] - mx));
+    for (int32_t t = first_key; t < num_keys; ++t) sum += (s[t] = std::exp(s[t] - mx));
     for (int32_t d = 0; d < hd; ++d) {
       double acc = 0.0;
-      for (int32_t t = 0; t < num_keys; ++t) {
+      for (int32_t t = first_key; t < num_keys; ++t) {
         const uint16_t* vp =
             kv.v + kv.offset(block_table[t / kv.block_size], kv_head, t % kv.block_size);
         acc += s[t] * model::fp16_to_fp32(vp[d]);

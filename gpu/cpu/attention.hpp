@@ -52,14 +52,20 @@ void kv_store(const KvLayerView& kv, int32_t block, int32_t slot, const float* k
 // prompt in one batch) gets llamafile sgemm's order (8 lanes, hsum); single_token (a generated
 // token, which llama.cpp decodes alone) gets ggml_vec_dot_f16's (4 x 8 lanes), since llamafile
 // declines n < 2. The caller decides per token (forward.cpp: uses_decode_order).
+// first_key > 0 (a sliding-window layer) masks keys [0, first_key) as llama.cpp's mask does:
+// their scores become -inf, so their probabilities are exactly 0 and every sum keeps the lane
+// and block order of the unmasked product (the same bits as llama.cpp with its -inf mask).
 void attention_group(const KvLayerView& kv, const int32_t* block_table, int32_t num_keys,
                      int32_t kv_head, const float* q, int32_t group, float scale, float* out,
                      float* scratch, IsaLevel isa, bool fp16_probabilities = false,
-                     bool single_token = false);
+                     bool single_token = false, int32_t first_key = 0);
 
-// Double-precision reference with the same inputs.
+// Sets scores [0, first_key) of `rows` rows (stride apart) to -inf: the sliding-window mask.
+void mask_keys_before(float* scores, int64_t stride, int32_t rows, int32_t first_key);
+
+// Double-precision reference with the same inputs (keys [first_key, num_keys)).
 void attention_group_reference(const KvLayerView& kv, const int32_t* block_table,
                                int32_t num_keys, int32_t kv_head, const float* q, int32_t group,
-                               float scale, float* out);
+                               float scale, float* out, int32_t first_key = 0);
 
 }  // namespace troupe::gpu::cpu

@@ -308,6 +308,15 @@ void value_pass(const AttentionTile& tile, AttentionTileScratch& scratch,
 
 }  // namespace
 
+void mask_tile_window(const AttentionTile& tile, float* scores, int64_t stride) {
+  if (tile.window <= 0) return;
+  for (int32_t i = 0; i < tile.num_tokens; ++i) {
+    const int32_t first_key = tile.first_position + i + 1 - tile.window;
+    mask_keys_before(scores + static_cast<int64_t>(i) * tile.group * stride, stride, tile.group,
+                     first_key);
+  }
+}
+
 void attention_tile(const AttentionTile& tile, AttentionTileScratch& scratch, IsaLevel isa) {
   const int32_t hd = tile.head_dim;
   const int32_t num_rows = tile.num_tokens * tile.group;
@@ -322,6 +331,7 @@ void attention_tile(const AttentionTile& tile, AttentionTileScratch& scratch, Is
                               .s_stride = scratch.scores_stride()};
   gather_queries(tile, hd, scratch.queries());
   score_pass(tile, scratch, rows, num_keys, kernels);
+  mask_tile_window(tile, rows.s, rows.s_stride);
   softmax_pass(rows, tile.fp16_probabilities, kernels);
   value_pass(tile, scratch, rows, num_keys, kernels);
   // out[d] = hsum8 over the 8 key lanes, as the per-token kernels end.

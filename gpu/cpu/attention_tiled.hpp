@@ -62,7 +62,13 @@ struct AttentionTile {
   int64_t out_stride = 0;
   float scale = 1.0f;
   bool fp16_probabilities = false;  // as attention_group's
+  // A sliding-window layer's window (0: none): token i sees only keys after
+  // first_position + i - window, the rest masked as attention_group's first_key masks them.
+  int32_t window = 0;
 };
+
+// The tile's sliding-window mask on its scores (rows r = i * group + g): no-op without a window.
+void mask_tile_window(const AttentionTile& tile, float* scores, int64_t stride);
 
 // A float buffer whose data() is 64-byte aligned (so a vector load never straddles two cache
 // lines). grow() keeps the contents; it only ever grows.

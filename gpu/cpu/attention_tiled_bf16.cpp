@@ -256,6 +256,7 @@ void attention_tile_bf16(const AttentionTileBf16& tile, AttentionTileScratch& sc
   gather_queries(shape, num_rows, q);
 
   score_pass(tile.k, num_keys, hd, q, rows, kernels);
+  mask_tile_window(shape, rows.s, rows.s_stride);
   uint32_t* probs = scratch.probabilities();
   softmax_pass(rows, probs, scratch.probs_stride(), kernels);
   float* out = scores.lanes();  // [padded rows][hd] here

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/fp16.hpp"
+#include "gpu/cpu/geglu.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
 #include "gpu/cpu/swiglu.hpp"
@@ -100,6 +101,10 @@ LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& con
     if (l.bq) L.bq = l.bq->as_f32();
     if (l.bk) L.bk = l.bk->as_f32();
     if (l.bv) L.bv = l.bv->as_f32();
+    if (l.q_norm) L.q_norm = l.q_norm->as_f32();
+    if (l.k_norm) L.k_norm = l.k_norm->as_f32();
+    if (l.post_attn_norm) L.post_attn_norm = l.post_attn_norm->as_f32();
+    if (l.post_ffn_norm) L.post_ffn_norm = l.post_ffn_norm->as_f32();
     for (const Projection* p : {&L.qkv, &L.wo, &L.gate_up, &L.down}) {
       for (const PackedMatrix& m : p->parts) packed_bytes_ += static_cast<int64_t>(m.bytes());
     }
@@ -276,8 +281,8 @@ void LlamaForward::reset_attention_scratch(size_t threads) {
   for (ConvertedHeadBf16& h : converted_bf16_) h.reset();
 }
 
-void LlamaForward::attend_head_run(const StepBatch& b, const KvLayerView& kv, const HeadRun& r,
-                                   int t) {
+void LlamaForward::attend_head_run(const StepBatch& b, const KvLayerView& kv, int32_t layer,
+                                   const HeadRun& r, int t) {
   const model::LlamaConfig& c = weights_.config();
   const int32_t group = c.n_head / c.n_head_kv;
   const int32_t hd = c.head_dim;
@@ -293,11 +298,12 @@ void LlamaForward::attend_head_run(const StepBatch& b, const KvLayerView& kv, co
                   attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() +
                       static_cast<int64_t>(r.first_head) * hd,
                   attn_scratch_[t].data(), config_.isa, /*fp16_probabilities=*/true,
-                  /*single_token=*/uses_decode_order(s, position));
+                  /*single_token=*/uses_decode_order(s, position),
+                  c.first_visible_key(layer, position));
 }
 
-void LlamaForward::attend_tile(const StepBatch& b, const KvLayerView& kv, const AttentionWork& w,
-                               int32_t h, int t) {
+void LlamaForward::attend_tile(const StepBatch& b, const KvLayerView& kv, int32_t layer,
+                               const AttentionWork& w, int32_t h, int t) {
   const model::LlamaConfig& c = weights_.config();
   const int32_t group = c.n_head / c.n_head_kv;
   const int32_t hd = c.head_dim;
@@ -316,7 +322,8 @@ void LlamaForward::attend_tile(const StepBatch& b, const KvLayerView& kv, const 
                             static_cast<int64_t>(h) * group * hd,
                      .out_stride = c.q_dim(),
                      .scale = c.attention_scale(),
-                     .fp16_probabilities = true};
+                     .fp16_probabilities = true,
+                     .window = c.is_sliding(layer) ? c.sliding_window : 0};
   if (config_.prefill_attention == PrefillAttentionPrecision::kBf16) {
     const ConvertedHeadBf16::Words words =
         converted_bf16_[t].get(kv, table, h, position + w.num_tokens, bf16_kernels_);
@@ -356,9 +363,10 @@ void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool
   auto run = [&](int64_t begin, int64_t end, int t) {
     for (int64_t item = begin; item < end; ++item) {
       if (item >= tiled_items) {
-        attend_head_run(b, kv, attn_plan_.head_runs[item - tiled_items], t);
+        attend_head_run(b, kv, layer, attn_plan_.head_runs[item - tiled_items], t);
       } else {
-        attend_tile(b, kv, work[item % num_tiles], static_cast<int32_t>(item / num_tiles), t);
+        attend_tile(b, kv, layer, work[item % num_tiles], static_cast<int32_t>(item / num_tiles),
+                    t);
       }
     }
   };
@@ -398,6 +406,10 @@ void LlamaForward::prepare_scratch(const StepBatch& b, ThreadPool& pool) {
   grow(tmp_, T * E);
   grow(rope_cos_, T * half_rot);
   grow(rope_sin_, T * half_rot);
+  if (c.sliding_window > 0) {
+    grow(rope_cos_sliding_, T * half_rot);
+    grow(rope_sin_sliding_, T * half_rot);
+  }
   token_seq_.assign(T, 0);
   int32_t max_keys = 1;
   for (size_t s = 0; s < b.seqs.size(); ++s) {
@@ -416,50 +428,80 @@ void LlamaForward::embed(const StepBatch& b) {
   const model::WeightView& emb = weights_.token_embd();
   RopeParams rope{c.n_rot, c.rope_freq_base, c.rope_freq_scale};
   if (const auto f = weights_.rope_freq_factors(); !f.empty()) rope.freq_factors = f.data();
+  const RopeParams sliding{c.n_rot, c.rope_freq_base_sliding, 1.0f};
   for (int64_t i = 0; i < b.num_tokens(); ++i) {
-    dequantize_row(emb.type, emb.row(b.token_ids[i]), E, x_.data() + i * E);
+    float* x = x_.data() + i * E;
+    dequantize_row(emb.type, emb.row(b.token_ids[i]), E, x);
+    // ggml_scale in f32 (gemma3: sqrt(n_embd)); 1 for the llama family, skipped.
+    if (c.embedding_scale != 1.0f) {
+      for (int64_t j = 0; j < E; ++j) x[j] *= c.embedding_scale;
+    }
     rope_table(b.positions[i], rope, rope_cos_.data() + i * half_rot, rope_sin_.data() + i * half_rot);
+    if (c.sliding_window > 0) {
+      rope_table(b.positions[i], sliding, rope_cos_sliding_.data() + i * half_rot,
+                 rope_sin_sliding_.data() + i * half_rot);
+    }
   }
   observe("inp_embd", 0, x_.data(), b.num_tokens(), E, E);
+}
+
+void LlamaForward::prepare_qkv_row(const StepBatch& b, int32_t l, int64_t i) {
+  const model::LlamaConfig& c = weights_.config();
+  const int64_t Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
+  const int32_t half_rot = c.n_rot / 2;
+  const IsaLevel isa = config_.isa;
+  const Layer& L = layers_[l];
+  float* q = qkv_.data() + i * W;
+  float* k = q + Q;
+  float* v = k + KV;
+  if (L.bq) {
+    for (int64_t j = 0; j < Q; ++j) q[j] += L.bq[j];
+    for (int64_t j = 0; j < KV; ++j) k[j] += L.bk[j], v[j] += L.bv[j];
+  }
+  if (L.q_norm) {  // ggml_rms_norm over each head's head_dim values, then the weight
+    for (int32_t h = 0; h < c.n_head; ++h) {
+      float* qh = q + static_cast<int64_t>(h) * c.head_dim;
+      rmsnorm(qh, L.q_norm, qh, c.head_dim, c.rms_eps, isa);
+    }
+    for (int32_t h = 0; h < c.n_head_kv; ++h) {
+      float* kh = k + static_cast<int64_t>(h) * c.head_dim;
+      rmsnorm(kh, L.k_norm, kh, c.head_dim, c.rms_eps, isa);
+    }
+  }
+  const bool sliding = c.is_sliding(l);
+  const float* cs = (sliding ? rope_cos_sliding_ : rope_cos_).data() + i * half_rot;
+  const float* sn = (sliding ? rope_sin_sliding_ : rope_sin_).data() + i * half_rot;
+  if (c.rope_mode == model::RopeMode::kNorm) {
+    rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
+    rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
+  } else {
+    rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
+    rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
+  }
+  if (c.scale_queries) {  // in f32 before the fp16 rounding below, as gemma3's graph does
+    const float scale = c.query_scale();
+    for (int64_t j = 0; j < Q; ++j) q[j] *= scale;
+  }
+  // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
+  round_to_fp16(q, Q, isa);
+  const SequenceSlice& s = b.seqs[token_seq_[i]];
+  const int32_t pos = b.positions[i];
+  const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +
+                                       pos / config_.block_size];
+  kv_store(kv_layer(l), block, pos % config_.block_size, k, v, isa);
 }
 
 void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& pool) {
   const model::LlamaConfig& c = weights_.config();
   const int64_t T = b.num_tokens();
   const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
-  const int32_t half_rot = c.n_rot / 2;
   const IsaLevel isa = config_.isa;
   const Layer& L = layers_[l];
-  const KvLayerView kv = kv_layer(l);
   for_each_row(T, pool, [&](int64_t i) { rmsnorm(x_.data() + i * E, L.attn_norm, h_.data() + i * E, E, c.rms_eps, isa); });
   observe("attn_norm", l, h_.data(), T, E, E);
   project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool);
   observe("qkv", l, qkv_.data(), T, W, W);
-  for_each_row(T, pool, [&](int64_t i) {
-    float* q = qkv_.data() + i * W;
-    float* k = q + Q;
-    float* v = k + KV;
-    if (L.bq) {
-      for (int64_t j = 0; j < Q; ++j) q[j] += L.bq[j];
-      for (int64_t j = 0; j < KV; ++j) k[j] += L.bk[j], v[j] += L.bv[j];
-    }
-    const float* cs = rope_cos_.data() + i * half_rot;
-    const float* sn = rope_sin_.data() + i * half_rot;
-    if (c.rope_mode == model::RopeMode::kNorm) {
-      rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
-      rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
-    } else {
-      rope_apply_neox(q, c.n_head, c.head_dim, c.n_rot, cs, sn, isa);
-      rope_apply_neox(k, c.n_head_kv, c.head_dim, c.n_rot, cs, sn, isa);
-    }
-    // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
-    round_to_fp16(q, Q, isa);
-    const SequenceSlice& s = b.seqs[token_seq_[i]];
-    const int32_t pos = b.positions[i];
-    const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +
-                                         pos / config_.block_size];
-    kv_store(kv, block, pos % config_.block_size, k, v, isa);
-  });
+  for_each_row(T, pool, [&](int64_t i) { prepare_qkv_row(b, l, i); });
   observe("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
   attention(b, l, pool);
   observe("kqv_out", l, attn_.data(), T, Q, Q);
@@ -474,7 +516,8 @@ void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
   const Layer& L = layers_[l];
   for_each_row(T, pool, [&](int64_t i) {
     float* x = x_.data() + i * E;
-    const float* t = tmp_.data() + i * E;
+    float* t = tmp_.data() + i * E;
+    if (L.post_attn_norm) rmsnorm(t, L.post_attn_norm, t, E, c.rms_eps, isa);
     for (int64_t j = 0; j < E; ++j) x[j] += t[j];
     rmsnorm(x, L.ffn_norm, h_.data() + i * E, E, c.rms_eps, isa);
   });
@@ -482,15 +525,22 @@ void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
   observe("ffn_norm", l, h_.data(), T, E, E);
   project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool);
   observe("gate_up", l, gu_.data(), T, 2 * F, 2 * F);
+  const bool gelu = c.ffn_activation == model::FfnActivation::kGeluTanh;
   for_each_row(T, pool, [&](int64_t i) {
-    swiglu(gu_.data() + i * 2 * F, gu_.data() + i * 2 * F + F, act_.data() + i * F, F, isa);
+    const float* gate = gu_.data() + i * 2 * F;
+    if (gelu) {
+      geglu(gate, gate + F, act_.data() + i * F, F);
+    } else {
+      swiglu(gate, gate + F, act_.data() + i * F, F, isa);
+    }
   });
   observe("ffn_swiglu", l, act_.data(), T, F, F);
   project(L.down, act_.data(), F, T, tmp_.data(), E, pool);
   observe("ffn_out", l, tmp_.data(), T, E, E);
   for_each_row(T, pool, [&](int64_t i) {
     float* x = x_.data() + i * E;
-    const float* t = tmp_.data() + i * E;
+    float* t = tmp_.data() + i * E;
+    if (L.post_ffn_norm) rmsnorm(t, L.post_ffn_norm, t, E, c.rms_eps, isa);
     for (int64_t j = 0; j < E; ++j) x[j] += t[j];
   });
   observe("l_out", l, x_.data(), T, E, E);

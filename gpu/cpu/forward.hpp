@@ -1,5 +1,8 @@
 // The llama forward pass on the CPU for one StepBatch: packed weights, paged fp16 KV memory and
-// the per-step scratch buffers. Computes logits for the sampling rows only.
+// the per-step scratch buffers. Computes logits for the sampling rows only. The Gemma 3 seams
+// (model/llama_config.hpp) slot into the same pass: the embedding scale, per-head QK RMSNorm
+// before RoPE, the query scale, sliding-window masks and RoPE base per layer, the post-attention
+// and post-FFN norms before the residual adds, and GEGLU (geglu.hpp) for SwiGLU.
 //
 //   per layer:  h = RMSNorm(x)           -> int8 rows (once)   -> [Wq;Wk;Wv] one packed pass
 //               RoPE(q, k) -> K,V into blocks (all tokens)    -> attention per (prompt tile
@@ -100,6 +103,11 @@ class LlamaForward {
     const float* bq = nullptr;
     const float* bk = nullptr;
     const float* bv = nullptr;
+    // gemma3 (LlamaConfig::qk_norm, post_norms); nullptr otherwise.
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    const float* post_attn_norm = nullptr;
+    const float* post_ffn_norm = nullptr;
   };
 
   // Attention work for every KV head: a tile of consecutive chunk-order tokens of one sequence
@@ -128,12 +136,16 @@ class LlamaForward {
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
                int64_t ldy, ThreadPool& pool);
   void attention(const StepBatch& batch, int32_t layer, ThreadPool& pool);
+  // Q and K of one token row after the projection: bias, QK norm, RoPE with the layer's
+  // tables, the query scale, Q rounded to fp16; then K and V stored in the token's KV slot.
+  void prepare_qkv_row(const StepBatch& batch, int32_t layer, int64_t row);
   // attention()'s parts: the per-thread scratch made ready for this layer's K/V; one run of
   // query heads of a per-token item, and one tile of one KV head, on thread `t`.
   void reset_attention_scratch(size_t threads);
-  void attend_head_run(const StepBatch& batch, const KvLayerView& kv, const HeadRun& run, int t);
-  void attend_tile(const StepBatch& batch, const KvLayerView& kv, const AttentionWork& work,
-                   int32_t kv_head, int t);
+  void attend_head_run(const StepBatch& batch, const KvLayerView& kv, int32_t layer,
+                       const HeadRun& run, int t);
+  void attend_tile(const StepBatch& batch, const KvLayerView& kv, int32_t layer,
+                   const AttentionWork& work, int32_t kv_head, int t);
 
   // forward(), phase by phase (the CUDA backend's step_forward.cpp has the same shape).
   void prepare_scratch(const StepBatch& batch, ThreadPool& pool);
@@ -162,6 +174,8 @@ class LlamaForward {
 
   // Scratch, grown to the largest step seen.
   std::vector<float> x_, h_, qkv_, attn_, gu_, act_, tmp_, logits_, rope_cos_, rope_sin_;
+  // The sliding-window layers' RoPE tables (their own base), when the model has such layers.
+  std::vector<float> rope_cos_sliding_, rope_sin_sliding_;
   std::vector<int32_t> token_seq_;  // seq index of each token
   QuantizedRows q_;
   std::vector<std::vector<float>> attn_scratch_;  // per thread

@@ -66,6 +66,11 @@ CudaBackend::Impl::Impl(model::LlamaWeights weights, const CudaBackendConfig& cf
     throw std::invalid_argument("CUDA backend: block_size, max_num_batched_tokens and max_num_seqs must be positive");
   }
   if (c.qkv_bias) throw std::invalid_argument("CUDA backend: QKV bias (qwen2) is not supported yet; use --backend cpu");
+  if (c.uses_gemma_seams()) {
+    throw std::invalid_argument("CUDA backend: architecture " + c.architecture +
+                                " (QK norm, post norms, GEGLU, sliding-window layers) is not "
+                                "supported yet; use --backend cpu");
+  }
   if (c.head_dim % 32 != 0 || c.head_dim > 128) {
     throw std::invalid_argument("CUDA backend: head_dim " + std::to_string(c.head_dim) + " is not supported (32, 64, 96, 128)");
   }
