@@ -65,7 +65,10 @@ LlamaForward::Projection LlamaForward::make_projection(
       p.num_outputs += v->num_outputs;
     }
   }
-  for (const PackedMatrix& m : p.parts) p.quantized = p.quantized || m.quantized();
+  for (const PackedMatrix& m : p.parts) {
+    p.quantized = p.quantized || m.quantized();
+    p.q8k = p.q8k || m.q8k();
+  }
   return p;
 }
 
@@ -196,11 +199,15 @@ void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int
                            float* y, int64_t ldy, ThreadPool& pool) {
   if (w.quantized) {
     const int64_t cols = w.parts[0].num_inputs();
-    resize_quantized_rows(q_, rows, cols);
+    resize_quantized_rows(q_, rows, cols, w.q8k);
+    auto quantize = [&](int64_t b, int64_t e) {
+      quantize_row_range(x, ldx, b, e, q_, config_.isa);
+      if (w.q8k) quantize_q8k_range(x, ldx, b, e, q_);
+    };
     if (rows >= kParallelRows) {
-      pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize_row_range(x, ldx, b, e, q_, config_.isa); });
+      pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize(b, e); });
     } else {
-      quantize_row_range(x, ldx, 0, rows, q_, config_.isa);
+      quantize(0, rows);
     }
   }
   const MatmulInput in{x, ldx, rows, &q_};

@@ -32,7 +32,7 @@ std::string type_name(TensorType t) { return std::string(model::tensor_type_name
 
 }  // namespace
 
-void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_cols) {
+void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_cols, bool q8k) {
   if (num_cols % kQuantBlock != 0) throw std::invalid_argument("quantize_rows: cols % 32 != 0");
   const int64_t nb = num_cols / kQuantBlock;
   out.num_rows = num_rows;
@@ -44,6 +44,19 @@ void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_col
     out.scaled_sum.resize(num_rows * nb);
   }
   if (static_cast<int64_t>(out.group_bias.size()) < num_rows * nb * 8) out.group_bias.resize(num_rows * nb * 8);
+  if (q8k) {
+    if (num_cols % kQ8KBlock != 0) throw std::invalid_argument("quantize_rows: Q8_K needs cols % 256 == 0");
+    const size_t blocks = static_cast<size_t>(num_rows * (num_cols / kQ8KBlock));
+    if (out.q8k.size() < blocks) out.q8k.resize(blocks);
+  }
+}
+
+void quantize_q8k_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+                        QuantizedRows& out) {
+  const int64_t blocks = out.num_cols / kQ8KBlock;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    quantize_row_q8k(x + r * ldx, out.num_cols, out.q8k.data() + r * blocks);
+  }
 }
 
 void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
@@ -89,8 +102,10 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
 
 void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
                    QuantizedRows& out, IsaLevel isa) {
-  resize_quantized_rows(out, num_rows, num_cols);
+  const bool q8k = num_cols % kQ8KBlock == 0;
+  resize_quantized_rows(out, num_rows, num_cols, q8k);
   quantize_row_range(x, ldx, 0, num_rows, out, isa);
+  if (q8k) quantize_q8k_range(x, ldx, 0, num_rows, out);
 }
 
 bool is_supported_weight_type(TensorType type) {
@@ -141,6 +156,20 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
                                 std::to_string(num_inputs) + " is not a multiple of " +
                                 std::to_string(std::max<int64_t>(type_block, kQuantBlock)));
   }
+  const auto* src = static_cast<const uint8_t*>(data);
+  const size_t src_row = model::row_bytes(type, static_cast<uint64_t>(num_inputs));
+  if (uses_q8k_activations(type)) {
+    // ggml's rows as they are, one "tile" per kTileOutputs rows (zero rows past the end).
+    m.q8k_ = true;
+    m.tile_bytes_ = src_row * kTileOutputs;
+    const size_t total = m.tile_bytes_ * static_cast<size_t>(m.num_tiles());
+    auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64 + 64));
+    if (raw == nullptr) throw std::bad_alloc();
+    std::memset(raw, 0, total);
+    std::memcpy(raw, src, src_row * static_cast<size_t>(num_outputs));
+    m.data_ = std::shared_ptr<std::byte>(raw, FreeAligned{});
+    return m;
+  }
   const int64_t nb = num_inputs / kQuantBlock;
   const int unit = detail::packed_block_bytes(m.format_);
   m.tile_bytes_ = static_cast<size_t>(quant ? nb : num_inputs) * unit;
@@ -150,8 +179,6 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
   std::memset(raw, 0, total);
   m.data_ = std::shared_ptr<std::byte>(raw, FreeAligned{});
 
-  const auto* src = static_cast<const uint8_t*>(data);
-  const size_t src_row = model::row_bytes(type, static_cast<uint64_t>(num_inputs));
   for (int64_t t = 0; t < m.num_tiles(); ++t) {
     auto* tile = reinterpret_cast<uint8_t*>(raw + t * m.tile_bytes_);
     for (int lane = 0; lane < kTileOutputs; ++lane) {
@@ -323,12 +350,35 @@ void run_tiles(const detail::TileJob& job, int64_t tile_begin, int64_t tile_end,
 void matmul_tiles(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
                   int64_t tile_begin, int64_t tile_end, IsaLevel isa) {
   if (in.num_rows == 0) return;
+  if (w.q8k()) {
+    const int64_t blocks = w.num_inputs() / kQ8KBlock;
+    if (in.q == nullptr || in.q->num_cols != w.num_inputs() ||
+        in.q->q8k.size() < static_cast<size_t>(in.num_rows * blocks)) {
+      throw std::invalid_argument("matmul: Q4_K/Q6_K weights need Q8_K activations");
+    }
+    matmul_q8k_range(w.source_type(), reinterpret_cast<const uint8_t*>(w.tile(0)),
+                     w.tile_bytes() / kTileOutputs, w.num_inputs(), in.q->q8k.data(), in.num_rows,
+                     y, ldy, tile_begin * kTileOutputs,
+                     std::min(tile_end * kTileOutputs, w.num_outputs()), isa);
+    return;
+  }
   run_tiles(make_job(w, in, y, ldy), tile_begin, tile_end, isa);
 }
 
 void matmul(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
             ThreadPool* pool, IsaLevel isa) {
   if (in.num_rows == 0) return;
+  if (w.q8k()) {
+    const int64_t work = w.num_tiles() * in.num_rows * (w.num_inputs() / kQuantBlock);
+    if (pool == nullptr || pool->num_threads() == 1 || work < kMinParallelWork) {
+      matmul_tiles(w, in, y, ldy, 0, w.num_tiles(), isa);
+      return;
+    }
+    pool->parallel_for(w.num_tiles(), [&](int64_t b, int64_t e, int) {
+      matmul_tiles(w, in, y, ldy, b, e, isa);
+    });
+    return;
+  }
   const detail::TileJob job = make_job(w, in, y, ldy);
   // Small products (decode-size projections) run on the calling thread: waking the pool costs
   // more than it saves, especially on a loaded host. Splits never change results.
@@ -378,8 +428,11 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
           break;
         }
         case TensorType::kQ4_K:
-        case TensorType::kQ5_K:
         case TensorType::kQ6_K:
+          acc = dot_q8k(type, row, in.q->q8k.data() + r * (num_inputs / kQ8KBlock), num_inputs,
+                        IsaLevel::kScalar);
+          break;
+        case TensorType::kQ5_K:
           acc = detail::kquant_reference_dot(type, row, num_inputs, in.q->qs.data() + r * num_inputs,
                                              in.q->scale.data() + r * nb, in.q->sum.data() + r * nb);
           break;

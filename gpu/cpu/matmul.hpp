@@ -17,8 +17,10 @@
 //       Q4_1/Q5_1 only: msum = fma(m[b], fp16(dx[b] * float(sum_q[b])), msum)
 //     y = ((lane0+lane4) + (lane2+lane6)) + ((lane1+lane5) + (lane3+lane7))   (hsum_float_8)
 //     Q4_1/Q5_1 only: y += msum
-//   K-quant W (Q4_K/Q5_K/Q6_K): the same shape with per-sub-block float scales; see
-//   matmul_kquant.hpp (not bit-equal to llama.cpp, which quantizes activations to Q8_K).
+//   Q4_K/Q6_K W: against Q8_K activations (per 256), ggml's per-row dots (matmul_q8k.hpp),
+//   bit-equal to llama.cpp's x86 build; W is kept as ggml stores it, not tiled.
+//   Q5_K W: the legacy shape with per-sub-block float scales; see matmul_kquant.hpp (not
+//   bit-equal to llama.cpp, which quantizes activations to Q8_K).
 //   float W (F32/F16/BF16): acc = 0; for k in order: acc = fma(float(w[k]), x[k], acc)
 // Integer dot products are exact and the float lanes are fixed by the order above, so the AVX-512,
 // AVX2 and scalar paths return bit-identical results (the tests check this). Threads split
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "gpu/cpu/cpu_features.hpp"
+#include "gpu/cpu/matmul_q8k.hpp"
 #include "model/quants/dequantize.hpp"
 #include "model/quants/q4_q8.hpp"
 #include "model/tensor_type.hpp"
@@ -61,19 +64,27 @@ struct QuantizedRows {
   // of a 4-input group against weights stored with +128 (Q8_0); shifted right by 4, Q4_0's -8.
   std::vector<int32_t> group_bias;
 
+  // Q8_K blocks of the same rows ([num_rows][num_cols / 256]) for Q4_K/Q6_K weights, when
+  // num_cols is a multiple of 256; empty otherwise.
+  std::vector<BlockQ8K> q8k;
+
   int64_t num_blocks() const { return num_cols / kQuantBlock; }
 };
 
 // Quantizes rows of x (row stride ldx). Round to nearest even, as cvtps2dq does. Every isa
-// gives bit-identical results.
+// gives bit-identical results. Fills q8k too when num_cols is a multiple of 256.
 void quantize_rows(const float* x, int64_t ldx, int64_t num_rows, int64_t num_cols,
                    QuantizedRows& out, IsaLevel isa = IsaLevel::kScalar);
 
 // Sizes `out` for num_rows x num_cols (keeps capacity), then quantize_row_range fills rows
 // [row_begin, row_end) from x's rows of the same index (threads fill disjoint ranges).
-void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_cols);
+void resize_quantized_rows(QuantizedRows& out, int64_t num_rows, int64_t num_cols,
+                           bool q8k = false);
 void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
                         QuantizedRows& out, IsaLevel isa = IsaLevel::kScalar);
+// Rows [row_begin, row_end) of `out.q8k` (sized by resize_quantized_rows with q8k = true).
+void quantize_q8k_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+                        QuantizedRows& out);
 
 // Storage formats of packed weights. K-quants (Q4_K/Q5_K/Q6_K) get their own formats: their
 // 256-element super-blocks split into 32-element sub-blocks with float sub-scales, so they read
@@ -103,6 +114,8 @@ class PackedMatrix {
            format_ == PackedFormat::kQ4_K ||
            format_ == PackedFormat::kQ5_K || format_ == PackedFormat::kQ6_K;
   }
+  // Q4_K/Q6_K: rows kept in ggml's layout, multiplied against QuantizedRows::q8k.
+  bool q8k() const { return q8k_; }
   int64_t num_outputs() const { return num_outputs_; }
   int64_t num_inputs() const { return num_inputs_; }
   int64_t num_tiles() const { return (num_outputs_ + kTileOutputs - 1) / kTileOutputs; }
@@ -119,6 +132,7 @@ class PackedMatrix {
   int64_t num_outputs_ = 0;
   int64_t num_inputs_ = 0;
   size_t tile_bytes_ = 0;
+  bool q8k_ = false;
   std::shared_ptr<std::byte> data_;
 };
 

@@ -5,6 +5,8 @@
 //
 //   build/tests/parity_probe DIR [PROMPT_INDEX] [--decode]    (model: $TROUPE_TEST_MODEL or
 //                                                              models/SmolLM2-135M-Instruct.Q4_1.gguf)
+// TROUPE_PROBE_IDS=2,818,5279 runs those token ids instead of a reference prompt. Each tap also
+// prints its sum and first values, the figures llama-eval-callback prints.
 #include <simdjson.h>
 
 #include <algorithm>
@@ -29,6 +31,13 @@ std::string g_dir;
 
 void write_tap(const char* name, int32_t layer, const float* data, int64_t rows, int64_t cols,
                int64_t ld) {
+  // A one-line summary to compare with llama-eval-callback's: the sum, and row 0's first values.
+  double sum = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) sum += data[r * ld + c];
+  }
+  std::printf("%-14s %3d  sum %14.6f  row0 %9.4f %9.4f %9.4f\n", name, layer, sum, data[0],
+              cols > 1 ? data[1] : 0.0f, cols > 2 ? data[2] : 0.0f);
   const std::string path = g_dir + "/" + name + "-" + std::to_string(layer) + ".f32";
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return;
@@ -70,8 +79,16 @@ int main(int argc, char** argv) {
   simdjson::dom::parser parser;
   simdjson::dom::element doc = parser.load((source / "tests" / "reference" / "smollm2_greedy.json").string());
   std::vector<int32_t> ids;
-  for (int64_t v : doc["prompts"].get_array().at(prompt_index)["prompt_ids"].get_array()) {
-    ids.push_back(static_cast<int32_t>(v));
+  if (const char* list = std::getenv("TROUPE_PROBE_IDS")) {  // "2,818,5279": ids, not a prompt index
+    for (const char* p = list; *p != '\0';) {
+      char* end = nullptr;
+      ids.push_back(static_cast<int32_t>(std::strtol(p, &end, 10)));
+      p = *end == ',' ? end + 1 : end;
+    }
+  } else {
+    for (int64_t v : doc["prompts"].get_array().at(prompt_index)["prompt_ids"].get_array()) {
+      ids.push_back(static_cast<int32_t>(v));
+    }
   }
   StepHarness h(2048, 16);
   h.add(0, ids);
