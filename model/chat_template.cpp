@@ -12,7 +12,7 @@
 namespace troupe::model {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, ChatTemplateKind>, 9> kNames = {{
+constexpr std::array<std::pair<std::string_view, ChatTemplateKind>, 10> kNames = {{
     {"chatml", ChatTemplateKind::kChatml},
     {"llama3", ChatTemplateKind::kLlama3},
     {"llama2", ChatTemplateKind::kLlama2},
@@ -22,6 +22,7 @@ constexpr std::array<std::pair<std::string_view, ChatTemplateKind>, 9> kNames = 
     {"mistral-v1", ChatTemplateKind::kMistralV1},
     {"mistral-v3", ChatTemplateKind::kMistralV3},
     {"mistral-v3-tekken", ChatTemplateKind::kMistralV3Tekken},
+    {"gemma", ChatTemplateKind::kGemma},
 }};
 
 using chat_internal::PromptBuilder;
@@ -36,6 +37,33 @@ void render_chatml(PromptBuilder& b, std::span<const ChatMessage> messages,
     b.tmpl("<|im_start|>").user_text(m.role).tmpl("\n").user_text(m.content).tmpl("<|im_end|>\n");
   }
   if (add_generation_prompt) b.tmpl("<|im_start|>assistant\n");
+}
+
+// llama.cpp's LLM_CHAT_TEMPLATE_GEMMA: no system turn; the system texts (trimmed, joined) open
+// the next non-model turn, followed by a blank line; "assistant" is "model"; contents trimmed.
+void render_gemma(PromptBuilder& b, std::span<const ChatMessage> messages,
+                  bool add_generation_prompt) {
+  std::string system;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      system += trim(m.content);
+      continue;
+    }
+    const bool model_turn = m.role == "assistant";
+    b.tmpl("<start_of_turn>");
+    if (model_turn) {
+      b.tmpl("model");
+    } else {
+      b.user_text(m.role);
+    }
+    b.tmpl("\n");
+    if (!system.empty() && !model_turn) {
+      b.user_text(system).tmpl("\n\n");
+      system.clear();
+    }
+    b.user_text(trim(m.content)).tmpl("<end_of_turn>\n");
+  }
+  if (add_generation_prompt) b.tmpl("<start_of_turn>model\n");
 }
 
 void render_llama3(PromptBuilder& b, std::span<const ChatMessage> messages,
@@ -162,11 +190,13 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view tmpl) {
   }
   if (contains("<|start_header_id|>") && contains("<|end_header_id|>"))
     return ChatTemplate(ChatTemplateKind::kLlama3);
+  if (contains("<start_of_turn>")) return ChatTemplate(ChatTemplateKind::kGemma);
   return std::nullopt;
 }
 
 ChatTemplate ChatTemplate::from_jinja(std::optional<std::string_view> jinja,
-                                      std::string_view configured_name) {
+                                      std::string_view configured_name,
+                                      std::string_view architecture) {
   if (!configured_name.empty()) {
     ChatTemplate t = by_name(configured_name);
     // A configured "chatml" still honours the model's own default system prompt.
@@ -178,17 +208,21 @@ ChatTemplate ChatTemplate::from_jinja(std::optional<std::string_view> jinja,
     }
     return t;
   }
-  if (!jinja) return ChatTemplate(ChatTemplateKind::kChatml);
+  if (!jinja) {
+    return ChatTemplate(architecture == "gemma3" ? ChatTemplateKind::kGemma
+                                                 : ChatTemplateKind::kChatml);
+  }
   if (auto detected = detect_chat_template(*jinja)) return *detected;
   std::string head(jinja->substr(0, 120));
   throw std::runtime_error(
       "unrecognised chat template in tokenizer.chat_template (\"" + head +
       "...\"); configure one of the built-in names (chatml, llama3, llama2, llama2-sys, "
-      "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken)");
+      "llama2-sys-bos, llama2-sys-strip, mistral-v1, mistral-v3, mistral-v3-tekken, gemma)");
 }
 
 ChatTemplate ChatTemplate::for_model(const GgufFile& file, std::string_view configured_name) {
-  return from_jinja(file.get_string("tokenizer.chat_template"), configured_name);
+  return from_jinja(file.get_string("tokenizer.chat_template"), configured_name,
+                    file.architecture());
 }
 
 ToolCallFormat ChatTemplate::tool_call_format() const {
@@ -230,6 +264,7 @@ RenderedPrompt ChatTemplate::render(std::span<const ChatMessage> messages,
     case ChatTemplateKind::kMistralV1:
     case ChatTemplateKind::kMistralV3:
     case ChatTemplateKind::kMistralV3Tekken: render_mistral(b, messages, kind_); break;
+    case ChatTemplateKind::kGemma: render_gemma(b, messages, add_generation_prompt); break;
   }
   return b.take();
 }

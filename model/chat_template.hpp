@@ -52,6 +52,7 @@ enum class ChatTemplateKind : uint8_t {
   kMistralV1,
   kMistralV3,
   kMistralV3Tekken,
+  kGemma,  // <start_of_turn>user|model; system text prefixed to the first user turn
 };
 
 // SmolLM2's default system prompt (its Jinja inserts it when the first message is not system).
@@ -65,16 +66,20 @@ class ChatTemplate {
       : kind_(kind), default_system_prompt_(std::move(default_system_prompt)) {}
 
   // "chatml", "llama3", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip",
-  // "mistral-v1", "mistral-v3", "mistral-v3-tekken"; throws std::invalid_argument otherwise.
+  // "mistral-v1", "mistral-v3", "mistral-v3-tekken", "gemma"; throws std::invalid_argument
+  // otherwise.
   static ChatTemplate by_name(std::string_view name);
   static std::vector<std::string_view> names();
 
   // The template for a model: the configured name when given, else detected from
-  // `tokenizer.chat_template` (none in the file: ChatML). Throws std::runtime_error naming the
-  // problem when the template is not recognised and no name is configured (a start-up failure).
+  // `tokenizer.chat_template`; none in the file: the architecture's own format (gemma3: Gemma,
+  // whose GGUF conversions often carry no template), else ChatML. Throws std::runtime_error
+  // naming the problem when the template is not recognised and no name is configured (a
+  // start-up failure).
   static ChatTemplate for_model(const GgufFile& file, std::string_view configured_name = {});
   static ChatTemplate from_jinja(std::optional<std::string_view> jinja,
-                                 std::string_view configured_name = {});
+                                 std::string_view configured_name = {},
+                                 std::string_view architecture = {});
 
   ChatTemplateKind kind() const { return kind_; }
   std::string_view name() const;

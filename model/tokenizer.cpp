@@ -17,10 +17,14 @@ namespace {
 
 constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 '▁'
 
-// Texts llama.cpp treats as end of generation whatever their declared type.
-constexpr std::array<std::string_view, 12> kEndOfGenerationTexts = {
-    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
+// Texts llama.cpp treats as end of generation whatever their declared type (src/llama-vocab.cpp
+// of the reference build, llama-cpp-python 0.3.36's llama.cpp: Gemma 3's `</s>` is one).
+constexpr std::array<std::string_view, 22> kEndOfGenerationTexts = {
+    "<|eot_id|>",         "<|im_end|>", "<|end|>",   "<|return|>",      "<|call|>",
+    "<|flush|>",          "<|calls|>",  "<end_of_turn>", "<|endoftext|>", "</s>",
+    "<|eom_id|>",         "<EOT>",      "_<EOT>",    "[EOT]",           "[EOS]",
+    "<|end_of_text|>",    "<end_of_utterance>", "<eos>", "<turn|>",     "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
 };
 // llama.cpp also stops on the fill-in-the-middle pad / repo / file-separator tokens (first found).
 constexpr std::array<std::string_view, 4> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",

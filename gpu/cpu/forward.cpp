@@ -33,6 +33,24 @@ bool uses_decode_order(const SequenceSlice& s, int32_t position) {
   return s.num_prompt_tokens == 1 || position >= s.num_prompt_tokens;
 }
 
+// llama.cpp's K-quant product order for the token at `position` (matmul_q8k.hpp): it runs a
+// prompt in ubatches of at most 512 tokens (its default n_ubatch) and takes the tiled kernel
+// for a ubatch of 8 rows or more; a generated token is decoded alone. Keyed, like
+// uses_decode_order, on what the token is, so chunking and batching do not change a sequence's
+// logits.
+constexpr int32_t kLlamaCppUbatch = 512;
+constexpr int32_t kLlamaCppTiledMinRows = 8;
+
+Q8KOrder kquant_order(const SequenceSlice& s, int32_t position) {
+  if (s.num_prompt_tokens < 0) {
+    return s.num_tokens >= kLlamaCppTiledMinRows ? Q8KOrder::kTiled : Q8KOrder::kVecDot;
+  }
+  if (position >= s.num_prompt_tokens) return Q8KOrder::kVecDot;
+  const int32_t ubatch_start = position / kLlamaCppUbatch * kLlamaCppUbatch;
+  const int32_t ubatch_rows = std::min(kLlamaCppUbatch, s.num_prompt_tokens - ubatch_start);
+  return ubatch_rows >= kLlamaCppTiledMinRows ? Q8KOrder::kTiled : Q8KOrder::kVecDot;
+}
+
 }  // namespace
 
 LlamaForward::Projection LlamaForward::make_projection(
@@ -196,7 +214,7 @@ void LlamaForward::validate(const StepBatch& b) const {
 }
 
 void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int64_t rows,
-                           float* y, int64_t ldy, ThreadPool& pool) {
+                           float* y, int64_t ldy, ThreadPool& pool, const Q8KOrder* orders) {
   if (w.quantized) {
     const int64_t cols = w.parts[0].num_inputs();
     resize_quantized_rows(q_, rows, cols, w.q8k);
@@ -210,7 +228,7 @@ void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int
       quantize(0, rows);
     }
   }
-  const MatmulInput in{x, ldx, rows, &q_};
+  const MatmulInput in{x, ldx, rows, &q_, orders};
   for (size_t i = 0; i < w.parts.size(); ++i) {
     matmul(w.parts[i], in, y + w.column_offsets[i], ldy, &pool, config_.isa);
   }
@@ -418,9 +436,14 @@ void LlamaForward::prepare_scratch(const StepBatch& b, ThreadPool& pool) {
     grow(rope_sin_sliding_, T * half_rot);
   }
   token_seq_.assign(T, 0);
+  q8k_orders_.assign(T, Q8KOrder::kVecDot);
   int32_t max_keys = 1;
   for (size_t s = 0; s < b.seqs.size(); ++s) {
-    for (int32_t i = 0; i < b.seqs[s].num_tokens; ++i) token_seq_[b.seqs[s].token_offset + i] = static_cast<int32_t>(s);
+    for (int32_t i = 0; i < b.seqs[s].num_tokens; ++i) {
+      const int32_t token = b.seqs[s].token_offset + i;
+      token_seq_[token] = static_cast<int32_t>(s);
+      q8k_orders_[token] = kquant_order(b.seqs[s], b.positions[token]);
+    }
     max_keys = std::max(max_keys, b.seqs[s].context_len);
   }
   attn_scratch_.resize(pool.num_threads());
@@ -506,13 +529,13 @@ void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& po
   const Layer& L = layers_[l];
   for_each_row(T, pool, [&](int64_t i) { rmsnorm(x_.data() + i * E, L.attn_norm, h_.data() + i * E, E, c.rms_eps, isa); });
   observe("attn_norm", l, h_.data(), T, E, E);
-  project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool);
+  project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool, q8k_orders_.data());
   observe("qkv", l, qkv_.data(), T, W, W);
   for_each_row(T, pool, [&](int64_t i) { prepare_qkv_row(b, l, i); });
   observe("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
   attention(b, l, pool);
   observe("kqv_out", l, attn_.data(), T, Q, Q);
-  project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool);
+  project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool, q8k_orders_.data());
   observe("attn_out", l, tmp_.data(), T, E, E);
 }
 
@@ -530,7 +553,7 @@ void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
   });
   observe("ffn_inp", l, x_.data(), T, E, E);
   observe("ffn_norm", l, h_.data(), T, E, E);
-  project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool);
+  project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool, q8k_orders_.data());
   observe("gate_up", l, gu_.data(), T, 2 * F, 2 * F);
   const bool gelu = c.ffn_activation == model::FfnActivation::kGeluTanh;
   for_each_row(T, pool, [&](int64_t i) {
@@ -542,7 +565,7 @@ void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
     }
   });
   observe("ffn_swiglu", l, act_.data(), T, F, F);
-  project(L.down, act_.data(), F, T, tmp_.data(), E, pool);
+  project(L.down, act_.data(), F, T, tmp_.data(), E, pool, q8k_orders_.data());
   observe("ffn_out", l, tmp_.data(), T, E, E);
   for_each_row(T, pool, [&](int64_t i) {
     float* x = x_.data() + i * E;

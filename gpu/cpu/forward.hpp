@@ -134,8 +134,10 @@ class LlamaForward {
 
   static Projection make_projection(const std::vector<const model::WeightView*>& views);
   Projection single(const model::WeightView& view);
+  // orders: llama.cpp's K-quant order per row (token rows); nullptr (the logits rows, which
+  // llama.cpp computes one per sequence): kVecDot.
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
-               int64_t ldy, ThreadPool& pool);
+               int64_t ldy, ThreadPool& pool, const Q8KOrder* orders = nullptr);
   void attention(const StepBatch& batch, int32_t layer, ThreadPool& pool);
   // Q and K of one token row after the projection: bias, QK norm, RoPE with the layer's
   // tables, the query scale, Q rounded to fp16; then K and V stored in the token's KV slot.
@@ -178,6 +180,7 @@ class LlamaForward {
   // The sliding-window layers' RoPE tables (their own base), when the model has such layers.
   std::vector<float> rope_cos_sliding_, rope_sin_sliding_;
   std::vector<int32_t> token_seq_;  // seq index of each token
+  std::vector<Q8KOrder> q8k_orders_;  // llama.cpp's K-quant order of each token (forward.cpp)
   QuantizedRows q_;
   std::vector<std::vector<float>> attn_scratch_;  // per thread
   std::vector<AttentionTileScratch> tile_scratch_;  // per thread

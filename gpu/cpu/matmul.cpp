@@ -359,7 +359,7 @@ void matmul_tiles(const PackedMatrix& w, const MatmulInput& in, float* y, int64_
     matmul_q8k_range(w.source_type(), reinterpret_cast<const uint8_t*>(w.tile(0)),
                      w.tile_bytes() / kTileOutputs, w.num_inputs(), in.q->q8k.data(), in.num_rows,
                      y, ldy, tile_begin * kTileOutputs,
-                     std::min(tile_end * kTileOutputs, w.num_outputs()), isa);
+                     std::min(tile_end * kTileOutputs, w.num_outputs()), isa, in.q8k_orders);
     return;
   }
   run_tiles(make_job(w, in, y, ldy), tile_begin, tile_end, isa);
@@ -430,7 +430,8 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
         case TensorType::kQ4_K:
         case TensorType::kQ6_K:
           acc = dot_q8k(type, row, in.q->q8k.data() + r * (num_inputs / kQ8KBlock), num_inputs,
-                        IsaLevel::kScalar);
+                        IsaLevel::kScalar,
+                        in.q8k_orders != nullptr ? in.q8k_orders[r] : Q8KOrder::kVecDot);
           break;
         case TensorType::kQ5_K:
           acc = detail::kquant_reference_dot(type, row, num_inputs, in.q->qs.data() + r * num_inputs,

@@ -143,6 +143,8 @@ struct MatmulInput {
   int64_t ldx = 0;
   int64_t num_rows = 0;
   const QuantizedRows* q = nullptr;
+  // Q4_K/Q6_K weights: llama.cpp's order for each row (matmul_q8k.hpp); nullptr: kVecDot.
+  const Q8KOrder* q8k_orders = nullptr;
 };
 
 // y[r][o] (row stride ldy) for every row of `in` and every output of `w`, at `isa`, split over

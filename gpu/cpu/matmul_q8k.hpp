@@ -22,6 +22,16 @@
 // hsum8 = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) (ggml's hsum_float_8). The AVX2
 // kernels give the scalar ones' bits (the integer lanes are exact).
 //
+// That is llama.cpp's order for a product of fewer than 8 activation rows (a decode, a short
+// prompt). From 8 rows on it takes its tiled K-quant kernel (ggml-cpu/tiled, AVX2 microtile),
+// which sums each super-block's integers whole and chains the blocks differently:
+//   s1 = sum of the 8 lanes above (exact), s2 (Q4_K) = sum of the 4 min lanes (exact)
+//   res = fp16(x.d) * float(s1);  Q4_K: res = fma(-fp16(x.dmin), float(s2), res)
+//   out = fma(res, y.d, out)   over super-blocks in order, from out = 0
+// Q8KOrder picks one per activation row; the forward pass keys it on what the token is
+// (gpu/cpu/forward.cpp, uses_tiled_kquant_order), so a sequence's logits follow llama.cpp's
+// sequential run whatever else shares the batch.
+//
 // Thread-safety: pure functions over caller-owned buffers.
 #pragma once
 
@@ -48,16 +58,22 @@ inline bool uses_q8k_activations(model::TensorType type) {
   return type == model::TensorType::kQ4_K || type == model::TensorType::kQ6_K;
 }
 
+// Which of llama.cpp's two K-quant orders a row gets (above).
+enum class Q8KOrder : uint8_t { kVecDot = 0, kTiled = 1 };
+
 // Quantizes n floats (a multiple of 256) into n / 256 blocks.
 void quantize_row_q8k(const float* x, int64_t n, BlockQ8K* out);
 
 // The dot of one ggml row of `type` (Q4_K or Q6_K, n elements) with n / 256 activation blocks.
-float dot_q8k(model::TensorType type, const void* row, const BlockQ8K* x, int64_t n, IsaLevel isa);
+float dot_q8k(model::TensorType type, const void* row, const BlockQ8K* x, int64_t n, IsaLevel isa,
+              Q8KOrder order = Q8KOrder::kVecDot);
 
 // y[r * ldy + o] for rows [0, num_rows) of x (blocks_per_row apart) and outputs
-// [out_begin, out_end) of the ggml matrix w (row stride row_bytes).
+// [out_begin, out_end) of the ggml matrix w (row stride row_bytes). orders: one per row, or
+// nullptr for kVecDot everywhere.
 void matmul_q8k_range(model::TensorType type, const uint8_t* w, size_t row_bytes,
                       int64_t num_inputs, const BlockQ8K* x, int64_t num_rows, float* y,
-                      int64_t ldy, int64_t out_begin, int64_t out_end, IsaLevel isa);
+                      int64_t ldy, int64_t out_begin, int64_t out_end, IsaLevel isa,
+                      const Q8KOrder* orders = nullptr);
 
 }  // namespace troupe::gpu::cpu

@@ -1,0 +1,233 @@
+// Gemma 3 270M (Q4_K_M, scripts/fetch_model gemma3-270m) on the CPU backend against llama.cpp
+// (tests/reference/gemma3_*.json, made by tests/reference/make_gemma3_reference.py with weight
+// repacking and flash attention off): the config read from the file, the tokenizer on a
+// 300-string corpus, Gemma's chat format, the first step's logits, and 22 prompts x 48 greedy
+// tokens (two past the 512-token sliding window) decoded together. Skips when the model file is
+// absent ($TROUPE_GEMMA3_MODEL or models/gemma-3-270m-q4_k_m.gguf; scripts/test fetches it).
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/cpu/cpu_backend.hpp"
+#include "model/chat_template.hpp"
+#include "model/gguf.hpp"
+#include "model/llama_config.hpp"
+#include "model/tokenizer.hpp"
+#include "tests/gpu/cpu_step_harness.hpp"
+#include "tests/support/source_dir.hpp"
+
+namespace troupe::gpu::cpu {
+namespace {
+
+using testing::StepHarness;
+
+std::filesystem::path gemma3_path() {
+  if (const char* env = std::getenv("TROUPE_GEMMA3_MODEL"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return test_support::source_dir() / "models" / "gemma-3-270m-q4_k_m.gguf";
+}
+
+std::filesystem::path reference_path(const char* name) {
+  return test_support::source_dir() / "tests" / "reference" / name;
+}
+
+std::vector<int32_t> read_ids(simdjson::dom::array a) {
+  std::vector<int32_t> out;
+  for (int64_t v : a) out.push_back(static_cast<int32_t>(v));
+  return out;
+}
+
+std::string from_hex(std::string_view hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  }
+  return out;
+}
+
+class Gemma3 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(gemma3_path())) return;
+    file_ = std::make_shared<const model::GgufFile>(model::GgufFile::open(gemma3_path()));
+    tokenizer_ = std::make_unique<model::Tokenizer>(model::Tokenizer::from_gguf(*file_));
+  }
+  static void TearDownTestSuite() {
+    tokenizer_.reset();
+    file_.reset();
+  }
+  void SetUp() override {
+    if (file_ == nullptr) {
+      GTEST_SKIP() << "no " << gemma3_path() << " (TROUPE_MODELS=gemma3-270m ./scripts/setup)";
+    }
+  }
+  static std::unique_ptr<CpuBackend> backend(int32_t num_blocks) {
+    CpuBackendConfig cfg;
+    cfg.num_blocks = num_blocks;
+    return CpuBackend::from_gguf(file_, cfg);
+  }
+  static inline std::shared_ptr<const model::GgufFile> file_;
+  static inline std::unique_ptr<model::Tokenizer> tokenizer_;
+};
+
+TEST_F(Gemma3, ConfigFromTheFile) {
+  const model::LlamaConfig c = model::LlamaConfig::from_gguf(*file_);
+  EXPECT_EQ(c.architecture, "gemma3");
+  EXPECT_EQ(c.n_layer, 18);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.n_head, 4);
+  EXPECT_EQ(c.n_head_kv, 1);
+  EXPECT_EQ(c.rope_mode, model::RopeMode::kNeox);
+  EXPECT_TRUE(c.qk_norm && c.post_norms && c.scale_queries && c.tied_output);
+  EXPECT_EQ(c.ffn_activation, model::FfnActivation::kGeluTanh);
+  EXPECT_FLOAT_EQ(c.embedding_scale, std::sqrt(640.0f));
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f);
+  EXPECT_FLOAT_EQ(c.query_scale(), 1.0f / 16.0f);
+  EXPECT_EQ(c.sliding_window, 512);
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    const bool global = l % 6 == 5;  // layers 5, 11, 17
+    EXPECT_EQ(c.is_sliding(l), !global) << "layer " << l;
+    EXPECT_FLOAT_EQ(c.rope_base(l), global ? 1e6f : 1e4f) << "layer " << l;
+  }
+  EXPECT_EQ(c.first_visible_key(0, 511), 0);
+  EXPECT_EQ(c.first_visible_key(0, 512), 1);   // keys (512 - 512, 512]
+  EXPECT_EQ(c.first_visible_key(5, 4000), 0);  // a global layer sees everything
+}
+
+TEST_F(Gemma3, TokenizerMatchesLlamaCppOnTheCorpus) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(reference_path("gemma3_tokenize.json").string());
+  int checked = 0;
+  for (simdjson::dom::element e : doc["entries"].get_array()) {
+    const std::string text = from_hex(std::string_view(e["hex"]));
+    EXPECT_EQ(tokenizer_->encode(text, /*parse_special=*/true), read_ids(e["special"]))
+        << "special on: '" << text << "'";
+    const std::vector<int32_t> plain = read_ids(e["plain"]);
+    EXPECT_EQ(tokenizer_->encode(text, /*parse_special=*/false), plain)
+        << "special off: '" << text << "'";
+    EXPECT_EQ(tokenizer_->decode(plain), from_hex(std::string_view(e["plain_detok_hex"])))
+        << "decode: '" << text << "'";
+    ++checked;
+  }
+  EXPECT_GE(checked, 300);
+  for (int64_t id : doc["info"]["eog_ids"].get_array()) {
+    EXPECT_TRUE(tokenizer_->is_end_of_generation(static_cast<int32_t>(id))) << id;
+  }
+}
+
+// The file has no chat template: troupe uses Gemma's format (llama.cpp's built-in rendering),
+// and the reference's chat prompts were rendered and encoded the same way.
+TEST_F(Gemma3, ChatPromptsEncodeAsTheReference) {
+  const model::ChatTemplate tmpl = model::ChatTemplate::for_model(*file_);
+  EXPECT_EQ(tmpl.kind(), model::ChatTemplateKind::kGemma);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(reference_path("gemma3_greedy.json").string());
+  int chats = 0;
+  for (simdjson::dom::element p : doc["prompts"].get_array()) {
+    if (std::string_view(p["kind"]) != "chat") continue;
+    std::vector<model::ChatMessage> messages;
+    for (simdjson::dom::element m : p["messages"].get_array()) {
+      messages.push_back({.role = std::string(std::string_view(m["role"])),
+                          .content = std::string(std::string_view(m["content"]))});
+    }
+    EXPECT_EQ(tmpl.apply(messages, true), std::string_view(p["text"]));
+    EXPECT_EQ(model::encode_chat(*tokenizer_, tmpl, messages, true), read_ids(p["prompt_ids"]));
+    ++chats;
+  }
+  EXPECT_GE(chats, 16);
+}
+
+struct Prompt {
+  std::vector<int32_t> ids, generated;
+  std::vector<std::vector<std::pair<int32_t, double>>> top;
+};
+
+std::vector<Prompt> greedy_reference() {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc = parser.load(reference_path("gemma3_greedy.json").string());
+  std::vector<Prompt> prompts;
+  for (simdjson::dom::element p : doc["prompts"].get_array()) {
+    Prompt q;
+    q.ids = read_ids(p["prompt_ids"]);
+    q.generated = read_ids(p["generated_ids"]);
+    for (simdjson::dom::element step : p["top"].get_array()) {
+      std::vector<std::pair<int32_t, double>> t;
+      for (simdjson::dom::element pair : step.get_array()) {
+        t.push_back({static_cast<int32_t>(int64_t(pair.at(0))), double(pair.at(1))});
+      }
+      q.top.push_back(std::move(t));
+    }
+    prompts.push_back(std::move(q));
+  }
+  return prompts;
+}
+
+// The K-quant (Q4_K, Q6_K), Q5_0 and Q8_0 products, the Gemma graph and the sliding-window
+// masks give llama.cpp's logits to the bit: the reference stores them rounded to 4 decimals, so
+// the first step's top-5 agree within 5e-5.
+TEST_F(Gemma3, FirstStepLogitsEqualLlamaCpp) {
+  const std::vector<Prompt> prompts = greedy_reference();
+  ASSERT_GE(prompts.size(), 22u);
+  auto b = backend(256);
+  const int32_t vocab = b->model_config().n_vocab;
+  for (size_t i : {size_t{0}, size_t{15}, prompts.size() - 2}) {  // chat, raw, past the window
+    StepHarness h(256, 16);
+    h.add(1, prompts[i].ids);
+    const auto logits = b->compute_logits(h.build({{1, static_cast<int32_t>(prompts[i].ids.size())}}));
+    ASSERT_EQ(logits.size(), static_cast<size_t>(vocab));
+    for (const auto& [id, value] : prompts[i].top[0]) {
+      EXPECT_NEAR(logits[static_cast<size_t>(id)], value, 5e-5) << "prompt " << i << " id " << id;
+    }
+  }
+}
+
+// All 22 prompts decoded together (continuous batching's shape) give llama.cpp's sequential
+// greedy tokens, 48 each. A divergence names llama.cpp's top-2 gap at that step.
+TEST_F(Gemma3, MatchesLlamaCppGreedyReference) {
+  const std::vector<Prompt> prompts = greedy_reference();
+  ASSERT_GE(prompts.size(), 22u);
+  auto b = backend(2048);
+  StepHarness h(2048, 16);
+  std::vector<std::pair<uint64_t, int32_t>> prefill;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    h.add(i, prompts[i].ids);
+    prefill.push_back({i, static_cast<int32_t>(prompts[i].ids.size())});
+  }
+  h.accept(b->run_step(h.build(prefill)));
+  const size_t n_gen = prompts[0].generated.size();
+  for (size_t step = 1; step < n_gen; ++step) {
+    std::vector<std::pair<uint64_t, int32_t>> decode;
+    for (size_t i = 0; i < prompts.size(); ++i) decode.push_back({i, 1});
+    h.accept(b->run_step(h.build(decode)));
+  }
+  int identical = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& got = h.seq(i).tokens;
+    const std::vector<int32_t> gen(got.begin() + static_cast<std::ptrdiff_t>(prompts[i].ids.size()), got.end());
+    size_t k = 0;
+    while (k < n_gen && k < gen.size() && gen[k] == prompts[i].generated[k]) ++k;
+    if (k == n_gen) {
+      ++identical;
+      continue;
+    }
+    const auto& top = prompts[i].top[k];
+    ADD_FAILURE() << "prompt " << i << " (" << prompts[i].ids.size() << " tokens) diverges at step "
+                  << k << ": ours " << (k < gen.size() ? gen[k] : -1) << ", llama.cpp "
+                  << prompts[i].generated[k] << " (llama.cpp top-2 gap "
+                  << top[0].second - top[1].second << ")";
+  }
+  std::printf("gemma3: %d of %zu prompts identical over %zu greedy tokens\n", identical,
+              prompts.size(), n_gen);
+}
+
+}  // namespace
+}  // namespace troupe::gpu::cpu
