@@ -267,6 +267,66 @@ TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExact) {
   }
 }
 
+// Sliding-window layers (gemma3): a window masks keys before position - window + 1. The per-token
+// kernels against the float64 reference over the visible keys only, decode and chunk orders,
+// every ISA; a window wider than the context changes nothing (same bits as no window); and
+// the tiles (rows of one tile see different first keys) give the per-token bits.
+TEST(AttentionWindow, MasksKeysBeforeTheWindow) {
+  const int32_t bs = 16, hd = 64, kv_heads = 1, group = 4, n = 300;
+  const int32_t nblocks = (n + bs - 1) / bs;
+  Cache c(nblocks, bs, kv_heads, hd);
+  std::vector<int32_t> table(nblocks);
+  std::iota(table.begin(), table.end(), 0);
+  fill(c, table, n, 11);
+  const float scale = 1.0f / 8.0f;
+  const auto q = testing::random_floats(static_cast<size_t>(group) * hd, 7, 2.0f);
+  for (int32_t first_key : {1, 37, 256, 299}) {
+    std::vector<float> want(q.size());
+    attention_group_reference(c.view, table.data(), n, 0, q.data(), group, scale, want.data(),
+                              first_key);
+    for (IsaLevel isa : runnable_isas()) {
+      for (bool single : {false, true}) {
+        std::vector<float> got(q.size()), scratch(static_cast<size_t>(group) * n);
+        attention_group(c.view, table.data(), n, 0, q.data(), group, scale, got.data(),
+                        scratch.data(), isa, true, single, first_key);
+        for (size_t i = 0; i < got.size(); ++i) {
+          // fp16 probabilities: ~1e-3 relative to the value magnitude (~1)
+          ASSERT_NEAR(got[i], want[i], 2e-3) << to_string(isa) << " first_key=" << first_key;
+        }
+      }
+    }
+  }
+  // The mask is not a no-op: the last key alone (first_key = n - 1) returns its value row.
+  std::vector<float> last(q.size()), scratch(static_cast<size_t>(group) * n);
+  attention_group(c.view, table.data(), n, 0, q.data(), group, scale, last.data(), scratch.data(),
+                  IsaLevel::kScalar, false, false, n - 1);
+  const uint16_t* v = c.view.v + c.view.offset(table[(n - 1) / bs], 0, (n - 1) % bs);
+  for (int32_t d = 0; d < hd; ++d) EXPECT_EQ(last[d], model::fp16_to_fp32(v[d])) << d;
+}
+
+TEST(AttentionWindow, TilesMatchPerTokenWithWindowsBitExact) {
+  AttentionTileScratch scratch;
+  for (const TileCase& cs : {TileCase{4, 64, 500, 40, 16, 512}, TileCase{1, 128, 600, 37, 16, 512},
+                             TileCase{3, 64, 90, 30, 16, 64}, TileCase{4, 64, 0, 20, 16, 8},
+                             TileCase{4, 64, 10, 20, 16, 4000}}) {
+    TileSetup setup(cs);
+    const auto want = setup.per_token(cs, IsaLevel::kScalar, true);
+    for (IsaLevel isa : runnable_isas()) {
+      const auto got = setup.tiled(cs, isa, true, scratch);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * got.size()))
+          << to_string(isa) << " first=" << cs.first << " window=" << cs.window;
+      ASSERT_EQ(0, std::memcmp(setup.per_token(cs, isa, true).data(), got.data(), 4 * got.size()))
+          << to_string(isa) << " first=" << cs.first << " window=" << cs.window;
+    }
+  }
+  // A window wider than every context is no window at all.
+  const TileCase wide{3, 64, 100, 20, 16, 5000};
+  TileCase none = wide;
+  none.window = 0;
+  TileSetup a(wide);
+  EXPECT_EQ(a.per_token(wide, IsaLevel::kScalar, true), a.per_token(none, IsaLevel::kScalar, true));
+}
+
 // One token's result does not depend on which tile it lands in: a chunk cut into tiles of every
 // size from 1 to 40 gives the same bits. The tiles run first to last, so each one's K/V rows
 // extend what the previous tile of the head converted.

@@ -47,6 +47,7 @@ inline std::vector<float> fill(Cache& c, const std::vector<int32_t>& table, int3
 // sequence whose KV lies in shuffled blocks, q and out rows strided as in the forward pass.
 struct TileCase {
   int32_t group, hd, first, num_tokens, bs;
+  int32_t window = 0;  // sliding window (0: none), as AttentionTile::window
 };
 
 struct TileSetup {
@@ -79,8 +80,10 @@ struct TileSetup {
     for (int32_t i = 0; i < cs.num_tokens; ++i) {
       for (int32_t h = 0; h < kKvHeads; ++h) {
         const int64_t at = i * stride + static_cast<int64_t>(h) * cs.group * cs.hd;
+        const int32_t first_key = cs.window > 0 ? std::max(0, cs.first + i + 1 - cs.window) : 0;
         attention_group(cache.view, table.data(), cs.first + i + 1, h, q.data() + at, cs.group,
-                        scale, out.data() + at, scratch.data(), isa, fp16p, /*single_token=*/false);
+                        scale, out.data() + at, scratch.data(), isa, fp16p, /*single_token=*/false,
+                        first_key);
       }
     }
     return out;
@@ -102,7 +105,8 @@ struct TileSetup {
                              .out = out + at,
                              .out_stride = stride,
                              .scale = scale,
-                             .fp16_probabilities = fp16p};
+                             .fp16_probabilities = fp16p,
+                             .window = cs.window};
     attention_tile(tile, scratch, isa);
   }
 

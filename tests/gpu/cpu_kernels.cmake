@@ -9,4 +9,5 @@
 #     logits.
 troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu"
   TESTS cpu_matmul_test cpu_ops_test cpu_attention_test cpu_sampler_test cpu_rope_factors_test
-        cpu_matmul_kquant_test cpu_matmul_q5_test cpu_token_mask_test)
+        cpu_matmul_kquant_test cpu_matmul_q5_test cpu_token_mask_test cpu_geglu_test
+        cpu_matmul_q8k_test)
