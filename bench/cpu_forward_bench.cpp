@@ -6,7 +6,7 @@
 // hypervisor's `steal` share of CPU time during each run (repeat runs that had steal).
 //
 //   cpu_forward_bench [--model PATH] [--threads N] [--decode-steps N] [--skip-dummy]
-//                     [--skip-prompt] [--skip-kquant] [--batches 1,4,16,64]
+//                     [--skip-prompt] [--skip-kquant] [--batches 1,4,16,64] [--sample]
 // Each line also gives the process CPU time per token: on a shared, loaded host it moves less
 // than wall time (compare builds back to back either way).
 #include <chrono>
@@ -104,12 +104,31 @@ void bench_prompt(CpuBackend& backend, int n, int reps) {
   }
 }
 
+// Greedy, or with --sample the server's default sampler (temperature 0.8, top-k 40, top-p 0.95)
+// plus 5 top logprobs and a logit_bias entry: what a chat client asks for.
+bool g_sample = false;
+
+troupe::model::SamplingParams bench_params() {
+  troupe::model::SamplingParams p;
+  if (!g_sample) {
+    p.temperature = 0.0f;
+    return p;
+  }
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.logprobs = true;
+  p.top_logprobs = 5;
+  p.logit_bias.push_back({.token_id = 1, .bias = -100.0f});
+  return p;
+}
+
 void bench_decode(CpuBackend& backend, int batch, int steps, const char* model) {
   const int vocab = backend.model_config().n_vocab;
   StepHarness h(backend.kv_geometry().num_blocks, backend.kv_geometry().block_size);
   std::vector<std::pair<uint64_t, int32_t>> prefill, decode;
   for (int s = 0; s < batch; ++s) {
-    h.add(s, prompt_tokens(32, vocab, s));
+    h.add(s, prompt_tokens(32, vocab, s), bench_params());
     prefill.push_back({s, 32});
     decode.push_back({s, 1});
   }
@@ -119,7 +138,8 @@ void bench_decode(CpuBackend& backend, int batch, int steps, const char* model) 
     for (int i = 0; i < steps; ++i) h.accept(backend.run_step(h.build(decode)));
   });
   char label[96];
-  std::snprintf(label, sizeof label, "decode %s batch %d (aggregate)", model, batch);
+  std::snprintf(label, sizeof label, "decode %s batch %d%s (aggregate)", model, batch,
+                g_sample ? " sampled" : "");
   report(label, batch * steps, r);
 }
 
@@ -161,6 +181,7 @@ int main(int argc, char** argv) {
     else if (a == "--skip-dummy") dummy = false;
     else if (a == "--skip-prompt") prompt = false;
     else if (a == "--skip-kquant") kquant = false;
+    else if (a == "--sample") g_sample = true;
     else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       for (const char* p = argv[++i]; *p != '\0';) {
@@ -182,7 +203,8 @@ int main(int argc, char** argv) {
                 std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(),
                 backend->packed_weight_bytes() / 1048576.0);
     if (prompt) bench_prompt(*backend, 512, 3);
-    for (int batch : batches) bench_decode(*backend, batch, batch >= 16 ? steps / 2 : steps, "smollm2-135m Q4_1");
+    const std::string name = model.stem().string();
+    for (int batch : batches) bench_decode(*backend, batch, batch >= 16 ? steps / 2 : steps, name.c_str());
   }
   if (dummy) {
     cfg.num_blocks = 256;
