@@ -92,7 +92,7 @@ class LlamaForward {
     std::vector<int64_t> column_offsets;
     int64_t num_outputs = 0;
     bool quantized = false;
-    bool q8k = false;  // a part reads Q8_K activations (Q4_K/Q6_K weights)
+    bool q8k = false;  // a part reads Q8_K activations (K-quant weights)
   };
   struct Layer {
     Projection qkv;      // [q_dim + 2 kv_dim] outputs

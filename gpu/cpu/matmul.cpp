@@ -12,7 +12,6 @@
 #include "model/fp16.hpp"
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
-#include "gpu/cpu/matmul_kquant.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 
 namespace troupe::gpu::cpu {
@@ -142,9 +141,9 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
     case TensorType::kQ8_0:
     case TensorType::kQ5_0: m.format_ = PackedFormat::kQ8_0; break;  // see matmul_kernels.hpp
     case TensorType::kQ5_1: m.format_ = PackedFormat::kQ5_1; break;
-    case TensorType::kQ4_K: m.format_ = PackedFormat::kQ4_K; break;
-    case TensorType::kQ5_K: m.format_ = PackedFormat::kQ5_K; break;
-    case TensorType::kQ6_K: m.format_ = PackedFormat::kQ6_K; break;
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K: m.format_ = PackedFormat::kKQuantRows; break;
     default:
       throw std::invalid_argument("matmul: weight type " + type_name(type) +
                                   " is not supported by the CPU backend yet");
@@ -158,9 +157,8 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
   }
   const auto* src = static_cast<const uint8_t*>(data);
   const size_t src_row = model::row_bytes(type, static_cast<uint64_t>(num_inputs));
-  if (uses_q8k_activations(type)) {
+  if (m.format_ == PackedFormat::kKQuantRows) {
     // ggml's rows as they are, one "tile" per kTileOutputs rows (zero rows past the end).
-    m.q8k_ = true;
     m.tile_bytes_ = src_row * kTileOutputs;
     const size_t total = m.tile_bytes_ * static_cast<size_t>(m.num_tiles());
     auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64 + 64));
@@ -190,11 +188,7 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
         case PackedFormat::kQ4_1:
         case PackedFormat::kQ8_0:
         case PackedFormat::kQ5_1: detail::pack_legacy_lane(type, row, num_inputs, tile, lane); break;
-        case PackedFormat::kQ4_K:
-        case PackedFormat::kQ5_K:
-        case PackedFormat::kQ6_K:
-          detail::pack_kquant_lane(m.format_, row, num_inputs, tile, lane);
-          break;
+        case PackedFormat::kKQuantRows: break;  // returned above
         case PackedFormat::kF32:
           for (int64_t k = 0; k < num_inputs; ++k) std::memcpy(tile + k * 64 + 4 * lane, row + 4 * k, 4);
           break;
@@ -227,9 +221,7 @@ int32_t packed_legacy_weight(PackedFormat format, const uint8_t* blk, int lane, 
       const int32_t w = (in % 8) < 4 ? (v & 0x0F) : (v >> 4);
       return format == PackedFormat::kQ4_0 ? w - 8 : w;
     }
-    case PackedFormat::kQ4_K:  // matmul_ktiles_scalar's, and weights of no block at all
-    case PackedFormat::kQ5_K:
-    case PackedFormat::kQ6_K:
+    case PackedFormat::kKQuantRows:  // weights of no 32-value block at all
     case PackedFormat::kF32:
     case PackedFormat::kF16:
     case PackedFormat::kBF16: break;
@@ -286,10 +278,6 @@ float float_lane_dot(const TileJob& job, const uint8_t* tile, int64_t r, int lan
 
 // The portable path: the packed layout walked lane by lane with the numerics of matmul.hpp.
 void matmul_tiles_scalar(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  if (is_kquant_format(job.format)) {
-    matmul_ktiles_scalar(job, tile_begin, tile_end);
-    return;
-  }
   const bool is_float = job.format == PackedFormat::kF32 || job.format == PackedFormat::kF16 ||
                         job.format == PackedFormat::kBF16;
   for (int64_t t = tile_begin; t < tile_end; ++t) {
@@ -354,7 +342,7 @@ void matmul_tiles(const PackedMatrix& w, const MatmulInput& in, float* y, int64_
     const int64_t blocks = w.num_inputs() / kQ8KBlock;
     if (in.q == nullptr || in.q->num_cols != w.num_inputs() ||
         in.q->q8k.size() < static_cast<size_t>(in.num_rows * blocks)) {
-      throw std::invalid_argument("matmul: Q4_K/Q6_K weights need Q8_K activations");
+      throw std::invalid_argument("matmul: K-quant weights need Q8_K activations");
     }
     matmul_q8k_range(w.source_type(), reinterpret_cast<const uint8_t*>(w.tile(0)),
                      w.tile_bytes() / kTileOutputs, w.num_inputs(), in.q->q8k.data(), in.num_rows,
@@ -428,14 +416,11 @@ void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64
           break;
         }
         case TensorType::kQ4_K:
+        case TensorType::kQ5_K:
         case TensorType::kQ6_K:
           acc = dot_q8k(type, row, in.q->q8k.data() + r * (num_inputs / kQ8KBlock), num_inputs,
                         IsaLevel::kScalar,
                         in.q8k_orders != nullptr ? in.q8k_orders[r] : Q8KOrder::kVecDot);
-          break;
-        case TensorType::kQ5_K:
-          acc = detail::kquant_reference_dot(type, row, num_inputs, in.q->qs.data() + r * num_inputs,
-                                             in.q->scale.data() + r * nb, in.q->sum.data() + r * nb);
           break;
         default: {
           std::vector<float> wrow(num_inputs);

@@ -17,10 +17,8 @@
 //       Q4_1/Q5_1 only: msum = fma(m[b], fp16(dx[b] * float(sum_q[b])), msum)
 //     y = ((lane0+lane4) + (lane2+lane6)) + ((lane1+lane5) + (lane3+lane7))   (hsum_float_8)
 //     Q4_1/Q5_1 only: y += msum
-//   Q4_K/Q6_K W: against Q8_K activations (per 256), ggml's per-row dots (matmul_q8k.hpp),
-//   bit-equal to llama.cpp's x86 build; W is kept as ggml stores it, not tiled.
-//   Q5_K W: the legacy shape with per-sub-block float scales; see matmul_kquant.hpp (not
-//   bit-equal to llama.cpp, which quantizes activations to Q8_K).
+//   K-quant W (Q4_K/Q5_K/Q6_K): against Q8_K activations (per 256), in llama.cpp's two orders
+//   (matmul_q8k.hpp), bit-equal to its x86 build; W is kept as ggml stores it, not tiled.
 //   float W (F32/F16/BF16): acc = 0; for k in order: acc = fma(float(w[k]), x[k], acc)
 // Integer dot products are exact and the float lanes are fixed by the order above, so the AVX-512,
 // AVX2 and scalar paths return bit-identical results (the tests check this). Threads split
@@ -64,7 +62,7 @@ struct QuantizedRows {
   // of a 4-input group against weights stored with +128 (Q8_0); shifted right by 4, Q4_0's -8.
   std::vector<int32_t> group_bias;
 
-  // Q8_K blocks of the same rows ([num_rows][num_cols / 256]) for Q4_K/Q6_K weights, when
+  // Q8_K blocks of the same rows ([num_rows][num_cols / 256]) for K-quant weights, when
   // num_cols is a multiple of 256; empty otherwise.
   std::vector<BlockQ8K> q8k;
 
@@ -86,12 +84,10 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
 void quantize_q8k_range(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
                         QuantizedRows& out);
 
-// Storage formats of packed weights. K-quants (Q4_K/Q5_K/Q6_K) get their own formats: their
-// 256-element super-blocks split into 32-element sub-blocks with float sub-scales, so they read
-// the same per-32 quantized activations with the same integer kernel shape (matmul_kquant.hpp
-// has their layout and numerics).
-// Q5_0 packs as kQ8_0 (matmul_kernels.hpp says why); Q5_1 has its own.
-enum class PackedFormat { kQ4_0, kQ4_1, kQ8_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kF32, kF16, kBF16 };
+// Storage formats of packed weights. Q5_0 packs as kQ8_0 (matmul_kernels.hpp says why); Q5_1 has
+// its own. K-quants (Q4_K/Q5_K/Q6_K) are not tiled: kKQuantRows keeps ggml's rows, multiplied
+// against Q8_K activations (matmul_q8k.hpp).
+enum class PackedFormat { kQ4_0, kQ4_1, kQ8_0, kQ5_1, kKQuantRows, kF32, kF16, kBF16 };
 
 // True when `type` can be packed (and so multiplied).
 bool is_supported_weight_type(model::TensorType type);
@@ -111,11 +107,10 @@ class PackedMatrix {
   bool quantized() const {
     return format_ == PackedFormat::kQ4_0 || format_ == PackedFormat::kQ4_1 ||
            format_ == PackedFormat::kQ8_0 || format_ == PackedFormat::kQ5_1 ||
-           format_ == PackedFormat::kQ4_K ||
-           format_ == PackedFormat::kQ5_K || format_ == PackedFormat::kQ6_K;
+           format_ == PackedFormat::kKQuantRows;
   }
-  // Q4_K/Q6_K: rows kept in ggml's layout, multiplied against QuantizedRows::q8k.
-  bool q8k() const { return q8k_; }
+  // K-quants: rows kept in ggml's layout, multiplied against QuantizedRows::q8k.
+  bool q8k() const { return format_ == PackedFormat::kKQuantRows; }
   int64_t num_outputs() const { return num_outputs_; }
   int64_t num_inputs() const { return num_inputs_; }
   int64_t num_tiles() const { return (num_outputs_ + kTileOutputs - 1) / kTileOutputs; }
@@ -132,7 +127,6 @@ class PackedMatrix {
   int64_t num_outputs_ = 0;
   int64_t num_inputs_ = 0;
   size_t tile_bytes_ = 0;
-  bool q8k_ = false;
   std::shared_ptr<std::byte> data_;
 };
 
@@ -143,7 +137,7 @@ struct MatmulInput {
   int64_t ldx = 0;
   int64_t num_rows = 0;
   const QuantizedRows* q = nullptr;
-  // Q4_K/Q6_K weights: llama.cpp's order for each row (matmul_q8k.hpp); nullptr: kVecDot.
+  // K-quant weights: llama.cpp's order for each row (matmul_q8k.hpp); nullptr: kVecDot.
   const Q8KOrder* q8k_orders = nullptr;
 };
 

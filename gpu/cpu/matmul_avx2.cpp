@@ -6,7 +6,6 @@
 
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
-#include "gpu/cpu/matmul_kquant.hpp"
 #include "gpu/cpu/matmul_simd.hpp"
 
 namespace troupe::gpu::cpu::detail {
@@ -165,9 +164,7 @@ struct HalfKernel {
 struct Avx2Runner {
   template <PackedFormat F>
   static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-    if constexpr (is_kquant_format(F)) {
-      matmul_ktiles_avx2(job, tile_begin, tile_end);
-    } else if constexpr (is_legacy_format(F)) {
+    if constexpr (is_legacy_format(F)) {
       run_tiles<HalfKernel<F>, 2, 2>(job, tile_begin, tile_end);  // eight accumulators per row
     } else {
       run_tiles<HalfKernel<F>, 2, kFloatRows>(job, tile_begin, tile_end);

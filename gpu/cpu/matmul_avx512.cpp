@@ -4,7 +4,6 @@
 
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
-#include "gpu/cpu/matmul_kquant.hpp"
 #include "gpu/cpu/matmul_simd.hpp"
 
 namespace troupe::gpu::cpu::detail {
@@ -140,9 +139,7 @@ struct TileKernel {
 struct Avx512Runner {
   template <PackedFormat F>
   static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-    if constexpr (is_kquant_format(F)) {
-      matmul_ktiles_avx512(job, tile_begin, tile_end);
-    } else if constexpr (is_legacy_format(F)) {
+    if constexpr (is_legacy_format(F)) {
       // Eight accumulators per row: two rows fill the register file.
       run_tiles<TileKernel<F>, 1, 2>(job, tile_begin, tile_end);
     } else {

@@ -53,9 +53,7 @@ inline constexpr int packed_block_bytes(PackedFormat f) {
     case PackedFormat::kQ4_1: return kQ4_1BlockBytes;
     case PackedFormat::kQ8_0: return kQ8_0BlockBytes;
     case PackedFormat::kQ5_1: return kQ5_1BlockBytes;
-    case PackedFormat::kQ4_K: return 128 + 256;  // matmul_kquant.hpp
-    case PackedFormat::kQ5_K:
-    case PackedFormat::kQ6_K: return 128 + 512;
+    case PackedFormat::kKQuantRows: return 0;  // not tiled
     case PackedFormat::kF32: return 64;   // per input
     case PackedFormat::kF16: return 32;   // per input
     case PackedFormat::kBF16: return 32;  // per input

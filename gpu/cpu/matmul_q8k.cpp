@@ -1,4 +1,4 @@
-// Q4_K / Q6_K x Q8_K dots in llama.cpp's order (see matmul_q8k.hpp).
+// K-quant x Q8_K dots in llama.cpp's orders (see matmul_q8k.hpp).
 #include "gpu/cpu/matmul_q8k.hpp"
 
 #include <cmath>
@@ -13,6 +13,7 @@ namespace troupe::gpu::cpu {
 namespace {
 
 using model::quants::BlockQ4_K;
+using model::quants::BlockQ5_K;
 using model::quants::BlockQ6_K;
 
 // ggml's nearest_int: round half to even through the float magic number (|v| <= 2^22).
@@ -61,6 +62,35 @@ void q4_k_ints_scalar(const BlockQ4_K& x, const BlockQ8K& y, BlockInts& out) {
   }
 }
 
+// Q4_K's integers with a fifth bit per code: bit 2j (low nibbles) or 2j + 1 (high nibbles) of
+// qh[t] for the 64-element chunk j.
+void q5_k_ints_scalar(const BlockQ5_K& x, const BlockQ8K& y, BlockInts& out) {
+  int32_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) {
+    const model::quants::ScaleMin sm = model::quants::scale_min_k4(j, x.scales);
+    sc[j] = sm.scale;
+    mn[j] = sm.min;
+  }
+  for (int k = 0; k < 4; ++k) {
+    const int32_t s0 = y.bsums[4 * k] + y.bsums[4 * k + 1];
+    const int32_t s1 = y.bsums[4 * k + 2] + y.bsums[4 * k + 3];
+    out.mins[k] = mn[2 * k] * s0 + mn[2 * k + 1] * s1;
+  }
+  for (int32_t& l : out.lanes) l = 0;
+  for (int j = 0; j < 4; ++j) {
+    const uint8_t* q5 = x.qs + 32 * j;
+    const int8_t* q8 = y.qs + 64 * j;
+    for (int L = 0; L < 8; ++L) {
+      int32_t lo = 0, hi = 0;
+      for (int t = 4 * L; t < 4 * L + 4; ++t) {
+        lo += ((q5[t] & 0x0F) | (((x.qh[t] >> (2 * j)) & 1) << 4)) * q8[t];
+        hi += ((q5[t] >> 4) | (((x.qh[t] >> (2 * j + 1)) & 1) << 4)) * q8[32 + t];
+      }
+      out.lanes[L] += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+    }
+  }
+}
+
 void q6_k_ints_scalar(const BlockQ6_K& x, const BlockQ8K& y, BlockInts& out) {
   for (int32_t& l : out.lanes) l = 0;
   for (int32_t& m : out.mins) m = 0;
@@ -89,16 +119,30 @@ void q6_k_ints_scalar(const BlockQ6_K& x, const BlockQ8K& y, BlockInts& out) {
 }
 
 // The float side of one super-block in each order, on the integers above.
+// Q4_K keeps its min terms in four float lanes; Q5_K sums them as an integer and chains one
+// float (summs = fma(dmin, float(s2), summs): the scalar statement the x86 build compiles with
+// contraction); Q6_K has none.
+enum class MinForm { kNone, kLanes, kChain };
+
+template <MinForm kMin>
 struct VecDotAcc {
   float acc[8] = {};
   float accm[4] = {};
+  float summs = 0.0f;
   void add(float d, float dmin, const BlockInts& b) {
     for (int L = 0; L < 8; ++L) acc[L] = std::fma(d, static_cast<float>(b.lanes[L]), acc[L]);
-    for (int k = 0; k < 4; ++k) accm[k] = std::fma(dmin, static_cast<float>(b.mins[k]), accm[k]);
+    if constexpr (kMin == MinForm::kLanes) {
+      for (int k = 0; k < 4; ++k) accm[k] = std::fma(dmin, static_cast<float>(b.mins[k]), accm[k]);
+    } else if constexpr (kMin == MinForm::kChain) {
+      const int32_t s2 = (b.mins[0] + b.mins[1]) + (b.mins[2] + b.mins[3]);
+      summs = std::fma(dmin, static_cast<float>(s2), summs);
+    }
   }
-  float result(bool has_min) const {
+  float result() const {
     const float v = hsum8(acc);
-    return has_min ? v + ((accm[0] + accm[2]) + (accm[1] + accm[3])) : v;
+    if constexpr (kMin == MinForm::kLanes) return v + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+    if constexpr (kMin == MinForm::kChain) return v + summs;
+    return v;
   }
 };
 
@@ -111,8 +155,11 @@ inline float tiled_step(float out, float d0, float dmin0, float dy, int32_t s1, 
 
 template <typename Block, typename Ints>
 float dot_scalar(const Block* x, const BlockQ8K* y, int64_t nb, Q8KOrder order, Ints ints) {
-  constexpr bool kHasMin = std::is_same_v<Block, BlockQ4_K>;
-  VecDotAcc v;
+  constexpr bool kHasMin = !std::is_same_v<Block, BlockQ6_K>;
+  constexpr MinForm kMin = std::is_same_v<Block, BlockQ4_K>   ? MinForm::kLanes
+                           : std::is_same_v<Block, BlockQ5_K> ? MinForm::kChain
+                                                              : MinForm::kNone;
+  VecDotAcc<kMin> v;
   float out = 0.0f;
   BlockInts b;
   for (int64_t i = 0; i < nb; ++i) {
@@ -129,7 +176,7 @@ float dot_scalar(const Block* x, const BlockQ8K* y, int64_t nb, Q8KOrder order, 
       out = tiled_step(out, d0, dmin0, y[i].d, s1, s2, kHasMin);
     }
   }
-  return order == Q8KOrder::kVecDot ? v.result(kHasMin) : out;
+  return order == Q8KOrder::kVecDot ? v.result() : out;
 }
 
 #if TROUPE_X86
@@ -165,6 +212,37 @@ TROUPE_TARGET_AVX2 inline void q4_k_ints_avx2(const BlockQ4_K& x, const BlockQ8K
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
     const __m256i lo = _mm256_and_si256(bits, m4);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
+    const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
+    const __m256i pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j]), _mm256_maddubs_epi16(lo, xl));
+    const __m256i ph = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1]), _mm256_maddubs_epi16(hi, xh));
+    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+  }
+}
+
+// q5_k_ints_scalar's lanes and min lanes: q4_k_ints_avx2 with the fifth bits added.
+TROUPE_TARGET_AVX2 inline void q5_k_ints_avx2(const BlockQ5_K& x, const BlockQ8K& y, __m256i& sumi,
+                                              __m128i& prod) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
+  alignas(16) int16_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) {
+    const model::quants::ScaleMin sm = model::quants::scale_min_k4(j, x.scales);
+    sc[j] = sm.scale;
+    mn[j] = sm.min;
+  }
+  const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+  const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+  prod = _mm_madd_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(mn)), s8);
+  const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
+  sumi = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
+    const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one);
+    const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one);
+    const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
+    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                       _mm256_slli_epi16(h1, 4));
     const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
     const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
     const __m256i pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j]), _mm256_maddubs_epi16(lo, xl));
@@ -231,6 +309,29 @@ TROUPE_TARGET_AVX2 float dot_q4_k_avx2(const BlockQ4_K* x, const BlockQ8K* y, in
   return hsum8_avx2(acc) + ((m[0] + m[2]) + (m[1] + m[3]));
 }
 
+TROUPE_TARGET_AVX2 float dot_q5_k_avx2(const BlockQ5_K* x, const BlockQ8K* y, int64_t nb,
+                                       Q8KOrder order) {
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0.0f, out = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i sumi;
+    __m128i prod;
+    q5_k_ints_avx2(x[i], y[i], sumi, prod);
+    const float d0 = model::fp16_to_fp32(x[i].d);
+    const float dmin0 = model::fp16_to_fp32(x[i].dmin);
+    alignas(16) int32_t m[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(m), prod);
+    const int32_t s2 = (m[0] + m[1]) + (m[2] + m[3]);
+    if (order == Q8KOrder::kVecDot) {
+      summs = std::fma(-y[i].d * dmin0, static_cast<float>(s2), summs);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * d0), _mm256_cvtepi32_ps(sumi), acc);
+    } else {
+      out = tiled_step(out, d0, dmin0, y[i].d, hsum_epi32_avx2(sumi), s2, true);
+    }
+  }
+  return order == Q8KOrder::kTiled ? out : hsum8_avx2(acc) + summs;
+}
+
 TROUPE_TARGET_AVX2 float dot_q6_k_avx2(const BlockQ6_K* x, const BlockQ8K* y, int64_t nb,
                                        Q8KOrder order) {
   __m256 acc = _mm256_setzero_ps();
@@ -288,6 +389,13 @@ float dot_q8k(model::TensorType type, const void* row, const BlockQ8K* x, int64_
     if (simd) return dot_q4_k_avx2(w, x, nb, order);
 #endif
     return dot_scalar(w, x, nb, order, q4_k_ints_scalar);
+  }
+  if (type == model::TensorType::kQ5_K) {
+    const auto* w = static_cast<const BlockQ5_K*>(row);
+#if TROUPE_X86
+    if (simd) return dot_q5_k_avx2(w, x, nb, order);
+#endif
+    return dot_scalar(w, x, nb, order, q5_k_ints_scalar);
   }
   const auto* w = static_cast<const BlockQ6_K*>(row);
 #if TROUPE_X86

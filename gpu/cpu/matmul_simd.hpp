@@ -1,7 +1,7 @@
-// Internal to the SIMD matmul translation units (matmul_avx2.cpp, matmul_avx512.cpp,
-// matmul_kquant_simd.cpp): the tile driver and the format dispatch that every ISA shares, and the
-// small vector helpers (broadcast, fold, partial store) of each ISA. The kernels themselves stay
-// in their ISA's file: their operation order is what makes every path bit-identical.
+// Internal to the SIMD matmul files (matmul_avx2.cpp, matmul_avx512.cpp): the tile driver and
+// the format dispatch that every ISA shares, and the small vector helpers (broadcast, fold,
+// partial store) of each ISA. The kernels themselves stay in their ISA's file: their operation
+// order is what makes every path bit-identical.
 //
 // ODR (isa_target.hpp): the vector helpers live in an ISA namespace (avx2::, avx512::) and carry
 // that ISA's target attribute, so every TU that includes this header compiles the same body for
@@ -62,9 +62,7 @@ void dispatch_format(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
     case PackedFormat::kQ4_1: Runner::template run<PackedFormat::kQ4_1>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ8_0: Runner::template run<PackedFormat::kQ8_0>(job, tile_begin, tile_end); return;
     case PackedFormat::kQ5_1: Runner::template run<PackedFormat::kQ5_1>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ4_K: Runner::template run<PackedFormat::kQ4_K>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ5_K: Runner::template run<PackedFormat::kQ5_K>(job, tile_begin, tile_end); return;
-    case PackedFormat::kQ6_K: Runner::template run<PackedFormat::kQ6_K>(job, tile_begin, tile_end); return;
+    case PackedFormat::kKQuantRows: return;  // not tiled: matmul_tiles routes it (matmul_q8k.hpp)
     case PackedFormat::kF32: Runner::template run<PackedFormat::kF32>(job, tile_begin, tile_end); return;
     case PackedFormat::kF16: Runner::template run<PackedFormat::kF16>(job, tile_begin, tile_end); return;
     case PackedFormat::kBF16: Runner::template run<PackedFormat::kBF16>(job, tile_begin, tile_end); return;

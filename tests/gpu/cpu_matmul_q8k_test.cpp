@@ -1,4 +1,4 @@
-// Q4_K / Q6_K weights against Q8_K activations (gpu/cpu/matmul_q8k.hpp): ggml's activation
+// K-quant weights (Q4_K, Q5_K, Q6_K) against Q8_K activations (gpu/cpu/matmul_q8k.hpp): ggml's activation
 // quantization on a hand-checked block, both of llama.cpp's orders bit-identical between the
 // scalar and AVX2 kernels, each within float rounding of the float64 product of what the
 // integers stand for, the two orders different in the last bits (the choice matters), and the
@@ -64,9 +64,9 @@ Product make(TensorType type, int64_t outputs, int64_t inputs, int64_t rows, uin
 }
 
 TEST(Q8K, BothOrdersScalarAndSimdBitIdenticalAndNearTheExactProduct) {
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     const int64_t outputs = 19, inputs = 2048, rows = 5;
-    const Product p = make(type, outputs, inputs, rows, type == TensorType::kQ4_K ? 3 : 4);
+    const Product p = make(type, outputs, inputs, rows, static_cast<uint64_t>(type));
     int orders_differ = 0;
     for (int64_t o = 0; o < outputs; ++o) {
       const uint8_t* row = p.w.data() + o * p.row_bytes;
