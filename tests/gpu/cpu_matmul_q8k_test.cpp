@@ -1,5 +1,5 @@
-// K-quant weights (Q4_K, Q5_K, Q6_K) against Q8_K activations (gpu/cpu/matmul_q8k.hpp): ggml's activation
-// quantization on a hand-checked block, both of llama.cpp's orders bit-identical between the
+// K-quant weights (Q4_K, Q5_K, Q6_K) against Q8_K activations (gpu/cpu/matmul_q8k.hpp): ggml's
+// activation quantization on a hand-checked block, both of llama.cpp's orders bit-identical between the
 // scalar and AVX2 kernels, each within float rounding of the float64 product of what the
 // integers stand for, the two orders different in the last bits (the choice matters), and the
 // per-row order of matmul_q8k_range. Gemma 3 270M against llama.cpp (cpu_gemma3_test) is the

@@ -1,0 +1,100 @@
+"""Gemma 3 270M Q4_K_M served end to end (issue 36): `troupe serve --model` on the second real
+model family, driven by the official `openai` client. Greedy completions and Gemma-format chats
+through HTTP equal llama.cpp's reference tokens (tests/reference/gemma3_greedy.json, up to the
+first end-of-generation token, where the server stops), streaming equals non-streaming, and
+concurrent requests equal sequential ones. scripts/test fetches the model; elsewhere these skip
+unless models/gemma-3-270m-q4_k_m.gguf (or $TROUPE_GEMMA3_MODEL) exists."""
+import concurrent.futures
+import json
+import os
+import pathlib
+
+import openai
+import pytest
+import requests
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GEMMA3 = pathlib.Path(os.environ.get("TROUPE_GEMMA3_MODEL",
+                                     ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+REFERENCE = json.loads((ROOT / "tests" / "reference" / "gemma3_greedy.json").read_text())
+MODEL_ID = "gemma-3-270m"
+
+pytestmark = pytest.mark.skipif(not GEMMA3.exists(),
+                                reason=f"no {GEMMA3} (TROUPE_MODELS=gemma3-270m ./scripts/setup)")
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    from conftest import Server
+    server = Server("--model", str(GEMMA3),
+                    log_path=tmp_path_factory.mktemp("gemma3") / "troupe.log").wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(gemma):
+    return openai.OpenAI(base_url=gemma.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def expected_text(gemma, prompt):
+    """llama.cpp's greedy tokens up to the first end-of-generation id, as text."""
+    eog = set(REFERENCE["info"]["eog_ids"])
+    ids = []
+    for token in prompt["generated_ids"]:
+        if token in eog:
+            break
+        ids.append(token)
+    r = requests.post(gemma.base_url + "/detokenize", json={"tokens": ids}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["prompt"], len(ids)
+
+
+def raw_prompts():
+    return [p for p in REFERENCE["prompts"] if p["kind"] == "raw"]
+
+
+def chat_prompts():
+    return [p for p in REFERENCE["prompts"] if p["kind"] == "chat"]
+
+
+def test_model_card_names_gemma3(gemma):
+    card = requests.get(gemma.base_url + "/v1/models", timeout=30).json()["data"][0]
+    assert card["id"] == MODEL_ID
+    assert card["meta"]["architecture"] == "gemma3"
+    assert card["meta"]["vocab_size"] == 262144
+
+
+@pytest.mark.parametrize("index", range(len(raw_prompts())))
+def test_raw_completion_equals_llama_cpp(gemma, client, index):
+    prompt = raw_prompts()[index]
+    text, count = expected_text(gemma, prompt)
+    n = REFERENCE["n_generated"]
+    answer = client.completions.create(model=MODEL_ID, prompt=prompt["text"], max_tokens=n,
+                                       temperature=0)
+    assert answer.usage.prompt_tokens == len(prompt["prompt_ids"])
+    assert answer.choices[0].text == text
+    assert answer.choices[0].finish_reason == ("length" if count == n else "stop")
+
+
+def test_chats_equal_llama_cpp_streamed_and_concurrent(gemma, client):
+    """Every chat prompt through /v1/chat/completions (Gemma's format from the server's own
+    template), four at a time, then one streamed: llama.cpp's tokens up to its first
+    end-of-generation token."""
+    n = REFERENCE["n_generated"]
+    prompts = chat_prompts()
+
+    def ask(prompt):
+        answer = client.chat.completions.create(model=MODEL_ID, messages=prompt["messages"],
+                                                max_tokens=n, temperature=0)
+        return answer.usage.prompt_tokens, answer.choices[0].message.content
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(ask, prompts))
+    for prompt, (prompt_tokens, content) in zip(prompts, answers):
+        assert prompt_tokens == len(prompt["prompt_ids"]), prompt["messages"]
+        assert content == expected_text(gemma, prompt)[0], prompt["messages"]
+    stream = client.chat.completions.create(model=MODEL_ID, messages=prompts[-1]["messages"],
+                                            max_tokens=n, temperature=0, stream=True)
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert streamed == answers[-1][1]
