@@ -1,6 +1,7 @@
 // K-quant x Q8_K dots in llama.cpp's orders (see matmul_q8k.hpp).
 #include "gpu/cpu/matmul_q8k.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -194,158 +195,181 @@ TROUPE_TARGET_AVX2 inline int32_t hsum_epi32_avx2(__m256i v) {
   return _mm_cvtsi128_si32(r);
 }
 
-// q4_k_ints_scalar's lanes (sumi) and min lanes (prod), eight and four at a time.
-TROUPE_TARGET_AVX2 inline void q4_k_ints_avx2(const BlockQ4_K& x, const BlockQ8K& y, __m256i& sumi,
-                                              __m128i& prod) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  alignas(16) int16_t sc[8], mn[8];
+// One weight super-block made ready for the integer dots with any number of activation rows:
+// its 256 codes as unsigned bytes in eight 32-element chunks (chunk c = elements 32c..32c+31,
+// the activation's order), each chunk's int16 scale lanes, and what the min / offset terms need.
+// A row's lanes are then sum_c madd(scales[c], maddubs(codes[c], q8 chunk c)): lane L gets bytes
+// 4L..4L+3 of every chunk, the integers the scalar forms compute (exact, so any add order).
+struct Prepared {
+  __m256i codes[8];
+  __m256i scales[8];
+  __m128i mins;       // Q4_K/Q5_K: the 8 sub-block mins as int16
+  __m256i scales16;   // Q6_K: the 16 scales as int16 (the -32 offset term)
+  float d0 = 0.0f, dmin0 = 0.0f;
+};
+
+TROUPE_TARGET_AVX2 inline void prepare_scales_mins(const uint8_t* packed, Prepared& p) {
+  alignas(16) int16_t mn[8];
   for (int j = 0; j < 8; ++j) {
-    const model::quants::ScaleMin sm = model::quants::scale_min_k4(j, x.scales);
-    sc[j] = sm.scale;
+    const model::quants::ScaleMin sm = model::quants::scale_min_k4(j, packed);
+    p.scales[j] = _mm256_set1_epi16(sm.scale);
     mn[j] = sm.min;
   }
-  const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-  const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-  prod = _mm_madd_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(mn)), s8);
-  sumi = _mm256_setzero_si256();
-  for (int j = 0; j < 4; ++j) {
-    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
-    const __m256i lo = _mm256_and_si256(bits, m4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
-    const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
-    const __m256i pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j]), _mm256_maddubs_epi16(lo, xl));
-    const __m256i ph = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1]), _mm256_maddubs_epi16(hi, xh));
-    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-  }
+  p.mins = _mm_load_si128(reinterpret_cast<const __m128i*>(mn));
 }
 
-// q5_k_ints_scalar's lanes and min lanes: q4_k_ints_avx2 with the fifth bits added.
-TROUPE_TARGET_AVX2 inline void q5_k_ints_avx2(const BlockQ5_K& x, const BlockQ8K& y, __m256i& sumi,
-                                              __m128i& prod) {
+TROUPE_TARGET_AVX2 inline void prepare(const BlockQ4_K& x, Prepared& p) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  prepare_scales_mins(x.scales, p);
+  for (int j = 0; j < 4; ++j) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
+    p.codes[2 * j] = _mm256_and_si256(bits, m4);
+    p.codes[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+  }
+  p.d0 = model::fp16_to_fp32(x.d);
+  p.dmin0 = model::fp16_to_fp32(x.dmin);
+}
+
+// Q4_K's codes with the fifth bit (qh bit 2j, 2j + 1) added.
+TROUPE_TARGET_AVX2 inline void prepare(const BlockQ5_K& x, Prepared& p) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i one = _mm256_set1_epi8(1);
-  alignas(16) int16_t sc[8], mn[8];
-  for (int j = 0; j < 8; ++j) {
-    const model::quants::ScaleMin sm = model::quants::scale_min_k4(j, x.scales);
-    sc[j] = sm.scale;
-    mn[j] = sm.min;
-  }
-  const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-  const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-  prod = _mm_madd_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(mn)), s8);
+  prepare_scales_mins(x.scales, p);
   const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
-  sumi = _mm256_setzero_si256();
   for (int j = 0; j < 4; ++j) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
     const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one);
     const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one);
-    const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                                       _mm256_slli_epi16(h1, 4));
-    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j));
-    const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32));
-    const __m256i pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j]), _mm256_maddubs_epi16(lo, xl));
-    const __m256i ph = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1]), _mm256_maddubs_epi16(hi, xh));
-    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+    p.codes[2 * j] = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
+    p.codes[2 * j + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                                         _mm256_slli_epi16(h1, 4));
   }
+  p.d0 = model::fp16_to_fp32(x.d);
+  p.dmin0 = model::fp16_to_fp32(x.dmin);
 }
 
-// q6_k_ints_scalar's lanes, eight at a time.
-TROUPE_TARGET_AVX2 inline __m256i q6_k_ints_avx2(const BlockQ6_K& x, const BlockQ8K& y) {
+TROUPE_TARGET_AVX2 inline void prepare(const BlockQ6_K& x, Prepared& p) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m256i m15 = _mm256_set1_epi8(15);
-  const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
-  const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-  const __m256i sub = _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(scales)), 5);
-  __m256i sumi = _mm256_setzero_si256();
   for (int j = 0; j < 2; ++j) {
     const uint8_t* ql = x.ql + 64 * j;
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
     const __m256i b2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
     const __m256i bh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * j));
-    const __m256i q[4] = {
-        _mm256_or_si256(_mm256_and_si256(b1, m15), _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4)),
-        _mm256_or_si256(_mm256_and_si256(b2, m15),
-                        _mm256_slli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(12)), 2)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15),
-                        _mm256_and_si256(bh, _mm256_set1_epi8(48))),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15),
-                        _mm256_srli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(-64)), 2))};
-    for (int k = 0; k < 4; ++k) {
-      const int c = 4 * j + k;
-      const __m256i x8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * c));
-      const __m256i s16 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_set1_epi16(x.scales[2 * c])), _mm_set1_epi16(x.scales[2 * c + 1]), 1);
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s16, _mm256_maddubs_epi16(q[k], x8)));
-    }
+    p.codes[4 * j] =
+        _mm256_or_si256(_mm256_and_si256(b1, m15), _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4));
+    p.codes[4 * j + 1] = _mm256_or_si256(
+        _mm256_and_si256(b2, m15), _mm256_slli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(12)), 2));
+    p.codes[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15),
+                                         _mm256_and_si256(bh, _mm256_set1_epi8(48)));
+    p.codes[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15),
+                                         _mm256_srli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(-64)), 2));
   }
-  return _mm256_sub_epi32(sumi, sub);
+  for (int c = 0; c < 8; ++c) {
+    p.scales[c] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(x.scales[2 * c])),
+                                          _mm_set1_epi16(x.scales[2 * c + 1]), 1);
+  }
+  p.scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+  p.d0 = model::fp16_to_fp32(x.d);
 }
 
-TROUPE_TARGET_AVX2 float dot_q4_k_avx2(const BlockQ4_K* x, const BlockQ8K* y, int64_t nb,
-                                       Q8KOrder order) {
-  __m256 acc = _mm256_setzero_ps();
-  __m128 accm = _mm_setzero_ps();
-  float out = 0.0f;
-  for (int64_t i = 0; i < nb; ++i) {
-    __m256i sumi;
-    __m128i prod;
-    q4_k_ints_avx2(x[i], y[i], sumi, prod);
-    const float d0 = model::fp16_to_fp32(x[i].d);
-    const float dmin0 = model::fp16_to_fp32(x[i].dmin);
-    if (order == Q8KOrder::kVecDot) {
-      accm = _mm_fmadd_ps(_mm_set1_ps(-y[i].d * dmin0), _mm_cvtepi32_ps(prod), accm);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * d0), _mm256_cvtepi32_ps(sumi), acc);
-    } else {
-      const __m128i p2 = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, _MM_SHUFFLE(1, 0, 3, 2)));
-      const int32_t s2 = _mm_cvtsi128_si32(_mm_add_epi32(p2, _mm_shuffle_epi32(p2, _MM_SHUFFLE(2, 3, 0, 1))));
-      out = tiled_step(out, d0, dmin0, y[i].d, hsum_epi32_avx2(sumi), s2, true);
-    }
+TROUPE_TARGET_AVX2 inline __m256i row_lanes(const Prepared& p, const BlockQ8K& y) {
+  __m256i sumi = _mm256_setzero_si256();
+  for (int c = 0; c < 8; ++c) {
+    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * c));
+    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p.scales[c], _mm256_maddubs_epi16(p.codes[c], q8)));
   }
-  if (order == Q8KOrder::kTiled) return out;
-  alignas(16) float m[4];
-  _mm_store_ps(m, accm);
-  return hsum8_avx2(acc) + ((m[0] + m[2]) + (m[1] + m[3]));
+  return sumi;
 }
 
-TROUPE_TARGET_AVX2 float dot_q5_k_avx2(const BlockQ5_K* x, const BlockQ8K* y, int64_t nb,
-                                       Q8KOrder order) {
-  __m256 acc = _mm256_setzero_ps();
-  float summs = 0.0f, out = 0.0f;
+// Rows [0, R) of activations against one weight row, all R sharing each prepared block: the
+// per-row results of dot_scalar's arithmetic, bit for bit (same integers, same float chain).
+template <typename Block, int R>
+TROUPE_TARGET_AVX2 void dot_rows_avx2(const Block* x, const BlockQ8K* const* ys, int64_t nb,
+                                      const Q8KOrder* orders, float* out) {
+  constexpr MinForm kMin = std::is_same_v<Block, BlockQ4_K>   ? MinForm::kLanes
+                           : std::is_same_v<Block, BlockQ5_K> ? MinForm::kChain
+                                                              : MinForm::kNone;
+  __m256 acc[R];
+  __m128 accm[R];
+  float summs[R], chain[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    accm[r] = _mm_setzero_ps();
+    summs[r] = chain[r] = 0.0f;
+  }
+  Prepared p;
   for (int64_t i = 0; i < nb; ++i) {
-    __m256i sumi;
-    __m128i prod;
-    q5_k_ints_avx2(x[i], y[i], sumi, prod);
-    const float d0 = model::fp16_to_fp32(x[i].d);
-    const float dmin0 = model::fp16_to_fp32(x[i].dmin);
-    alignas(16) int32_t m[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(m), prod);
-    const int32_t s2 = (m[0] + m[1]) + (m[2] + m[3]);
-    if (order == Q8KOrder::kVecDot) {
-      summs = std::fma(-y[i].d * dmin0, static_cast<float>(s2), summs);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * d0), _mm256_cvtepi32_ps(sumi), acc);
-    } else {
-      out = tiled_step(out, d0, dmin0, y[i].d, hsum_epi32_avx2(sumi), s2, true);
+    prepare(x[i], p);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8K& y = ys[r][i];
+      __m256i sumi = row_lanes(p, y);
+      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+      int32_t s2 = 0;
+      __m128i prod = _mm_setzero_si128();
+      if constexpr (kMin == MinForm::kNone) {
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, p.scales16), 5));
+      } else {
+        const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+        prod = _mm_madd_epi16(p.mins, s8);
+        alignas(16) int32_t m[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(m), prod);
+        s2 = (m[0] + m[1]) + (m[2] + m[3]);
+      }
+      if (orders[r] == Q8KOrder::kTiled) {
+        chain[r] = tiled_step(chain[r], p.d0, p.dmin0, y.d, hsum_epi32_avx2(sumi), s2,
+                              kMin != MinForm::kNone);
+        continue;
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * p.d0), _mm256_cvtepi32_ps(sumi), acc[r]);
+      if constexpr (kMin == MinForm::kLanes) {
+        accm[r] = _mm_fmadd_ps(_mm_set1_ps(-y.d * p.dmin0), _mm_cvtepi32_ps(prod), accm[r]);
+      } else if constexpr (kMin == MinForm::kChain) {
+        summs[r] = std::fma(-y.d * p.dmin0, static_cast<float>(s2), summs[r]);
+      }
     }
   }
-  return order == Q8KOrder::kTiled ? out : hsum8_avx2(acc) + summs;
+  for (int r = 0; r < R; ++r) {
+    if (orders[r] == Q8KOrder::kTiled) {
+      out[r] = chain[r];
+      continue;
+    }
+    float v = hsum8_avx2(acc[r]);
+    if constexpr (kMin == MinForm::kLanes) {
+      alignas(16) float m[4];
+      _mm_store_ps(m, accm[r]);
+      v += (m[0] + m[2]) + (m[1] + m[3]);
+    } else if constexpr (kMin == MinForm::kChain) {
+      v += summs[r];
+    }
+    out[r] = v;
+  }
 }
 
-TROUPE_TARGET_AVX2 float dot_q6_k_avx2(const BlockQ6_K* x, const BlockQ8K* y, int64_t nb,
-                                       Q8KOrder order) {
-  __m256 acc = _mm256_setzero_ps();
-  float out = 0.0f;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i sumi = q6_k_ints_avx2(x[i], y[i]);
-    const float d0 = model::fp16_to_fp32(x[i].d);
-    if (order == Q8KOrder::kVecDot) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * d0), _mm256_cvtepi32_ps(sumi), acc);
-    } else {
-      out = tiled_step(out, d0, 0.0f, y[i].d, hsum_epi32_avx2(sumi), 0, false);
-    }
+// Up to kRowGroup rows per pass over a weight row.
+constexpr int kRowGroup = 4;
+
+template <typename Block>
+TROUPE_TARGET_AVX2 void dot_rows_avx2(const Block* x, const BlockQ8K* const* ys, int rows,
+                                      int64_t nb, const Q8KOrder* orders, float* out) {
+  switch (rows) {
+    case 1: return dot_rows_avx2<Block, 1>(x, ys, nb, orders, out);
+    case 2: return dot_rows_avx2<Block, 2>(x, ys, nb, orders, out);
+    case 3: return dot_rows_avx2<Block, 3>(x, ys, nb, orders, out);
+    default: return dot_rows_avx2<Block, kRowGroup>(x, ys, nb, orders, out);
   }
-  return order == Q8KOrder::kTiled ? out : hsum8_avx2(acc);
+}
+
+TROUPE_TARGET_AVX2 void dot_rows_avx2(model::TensorType type, const void* row,
+                                      const BlockQ8K* const* ys, int rows, int64_t nb,
+                                      const Q8KOrder* orders, float* out) {
+  if (type == model::TensorType::kQ4_K) {
+    return dot_rows_avx2(static_cast<const BlockQ4_K*>(row), ys, rows, nb, orders, out);
+  }
+  if (type == model::TensorType::kQ5_K) {
+    return dot_rows_avx2(static_cast<const BlockQ5_K*>(row), ys, rows, nb, orders, out);
+  }
+  return dot_rows_avx2(static_cast<const BlockQ6_K*>(row), ys, rows, nb, orders, out);
 }
 #endif
 
@@ -382,27 +406,21 @@ void quantize_row_q8k(const float* x, int64_t n, BlockQ8K* out) {
 float dot_q8k(model::TensorType type, const void* row, const BlockQ8K* x, int64_t n, IsaLevel isa,
               Q8KOrder order) {
   const int64_t nb = n / kQ8KBlock;
-  const bool simd = TROUPE_X86 && isa != IsaLevel::kScalar;
-  if (type == model::TensorType::kQ4_K) {
-    const auto* w = static_cast<const BlockQ4_K*>(row);
 #if TROUPE_X86
-    if (simd) return dot_q4_k_avx2(w, x, nb, order);
+  if (isa != IsaLevel::kScalar) {
+    float out;
+    dot_rows_avx2(type, row, &x, 1, nb, &order, &out);
+    return out;
+  }
 #endif
-    return dot_scalar(w, x, nb, order, q4_k_ints_scalar);
+  (void)isa;
+  if (type == model::TensorType::kQ4_K) {
+    return dot_scalar(static_cast<const BlockQ4_K*>(row), x, nb, order, q4_k_ints_scalar);
   }
   if (type == model::TensorType::kQ5_K) {
-    const auto* w = static_cast<const BlockQ5_K*>(row);
-#if TROUPE_X86
-    if (simd) return dot_q5_k_avx2(w, x, nb, order);
-#endif
-    return dot_scalar(w, x, nb, order, q5_k_ints_scalar);
+    return dot_scalar(static_cast<const BlockQ5_K*>(row), x, nb, order, q5_k_ints_scalar);
   }
-  const auto* w = static_cast<const BlockQ6_K*>(row);
-#if TROUPE_X86
-  if (simd) return dot_q6_k_avx2(w, x, nb, order);
-#endif
-  (void)simd;
-  return dot_scalar(w, x, nb, order, q6_k_ints_scalar);
+  return dot_scalar(static_cast<const BlockQ6_K*>(row), x, nb, order, q6_k_ints_scalar);
 }
 
 void matmul_q8k_range(model::TensorType type, const uint8_t* w, size_t row_bytes,
@@ -410,11 +428,37 @@ void matmul_q8k_range(model::TensorType type, const uint8_t* w, size_t row_bytes
                       int64_t ldy, int64_t out_begin, int64_t out_end, IsaLevel isa,
                       const Q8KOrder* orders) {
   const int64_t blocks = num_inputs / kQ8KBlock;
+  auto order_of = [&](int64_t r) { return orders != nullptr ? orders[r] : Q8KOrder::kVecDot; };
+#if TROUPE_X86
+  if (isa != IsaLevel::kScalar) {
+    // Rows in slices that stay in L2 (64 rows of 2,048 inputs: 150 KB of Q8_K) while every
+    // weight row of the range passes over them, kRowGroup rows per pass.
+    constexpr int64_t kRowSlice = 64;
+    for (int64_t r0 = 0; r0 < num_rows; r0 += kRowSlice) {
+      const int64_t r1 = std::min(num_rows, r0 + kRowSlice);
+      for (int64_t o = out_begin; o < out_end; ++o) {
+        const uint8_t* row = w + static_cast<size_t>(o) * row_bytes;
+        for (int64_t r = r0; r < r1; r += kRowGroup) {
+          const int n = static_cast<int>(std::min<int64_t>(kRowGroup, r1 - r));
+          const BlockQ8K* ys[kRowGroup];
+          Q8KOrder ord[kRowGroup];
+          float out[kRowGroup];
+          for (int k = 0; k < n; ++k) {
+            ys[k] = x + (r + k) * blocks;
+            ord[k] = order_of(r + k);
+          }
+          dot_rows_avx2(type, row, ys, n, blocks, ord, out);
+          for (int k = 0; k < n; ++k) y[(r + k) * ldy + o] = out[k];
+        }
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t o = out_begin; o < out_end; ++o) {
     const uint8_t* row = w + static_cast<size_t>(o) * row_bytes;
     for (int64_t r = 0; r < num_rows; ++r) {
-      const Q8KOrder order = orders != nullptr ? orders[r] : Q8KOrder::kVecDot;
-      y[r * ldy + o] = dot_q8k(type, row, x + r * blocks, num_inputs, isa, order);
+      y[r * ldy + o] = dot_q8k(type, row, x + r * blocks, num_inputs, isa, order_of(r));
     }
   }
 }
