@@ -98,20 +98,29 @@ TEST(Q8K, BothOrdersScalarAndSimdBitIdenticalAndNearTheExactProduct) {
   }
 }
 
+// matmul_q8k_range shares each prepared weight block among up to four rows (7 rows: a group of
+// four and one of three) and keeps every row's own order: each result equals the scalar dot.
 TEST(Q8K, RangeTakesEachRowsOrder) {
-  const int64_t outputs = 33, inputs = 512, rows = 4;
-  const Product p = make(TensorType::kQ6_K, outputs, inputs, rows, 9);
-  const Q8KOrder orders[rows] = {Q8KOrder::kTiled, Q8KOrder::kVecDot, Q8KOrder::kVecDot,
+  const int64_t outputs = 33, inputs = 512, rows = 7;
+  const Q8KOrder orders[rows] = {Q8KOrder::kTiled,  Q8KOrder::kVecDot, Q8KOrder::kVecDot,
+                                 Q8KOrder::kTiled,  Q8KOrder::kTiled,  Q8KOrder::kVecDot,
                                  Q8KOrder::kTiled};
-  std::vector<float> y(static_cast<size_t>(rows * outputs), -1.0f);
-  matmul_q8k_range(TensorType::kQ6_K, p.w.data(), p.row_bytes, inputs, p.x.data(), rows, y.data(),
-                   outputs, 0, outputs, default_isa(), orders);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t o = 0; o < outputs; ++o) {
-      const float want = dot_q8k(TensorType::kQ6_K, p.w.data() + o * p.row_bytes,
-                                 p.x.data() + r * inputs / kQ8KBlock, inputs, IsaLevel::kScalar,
-                                 orders[r]);
-      ASSERT_EQ(y[static_cast<size_t>(r * outputs + o)], want) << "r=" << r << " o=" << o;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    const Product p = make(type, outputs, inputs, rows, 9);
+    for (IsaLevel isa : runnable_isas()) {
+      std::vector<float> y(static_cast<size_t>(rows * outputs), -1.0f);
+      matmul_q8k_range(type, p.w.data(), p.row_bytes, inputs, p.x.data(), rows, y.data(), outputs,
+                       0, outputs, isa, orders);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t o = 0; o < outputs; ++o) {
+          const float want = dot_q8k(type, p.w.data() + o * p.row_bytes,
+                                     p.x.data() + r * inputs / kQ8KBlock, inputs, IsaLevel::kScalar,
+                                     orders[r]);
+          const float got = y[static_cast<size_t>(r * outputs + o)];
+          ASSERT_EQ(0, std::memcmp(&got, &want, 4))
+              << model::tensor_type_name(type) << " " << to_string(isa) << " r=" << r << " o=" << o;
+        }
+      }
     }
   }
 }
