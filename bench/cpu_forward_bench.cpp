@@ -95,6 +95,7 @@ void bench_prompt(CpuBackend& backend, int n, int reps) {
   const int vocab = backend.model_config().n_vocab;
   for (int rep = 0; rep < reps; ++rep) {
     StepHarness h(backend.kv_geometry().num_blocks, backend.kv_geometry().block_size);
+  h.set_kv_groups(backend.kv_geometry().num_kv_groups, backend.kv_geometry().sliding_window);
     h.add(1, prompt_tokens(n, vocab, rep));
     const StepBatch b = h.build({{1, n}});
     const Run r = timed([&] { backend.run_step(b); });
@@ -126,6 +127,7 @@ troupe::model::SamplingParams bench_params() {
 void bench_decode(CpuBackend& backend, int batch, int steps, const char* model) {
   const int vocab = backend.model_config().n_vocab;
   StepHarness h(backend.kv_geometry().num_blocks, backend.kv_geometry().block_size);
+  h.set_kv_groups(backend.kv_geometry().num_kv_groups, backend.kv_geometry().sliding_window);
   std::vector<std::pair<uint64_t, int32_t>> prefill, decode;
   for (int s = 0; s < batch; ++s) {
     h.add(s, prompt_tokens(32, vocab, s), bench_params());

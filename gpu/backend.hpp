@@ -23,6 +23,11 @@ struct KvCacheGeometry {
   int32_t num_blocks = 0;
   int32_t block_size = 16;  // tokens per block
   int64_t bytes = 0;        // device (or host) memory the KV blocks take
+  // KV groups (gpu/kv_groups.hpp): every sequence holds one block table per group; groups 1..
+  // keep only the last sliding_window tokens' pages.
+  int32_t num_kv_groups = 1;
+  int32_t sliding_window = 0;
+  int32_t layers_per_group = 0;  // layers a block (page) holds
 };
 
 // The paged KV memory as bytes in this process, for moving KV between servers (disaggregated

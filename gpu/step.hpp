@@ -98,9 +98,13 @@ struct StepBatch {
   std::vector<int32_t> token_ids;   // all spans, concatenated
   std::vector<int32_t> positions;   // absolute position of each token in token_ids
   std::vector<SequenceSlice> seqs;
-  // [seqs.size() x max_blocks_per_seq] physical KV block ids, padded with -1.
+  // [num_kv_groups][seqs.size()][max_blocks_per_seq] physical KV block ids (pages), padded with
+  // -1 (gpu/kv_groups.hpp). Group 0 is every layer of a model without sliding-window layers;
+  // with them, groups 1.. are the sliding layers', whose entries below a sequence's window are
+  // -1 (their pages were freed: the backend reads such keys as masked, never their memory).
   std::vector<int32_t> block_tables;
   int32_t max_blocks_per_seq = 0;
+  int32_t num_kv_groups = 1;
   std::vector<SamplingSlot> sampling;
   std::vector<int32_t> recent_tokens;  // penalty windows of the sampling slots, concatenated
   // Blocks whose KV arrived in the backend's host memory (kv_host_memory()) since the last step:

@@ -72,10 +72,16 @@ KvCacheGeometry CpuBackend::kv_geometry() const {
   g.num_blocks = forward_.num_blocks();
   g.block_size = forward_.block_size();
   g.bytes = forward_.kv_bytes();
+  g.num_kv_groups = forward_.kv_groups().num_groups;
+  g.sliding_window = forward_.kv_groups().sliding_window;
+  g.layers_per_group = forward_.kv_groups().layers_per_group;
   return g;
 }
 
 std::optional<KvHostMemory> CpuBackend::kv_host_memory() {
+  // KV transfer moves one block table's pages; a model with KV groups has several per sequence
+  // (gpu/kv_groups.hpp), which the transfer does not carry yet.
+  if (forward_.kv_groups().num_groups > 1) return std::nullopt;
   const model::LlamaConfig& c = forward_.config();
   const KvLayerView layer0 = forward_.kv_layer(0);
   KvHostMemory m;

@@ -12,6 +12,7 @@
 #include "gpu/cpu/rope.hpp"
 #include "gpu/cpu/swiglu.hpp"
 #include "gpu/cpu/vec_math.hpp"
+#include "gpu/kv_groups.hpp"
 
 namespace troupe::gpu::cpu {
 namespace {
@@ -95,7 +96,8 @@ LlamaForward::Projection LlamaForward::single(const model::WeightView& view) {
 }
 
 int64_t LlamaForward::kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size) {
-  return static_cast<int64_t>(c.n_layer) * 2 * c.n_head_kv * block_size * c.head_dim * 2;
+  return static_cast<int64_t>(KvGroups::of(c).layers_per_group) * 2 * c.n_head_kv * block_size *
+         c.head_dim * 2;
 }
 
 LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& config)
@@ -103,7 +105,8 @@ LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& con
       config_(config),
       bf16_kernels_(config.prefill_attention == PrefillAttentionPrecision::kBf16
                         ? best_bf16_kernels()
-                        : Bf16Kernels::kScalar) {
+                        : Bf16Kernels::kScalar),
+      kv_groups_(KvGroups::of(weights_.config())) {
   const model::LlamaConfig& c = weights_.config();
   if (config_.num_blocks <= 0 || config_.block_size <= 0) {
     throw std::invalid_argument("CPU backend: num_blocks and block_size must be positive");
@@ -133,31 +136,52 @@ LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& con
   }
   output_ = single(weights_.output());
   for (const PackedMatrix& m : output_.parts) packed_bytes_ += static_cast<int64_t>(m.bytes());
-  const size_t per_layer_side =
-      static_cast<size_t>(config_.num_blocks) * c.n_head_kv * config_.block_size * c.head_dim;
-  kv_.assign(per_layer_side * 2 * c.n_layer, 0);
+  // With KV groups, one page more than the pool hands out: all zeros, never written, read in
+  // place of the freed pages below a sliding window (resolve_tables).
+  const size_t per_layer_side = static_cast<size_t>(num_pages()) * c.n_head_kv *
+                                config_.block_size * c.head_dim;
+  kv_.assign(per_layer_side * 2 * kv_groups_.layers_per_group, 0);
 }
 
 KvLayerView LlamaForward::kv_layer(int32_t layer) {
   const model::LlamaConfig& c = weights_.config();
   KvLayerView v;
-  v.num_blocks = config_.num_blocks;
+  v.num_blocks = num_pages();
   v.block_size = config_.block_size;
   v.num_kv_heads = c.n_head_kv;
   v.head_dim = c.head_dim;
   const size_t side = v.block_elements() * v.num_blocks;
-  v.k = kv_.data() + side * 2 * layer;
+  v.k = kv_.data() + side * 2 * kv_groups_.slot_of[static_cast<size_t>(layer)];
   v.v = v.k + side;
   return v;
+}
+
+const int32_t* LlamaForward::table_of(const StepBatch& b, const SequenceSlice& s,
+                                      int32_t layer) const {
+  const size_t group = static_cast<size_t>(kv_groups_.group_of[static_cast<size_t>(layer)]);
+  const size_t row = group * b.seqs.size() + static_cast<size_t>(s.block_table_row);
+  const std::vector<int32_t>& tables = kv_groups_.num_groups > 1 ? tables_ : b.block_tables;
+  return tables.data() + row * static_cast<size_t>(b.max_blocks_per_seq);
+}
+
+void LlamaForward::resolve_tables(const StepBatch& b) {
+  if (kv_groups_.num_groups == 1) return;
+  tables_ = b.block_tables;
+  for (int32_t& page : tables_) page = page < 0 ? config_.num_blocks : page;
 }
 
 void LlamaForward::validate(const StepBatch& b) const {
   const model::LlamaConfig& c = weights_.config();
   const int32_t T = b.num_tokens();
   if (b.positions.size() != b.token_ids.size()) bad_batch("positions and token_ids differ in size");
+  if (b.num_kv_groups != kv_groups_.num_groups) {
+    bad_batch(std::to_string(b.num_kv_groups) + " KV groups, the model has " +
+              std::to_string(kv_groups_.num_groups));
+  }
   if (b.max_blocks_per_seq < 0 ||
-      b.block_tables.size() < b.seqs.size() * static_cast<size_t>(b.max_blocks_per_seq)) {
-    bad_batch("block_tables smaller than seqs x max_blocks_per_seq");
+      b.block_tables.size() <
+          static_cast<size_t>(b.num_kv_groups) * b.seqs.size() * static_cast<size_t>(b.max_blocks_per_seq)) {
+    bad_batch("block_tables smaller than groups x seqs x max_blocks_per_seq");
   }
   for (int32_t id : b.token_ids) {
     if (id < 0 || id >= c.n_vocab) bad_batch("token id " + std::to_string(id) + " out of vocabulary");
@@ -176,10 +200,21 @@ void LlamaForward::validate(const StepBatch& b) const {
     }
     const int32_t needed = (q.context_len + config_.block_size - 1) / config_.block_size;
     if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
-    const int32_t* row = b.block_tables.data() + static_cast<size_t>(q.block_table_row) * b.max_blocks_per_seq;
-    for (int32_t i = 0; i < needed; ++i) {
-      if (row[i] < 0 || row[i] >= config_.num_blocks) {
-        bad_batch(who + "block id " + std::to_string(row[i]) + " out of range");
+    // A sliding group needs the pages from its span's first visible key on; below, -1 (freed).
+    const int32_t first_query = q.context_len - q.num_tokens;
+    const int32_t window_first_block =
+        std::max(0, first_query + 1 - kv_groups_.sliding_window) / config_.block_size;
+    for (int32_t g = 0; g < b.num_kv_groups; ++g) {
+      const int32_t* row = b.block_tables.data() +
+                           (static_cast<size_t>(g) * b.seqs.size() + static_cast<size_t>(q.block_table_row)) *
+                               b.max_blocks_per_seq;
+      const int32_t first = kv_groups_.is_sliding_group(g) ? window_first_block : 0;
+      for (int32_t i = 0; i < needed; ++i) {
+        if (i < first && row[i] == -1) continue;
+        if (row[i] < 0 || row[i] >= config_.num_blocks) {
+          bad_batch(who + "block id " + std::to_string(row[i]) + " of KV group " +
+                    std::to_string(g) + " out of range");
+        }
       }
     }
     for (int32_t i = 0; i < q.num_tokens; ++i) {
@@ -314,8 +349,7 @@ void LlamaForward::attend_head_run(const StepBatch& b, const KvLayerView& kv, in
   const int64_t W = c.q_dim() + 2 * c.kv_dim();
   const AttentionWork& w = attn_plan_.work[attn_plan_.num_tiles + r.single];
   const SequenceSlice& s = b.seqs[w.seq];
-  const int32_t* table =
-      b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+  const int32_t* table = table_of(b, s, layer);
   const int32_t position = b.positions[w.first_token];
   attention_group(kv, table, position + 1, r.first_head / group,
                   qkv_.data() + w.first_token * W + static_cast<int64_t>(r.first_head) * hd,
@@ -334,8 +368,7 @@ void LlamaForward::attend_tile(const StepBatch& b, const KvLayerView& kv, int32_
   const int32_t hd = c.head_dim;
   const int64_t W = c.q_dim() + 2 * c.kv_dim();
   const SequenceSlice& s = b.seqs[w.seq];
-  const int32_t* table =
-      b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+  const int32_t* table = table_of(b, s, layer);
   const int32_t position = b.positions[w.first_token];
   AttentionTile tile{.head_dim = hd,
                      .first_position = position,
@@ -516,8 +549,7 @@ void LlamaForward::prepare_qkv_row(const StepBatch& b, int32_t l, int64_t i) {
   round_to_fp16(q, Q, isa);
   const SequenceSlice& s = b.seqs[token_seq_[i]];
   const int32_t pos = b.positions[i];
-  const int32_t block = b.block_tables[static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq +
-                                       pos / config_.block_size];
+  const int32_t block = table_of(b, s, l)[pos / config_.block_size];
   kv_store(kv_layer(l), block, pos % config_.block_size, k, v, isa);
 }
 
@@ -598,6 +630,7 @@ const std::vector<float>& LlamaForward::logits(const StepBatch& b, ThreadPool& p
 
 const std::vector<float>* LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
   validate(b);
+  resolve_tables(b);
   prepare_scratch(b, pool);
   embed(b);
   const int32_t num_layers = weights_.config().n_layer;

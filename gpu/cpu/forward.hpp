@@ -27,6 +27,7 @@
 #include "gpu/cpu/matmul.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 #include "gpu/forward_observer.hpp"
+#include "gpu/kv_groups.hpp"
 #include "gpu/step.hpp"
 #include "model/llama_weights.hpp"
 
@@ -54,11 +55,13 @@ class LlamaForward {
 
   const model::LlamaConfig& config() const { return weights_.config(); }
   int32_t num_blocks() const { return config_.num_blocks; }
+  const KvGroups& kv_groups() const { return kv_groups_; }
   int32_t block_size() const { return config_.block_size; }
   int64_t kv_bytes() const { return static_cast<int64_t>(kv_.size()) * 2; }
   static int64_t kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size);
   int64_t packed_weight_bytes() const { return packed_bytes_; }
-  // One layer's K and V blocks (the backend exposes the memory for KV transfer).
+  // One layer's K and V pages (the backend exposes the memory for KV transfer). With KV
+  // groups the layers of one slot share the pages: a page belongs to one group at a time.
   KvLayerView kv_layer(int32_t layer);
 
   // Throws std::invalid_argument when the batch is malformed (offsets, positions, block ids).
@@ -139,6 +142,12 @@ class LlamaForward {
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
                int64_t ldy, ThreadPool& pool, const Q8KOrder* orders = nullptr);
   void attention(const StepBatch& batch, int32_t layer, ThreadPool& pool);
+  // The block table a layer of `s` reads: its KV group's row (freed pages resolved to the zero
+  // page with groups).
+  const int32_t* table_of(const StepBatch& batch, const SequenceSlice& s, int32_t layer) const;
+  void resolve_tables(const StepBatch& batch);
+  // Pages of memory: the pool's, plus the zero page when the model has KV groups.
+  int32_t num_pages() const { return config_.num_blocks + (kv_groups_.num_groups > 1 ? 1 : 0); }
   // Q and K of one token row after the projection: bias, QK norm, RoPE with the layer's
   // tables, the query scale, Q rounded to fp16; then K and V stored in the token's KV slot.
   void prepare_qkv_row(const StepBatch& batch, int32_t layer, int64_t row);
@@ -170,6 +179,7 @@ class LlamaForward {
   model::LlamaWeights weights_;
   ForwardConfig config_;
   Bf16Kernels bf16_kernels_;  // the best this CPU runs, when prefill_attention is bf16
+  KvGroups kv_groups_;
   std::vector<Layer> layers_;
   Projection output_;
   int64_t packed_bytes_ = 0;
@@ -180,6 +190,7 @@ class LlamaForward {
   // The sliding-window layers' RoPE tables (their own base), when the model has such layers.
   std::vector<float> rope_cos_sliding_, rope_sin_sliding_;
   std::vector<int32_t> token_seq_;  // seq index of each token
+  std::vector<int32_t> tables_;     // the step's block tables, freed pages -> the zero page
   std::vector<Q8KOrder> q8k_orders_;  // llama.cpp's K-quant order of each token (forward.cpp)
   QuantizedRows q_;
   std::vector<std::vector<float>> attn_scratch_;  // per thread

@@ -177,10 +177,11 @@ std::vector<Prompt> greedy_reference() {
 TEST_F(Gemma3, FirstStepLogitsEqualLlamaCpp) {
   const std::vector<Prompt> prompts = greedy_reference();
   ASSERT_GE(prompts.size(), 22u);
-  auto b = backend(256);
+  auto b = backend(512);
   const int32_t vocab = b->model_config().n_vocab;
   for (size_t i : {size_t{0}, size_t{15}, prompts.size() - 2}) {  // chat, raw, past the window
-    StepHarness h(256, 16);
+    StepHarness h(512, 16);
+    h.set_kv_groups(b->kv_geometry().num_kv_groups, b->kv_geometry().sliding_window);
     h.add(1, prompts[i].ids);
     const auto logits = b->compute_logits(h.build({{1, static_cast<int32_t>(prompts[i].ids.size())}}));
     ASSERT_EQ(logits.size(), static_cast<size_t>(vocab));
@@ -191,12 +192,19 @@ TEST_F(Gemma3, FirstStepLogitsEqualLlamaCpp) {
 }
 
 // All 22 prompts decoded together (continuous batching's shape) give llama.cpp's sequential
-// greedy tokens, 48 each. A divergence names llama.cpp's top-2 gap at that step.
+// greedy tokens, 48 each, with the sliding groups' out-of-window pages freed after every step
+// and handed to the next allocation (StepHarness, as the KV-cache manager does): the two prompts
+// past the 512-token window decode on recycled pages. A divergence names llama.cpp's top-2 gap
+// at that step.
 TEST_F(Gemma3, MatchesLlamaCppGreedyReference) {
   const std::vector<Prompt> prompts = greedy_reference();
   ASSERT_GE(prompts.size(), 22u);
   auto b = backend(2048);
+  const KvCacheGeometry geometry = b->kv_geometry();
+  ASSERT_EQ(geometry.num_kv_groups, 6);  // layers 5, 11, 17; then five groups of 3 sliding layers
+  ASSERT_EQ(geometry.sliding_window, 512);
   StepHarness h(2048, 16);
+  h.set_kv_groups(geometry.num_kv_groups, geometry.sliding_window);
   std::vector<std::pair<uint64_t, int32_t>> prefill;
   for (size_t i = 0; i < prompts.size(); ++i) {
     h.add(i, prompts[i].ids);
@@ -225,8 +233,12 @@ TEST_F(Gemma3, MatchesLlamaCppGreedyReference) {
                   << prompts[i].generated[k] << " (llama.cpp top-2 gap "
                   << top[0].second - top[1].second << ")";
   }
-  std::printf("gemma3: %d of %zu prompts identical over %zu greedy tokens\n", identical,
-              prompts.size(), n_gen);
+  std::printf("gemma3: %d of %zu prompts identical over %zu greedy tokens; %d pages held at the "
+              "end (%d without freeing)\n",
+              identical, prompts.size(), n_gen, h.pages_in_use(), h.pages_taken());
+  // The two long prompts' sliding pages below their windows went back (at the end, with 837 and
+  // 776 tokens in KV: 20 and 16 pages in each of 5 sliding groups).
+  EXPECT_EQ(h.pages_taken() - h.pages_in_use(), 5 * (20 + 16));
 }
 
 }  // namespace

@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
     }
   }
   StepHarness h(2048, 16);
+  h.set_kv_groups(backend->kv_geometry().num_kv_groups, backend->kv_geometry().sliding_window);
   h.add(0, ids);
   std::vector<float> logits;
   if (decode) {  // the first decode step, after an untapped prefill
