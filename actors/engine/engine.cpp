@@ -243,8 +243,17 @@ EngineImpl::resolve_policy_and_backend(const EngineConfig& config) {
   const gpu::KvCacheGeometry geometry = built.backend->kv_geometry();
   policy.num_blocks = geometry.num_blocks;
   policy.block_size = geometry.block_size;
+  policy.num_kv_groups = geometry.num_kv_groups;
+  policy.sliding_window = geometry.sliding_window;
   spdlog::info("KV cache: {} blocks of {} tokens ({:.1f} MiB)", geometry.num_blocks,
                geometry.block_size, static_cast<double>(geometry.bytes) / (1 << 20));
+  if (geometry.num_kv_groups > 1) {
+    spdlog::info("KV groups: {} of {} layers each; groups 1-{} (sliding-window layers) keep the "
+                 "last {} tokens, so a sequence holds its whole context in group 0 only; prefix "
+                 "caching is off for this model",
+                 geometry.num_kv_groups, geometry.layers_per_group, geometry.num_kv_groups - 1,
+                 geometry.sliding_window);
+  }
   return {std::move(policy), std::move(built.backend)};
 }
 

@@ -10,10 +10,12 @@ namespace troupe::kv_cache {
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : block_size_(config.block_size),
-      enable_prefix_caching_(config.enable_prefix_caching),
+      num_kv_groups_(std::max(config.num_kv_groups, 1)),
+      sliding_window_(config.sliding_window),
+      enable_prefix_caching_(config.enable_prefix_caching && config.num_kv_groups <= 1),
       pool_(config.num_blocks),
       cache_(config.num_blocks, config.block_size) {
-  if (config.emit_events && config.enable_prefix_caching) {
+  if (config.emit_events && enable_prefix_caching_) {
     hasher_.emplace(config.event_hash_seed);
     digests_.resize(static_cast<size_t>(config.num_blocks));
   }
@@ -60,6 +62,21 @@ bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& pref
   const auto num_held = static_cast<int32_t>(adopt ? prefix.blocks.size() : seq.blocks.size());
   const int32_t num_new = blocks_for_tokens(num_total_tokens, block_size_) - num_held;
   if (num_new <= 0 && !adopt) return true;
+  if (num_kv_groups_ > 1) {
+    // Every group grows by num_new pages; no prefix to adopt (caching is off with groups).
+    const int32_t num_pages = num_new * num_kv_groups_;
+    if (num_pages > pool_.num_allocatable()) return false;
+    auto allocation = pool_.allocate(num_pages);
+    if (!allocation) throw std::logic_error("block pool refused an allocation it had room for");
+    seq.sliding.resize(static_cast<size_t>(num_kv_groups_ - 1));
+    auto next = allocation->blocks.begin();
+    seq.blocks.insert(seq.blocks.end(), next, next + num_new);
+    for (std::vector<BlockId>& group : seq.sliding) {
+      next += num_new;
+      group.insert(group.end(), next, next + num_new);
+    }
+    return true;
+  }
   // A hit on an evictable block takes it out of the allocatable set: count it before touching.
   int32_t num_hit_evictable = 0;
   if (adopt) {
@@ -158,9 +175,47 @@ void KvCacheManager::release_tail(SequenceBlocks& seq, int32_t num_tokens) {
     pool_.free(seq.blocks.back());
     seq.blocks.pop_back();
   }
+  for (std::vector<BlockId>& group : seq.sliding) {
+    while (group.size() > keep) {
+      if (group.back() != kNoBlock) pool_.free(group.back());
+      group.pop_back();
+    }
+  }
+}
+
+int32_t KvCacheManager::release_out_of_window(SequenceBlocks& seq, int32_t next_position) {
+  if (num_kv_groups_ <= 1 || sliding_window_ <= 0) return 0;
+  const int32_t first_needed = next_position + 1 - sliding_window_;
+  const int32_t whole_blocks = std::max(0, first_needed) / block_size_;  // pages wholly before it
+  int32_t released = 0;
+  for (std::vector<BlockId>& group : seq.sliding) {
+    const auto end = std::min(group.size(), static_cast<size_t>(whole_blocks));
+    for (size_t i = 0; i < end; ++i) {
+      if (group[i] == kNoBlock) continue;
+      pool_.free(group[i]);
+      group[i] = kNoBlock;
+      ++released;
+    }
+  }
+  return released;
+}
+
+int32_t KvCacheManager::num_pages_held(const SequenceBlocks& seq) {
+  auto held = static_cast<int32_t>(seq.blocks.size());
+  for (const std::vector<BlockId>& group : seq.sliding) {
+    held += static_cast<int32_t>(std::count_if(group.begin(), group.end(),
+                                               [](BlockId b) { return b != kNoBlock; }));
+  }
+  return held;
 }
 
 void KvCacheManager::free_sequence(SequenceBlocks& seq) {
+  for (std::vector<BlockId>& group : seq.sliding) {
+    for (auto it = group.rbegin(); it != group.rend(); ++it) {
+      if (*it != kNoBlock) pool_.free(*it);
+    }
+  }
+  seq.sliding.clear();
   for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) pool_.free(*it);
   seq.blocks.clear();
   seq.num_cached_blocks = 0;

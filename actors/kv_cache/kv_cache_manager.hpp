@@ -8,6 +8,14 @@
 //                                 └ cached ┘ └ private ┘      [i*bs, (i+1)*bs)
 //                                 num_cached_blocks = 2
 //
+// KV groups (gpu/kv_groups.hpp, sliding-window models): a sequence holds one table per group;
+// `blocks` is group 0's (the global layers), `sliding` the others'. Every group grows by the same
+// number of pages; after each step release_out_of_window() frees the sliding groups' pages that
+// the next token's window no longer reaches (entries become kNoBlock), so a long conversation
+// holds ~window / block_size pages per sliding group and its full length only in group 0. Prefix
+// caching is off with groups (a hit would need the window's pages of every sliding group too;
+// not built), and so are KV events.
+//
 // KV events (issue 20): with KvCacheConfig::emit_events, every block that enters the prefix
 // cache gets the router's hash (kv_block_hash.hpp) once, when it is inserted, and the manager
 // collects BlockStored / BlockRemoved / AllBlocksCleared values (kv_events.hpp) as it inserts,
@@ -35,6 +43,9 @@ struct KvCacheConfig {
   int32_t num_blocks = 4096;
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
+  // KV groups of the backend (KvCacheGeometry): > 1 turns prefix caching off (above).
+  int32_t num_kv_groups = 1;
+  int32_t sliding_window = 0;  // tokens the sliding groups keep
   // Collect KV events with the router's block hashes (needs prefix caching to emit anything).
   bool emit_events = false;
   std::string event_hash_seed;  // vLLM's PYTHONHASHSEED / llm-d's hashSeed
@@ -43,6 +54,8 @@ struct KvCacheConfig {
 // The KV blocks one sequence holds (one reference each).
 struct SequenceBlocks {
   std::vector<BlockId> blocks;
+  // Groups 1.. (sliding windows), each as long as `blocks`; kNoBlock where freed.
+  std::vector<std::vector<BlockId>> sliding;
   int32_t num_cached_blocks = 0;  // leading blocks registered in the prefix cache, as a chain
   bool caching_stopped = false;   // a hash collision broke the chain: cache nothing further
 };
@@ -58,6 +71,7 @@ class KvCacheManager {
   explicit KvCacheManager(const KvCacheConfig& config);
 
   int32_t block_size() const { return block_size_; }
+  int32_t num_kv_groups() const { return num_kv_groups_; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
 
@@ -90,6 +104,14 @@ class KvCacheManager {
 
   // Releases every block, last first, so a sequence's tail is evicted before its head.
   void free_sequence(SequenceBlocks& seq);
+
+  // KV groups: frees the sliding groups' pages wholly before the window of the token at
+  // next_position (the next one to compute): positions < next_position + 1 - sliding_window.
+  // Returns how many pages went back. No-op without groups.
+  int32_t release_out_of_window(SequenceBlocks& seq, int32_t next_position);
+
+  // Pages `seq` holds, every group.
+  static int32_t num_pages_held(const SequenceBlocks& seq);
 
   // Forgets every cached block no sequence references (the admin's "flush prefix cache"):
   // they return to the free list. Referenced cached blocks stay. Returns how many were dropped.
@@ -125,6 +147,8 @@ class KvCacheManager {
   std::vector<uint64_t> keys_of(const std::vector<BlockId>& blocks) const;
 
   int32_t block_size_;
+  int32_t num_kv_groups_;
+  int32_t sliding_window_;
   bool enable_prefix_caching_;
   BlockPool pool_;
   PrefixCache cache_;

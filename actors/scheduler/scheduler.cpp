@@ -22,7 +22,13 @@ const SchedulerConfig& validated(const SchedulerConfig& config) {
 }  // namespace
 
 kv_cache::KvCacheConfig Scheduler::kv_cache_config(const SchedulerConfig& config) {
-  return {config.num_blocks, config.block_size, config.enable_prefix_caching};
+  kv_cache::KvCacheConfig kv;
+  kv.num_blocks = config.num_blocks;
+  kv.block_size = config.block_size;
+  kv.enable_prefix_caching = config.enable_prefix_caching;
+  kv.num_kv_groups = config.num_kv_groups;
+  kv.sliding_window = config.sliding_window;
+  return kv;
 }
 
 Scheduler::Scheduler(SchedulerConfig config, KvCacheHome home)
@@ -38,7 +44,8 @@ void Scheduler::attach_kv_cache(std::unique_ptr<kv_cache::KvCacheManager> kv) {
   if (kv_ != nullptr) throw std::logic_error("Scheduler: a KV manager is already attached");
   if (kv == nullptr) throw std::logic_error("Scheduler: attaching no KV manager");
   if (kv->num_blocks() != config_.num_blocks || kv->block_size() != config_.block_size ||
-      kv->prefix_caching_enabled() != config_.enable_prefix_caching) {
+      kv->num_kv_groups() != config_.num_kv_groups ||
+      kv->prefix_caching_enabled() != (config_.enable_prefix_caching && config_.num_kv_groups <= 1)) {
     throw std::logic_error("Scheduler: the KV manager's geometry differs from the config");
   }
   kv_ = std::move(kv);
@@ -230,7 +237,7 @@ SlotInfo slot_of(const Sequence& seq, SlotPhase phase) {
   slot.num_generated_tokens = seq.num_generated_tokens();
   slot.max_tokens = seq.stop.max_tokens;
   slot.num_cached_prompt_tokens = seq.num_cached_prompt_tokens;
-  slot.num_blocks = static_cast<int32_t>(seq.kv.blocks.size());
+  slot.num_blocks = kv_cache::KvCacheManager::num_pages_held(seq.kv);
   slot.num_preemptions = seq.num_preemptions;
   slot.arrival_step = seq.arrival_step;
   slot.first_scheduled_step = seq.first_scheduled_step;
@@ -267,6 +274,11 @@ std::optional<std::string> Scheduler::check_invariants() const {
   std::vector<int32_t> holders(static_cast<size_t>(pool.num_blocks()), 0);
   auto count = [&holders](const kv_cache::SequenceBlocks& kv) {
     for (kv_cache::BlockId b : kv.blocks) ++holders[static_cast<size_t>(b)];
+    for (const auto& group : kv.sliding) {
+      for (kv_cache::BlockId b : group) {
+        if (b != kv_cache::kNoBlock) ++holders[static_cast<size_t>(b)];
+      }
+    }
   };
   size_t num_placed = 0;
   for (const auto& [id, seq] : sequences_) {

@@ -64,7 +64,9 @@ StepPlan Scheduler::build_plan(Draft& draft) {
   batch.seqs.reserve(draft.entries.size());
   batch.sampling.reserve(draft.entries.size());
   batch.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
-  batch.block_tables.assign(draft.entries.size() * max_blocks, kv_cache::kNoBlock);
+  batch.num_kv_groups = config_.num_kv_groups;
+  batch.block_tables.assign(static_cast<size_t>(config_.num_kv_groups) * draft.entries.size() * max_blocks,
+                            kv_cache::kNoBlock);
 
   InFlightStep flight;
   flight.step_id = step_id;
@@ -108,9 +110,18 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
                          seq.token_ids.begin() + end_of_known);
   batch.token_ids.insert(batch.token_ids.end(), drafts.begin(), drafts.end());
   for (int32_t position = begin; position < end; ++position) batch.positions.push_back(position);
-  std::copy(seq.kv.blocks.begin(), seq.kv.blocks.end(),
-            batch.block_tables.begin() +
-                static_cast<ptrdiff_t>(row) * batch.max_blocks_per_seq);
+  // [group][row][block]: group 0 is `blocks`, the sliding groups follow (kNoBlock where freed).
+  const size_t width = static_cast<size_t>(batch.max_blocks_per_seq);
+  const size_t num_rows =
+      width == 0 ? 0 : batch.block_tables.size() / (width * static_cast<size_t>(batch.num_kv_groups));
+  const auto row_at = [&](size_t group) {
+    return batch.block_tables.begin() +
+           static_cast<ptrdiff_t>((group * num_rows + static_cast<size_t>(row)) * width);
+  };
+  std::copy(seq.kv.blocks.begin(), seq.kv.blocks.end(), row_at(0));
+  for (size_t g = 0; g < seq.kv.sliding.size(); ++g) {
+    std::copy(seq.kv.sliding[g].begin(), seq.kv.sliding[g].end(), row_at(g + 1));
+  }
 
   if (slice.sample) {
     slice.sampling_index = static_cast<int32_t>(batch.sampling.size());
@@ -216,8 +227,10 @@ void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,
                                   std::span<const gpu::SampledToken> sampled,
                                   int32_t num_draft_tokens, uint64_t step_id) {
   if (sampled.empty()) {
-    // A prefill chunk: its KV now exists, so every block it filled goes to the prefix cache.
+    // A prefill chunk: its KV now exists, so every block it filled goes to the prefix cache;
+    // sliding-window groups give back the pages the next token's window no longer reaches.
     kv().cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
+    kv().release_out_of_window(seq.kv, seq.num_computed_tokens);
     return;
   }
   // Verify span: the backend kept draft i only if its own sample there equals it.
@@ -231,6 +244,9 @@ void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,
   // The KV of rejected drafts is garbage: those positions count as not computed again.
   seq.num_computed_tokens -= num_draft_tokens - num_accepted;
   settle_drafts(seq, num_draft_tokens, num_accepted);
+  // Once the drafts are settled the next position is known: the sliding groups' pages before
+  // its window go back.
+  kv().release_out_of_window(seq.kv, seq.num_computed_tokens);
   std::optional<FinishReason> reason;
   for (const gpu::SampledToken& token : sampled) {
     seq.token_ids.push_back(token.token_id);

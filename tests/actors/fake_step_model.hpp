@@ -4,6 +4,9 @@
 // THE WHOLE CONTEXT BACK through the block table and returns next_token(context). So a wrong
 // block table, a block evicted or overwritten while in use, or a bad prefix-cache hit changes
 // the output, which the tests compare with reference_output() computed from tokens alone.
+// With KV groups (num_kv_groups > 1, sliding_window) every span is also written through each
+// sliding group's table, and every key inside each span's windows must read back through them:
+// a page freed too early (kNoBlock) or reused while in a window fails the check.
 //
 // Thread-safety: test helper; one thread.
 #pragma once
@@ -29,6 +32,8 @@ struct FakeModelConfig {
   // > 0: a text that repeats itself (speculative decoding tests): three times in four the
   // next token is the one copy_period tokens back, so prompt-lookup drafts are mostly right.
   int32_t copy_period = 0;
+  int32_t num_kv_groups = 1;   // groups 1.. are sliding windows of sliding_window tokens
+  int32_t sliding_window = 0;
 };
 
 class FakeStepModel {
@@ -79,7 +84,9 @@ class FakeStepModel {
   gpu::StepResult run(const gpu::StepBatch& batch) {
     gpu::StepResult result;
     result.step_id = batch.step_id;
+    if (batch.num_kv_groups != config_.num_kv_groups) fail("the batch has another number of KV groups");
     for (const gpu::SequenceSlice& slice : batch.seqs) write_span(batch, slice);
+    for (const gpu::SequenceSlice& slice : batch.seqs) check_windows(batch, slice);
     for (const gpu::SequenceSlice& slice : batch.seqs) {
       if (!slice.sample) continue;
       std::vector<int32_t> context = read_context(batch, slice);
@@ -122,11 +129,14 @@ class FakeStepModel {
     int32_t position = -1;
   };
 
-  Slot* slot_at(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice, int32_t position) {
+  Slot* slot_at(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice, int32_t position,
+                int32_t group = 0) {
     const int32_t column = position / config_.block_size;
     if (column >= batch.max_blocks_per_seq) return fail("position beyond the block table");
+    const size_t row = static_cast<size_t>(group) * batch.seqs.size() +
+                       static_cast<size_t>(slice.block_table_row);
     const int32_t block =
-        batch.block_tables[static_cast<size_t>(slice.block_table_row * batch.max_blocks_per_seq + column)];
+        batch.block_tables[row * static_cast<size_t>(batch.max_blocks_per_seq) + static_cast<size_t>(column)];
     if (block < 0 || block >= config_.num_blocks) return fail("block table entry is not a block");
     return &slots_[static_cast<size_t>(block * config_.block_size + position % config_.block_size)];
   }
@@ -136,7 +146,25 @@ class FakeStepModel {
       const auto index = static_cast<size_t>(slice.token_offset + i);
       const int32_t position = batch.positions[index];
       if (position != slice.context_len - slice.num_tokens + i) fail("span positions are off");
-      if (Slot* slot = slot_at(batch, slice, position)) *slot = {batch.token_ids[index], position};
+      for (int32_t g = 0; g < config_.num_kv_groups; ++g) {
+        if (Slot* slot = slot_at(batch, slice, position, g)) *slot = {batch.token_ids[index], position};
+      }
+    }
+  }
+
+  // Every key a query of the span sees in a sliding group reads back through that group.
+  void check_windows(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice) {
+    const int32_t first_query = slice.context_len - slice.num_tokens;
+    const int32_t first_key = std::max(0, first_query + 1 - config_.sliding_window);
+    for (int32_t g = 1; g < config_.num_kv_groups; ++g) {
+      for (int32_t position = first_key; position < slice.context_len; ++position) {
+        const Slot* slot = slot_at(batch, slice, position, g);
+        if (slot == nullptr) return;
+        if (slot->position != position) {
+          fail("stale KV in a sliding group: a page in the window was freed or reused");
+          return;
+        }
+      }
     }
   }
 

@@ -24,6 +24,8 @@ inline FakeModelConfig fake_config_for(const SchedulerConfig& config, uint64_t e
   fake.block_size = config.block_size;
   fake.eos_token_id = config.eos_token_ids.empty() ? 2 : config.eos_token_ids.front();
   fake.eos_one_in = eos_one_in;
+  fake.num_kv_groups = config.num_kv_groups;
+  fake.sliding_window = config.sliding_window;
   return fake;
 }
 
