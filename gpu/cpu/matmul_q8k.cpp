@@ -36,36 +36,20 @@ struct BlockInts {
   int32_t mins[4];
 };
 
-void q4_k_ints_scalar(const BlockQ4_K& x, const BlockQ8K& y, BlockInts& out) {
-  int32_t sc[8], mn[8];
-  for (int j = 0; j < 8; ++j) {
-    const model::quants::ScaleMin sm = model::quants::scale_min_k4(j, x.scales);
-    sc[j] = sm.scale;
-    mn[j] = sm.min;
+// Q4_K / Q5_K: the code of element t (0..31) of the low (sub-block 2j) or high (2j + 1) half of
+// the 64-element chunk j; Q5_K adds its fifth bit, bit 2j (low) or 2j + 1 (high) of qh[t].
+template <typename Block>
+int32_t k_code(const Block& x, int j, int t, int high) {
+  const uint8_t q = x.qs[32 * j + t];
+  const int32_t nibble = high != 0 ? q >> 4 : q & 0x0F;
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+    return nibble | (((x.qh[t] >> (2 * j + high)) & 1) << 4);
   }
-  for (int k = 0; k < 4; ++k) {
-    const int32_t s0 = y.bsums[4 * k] + y.bsums[4 * k + 1];
-    const int32_t s1 = y.bsums[4 * k + 2] + y.bsums[4 * k + 3];
-    out.mins[k] = mn[2 * k] * s0 + mn[2 * k + 1] * s1;
-  }
-  for (int32_t& l : out.lanes) l = 0;
-  for (int j = 0; j < 4; ++j) {  // 64 elements: low nibbles (sub-block 2j), high (2j + 1)
-    const uint8_t* q4 = x.qs + 32 * j;
-    const int8_t* q8 = y.qs + 64 * j;
-    for (int L = 0; L < 8; ++L) {
-      int32_t lo = 0, hi = 0;
-      for (int t = 4 * L; t < 4 * L + 4; ++t) {
-        lo += (q4[t] & 0x0F) * q8[t];
-        hi += (q4[t] >> 4) * q8[32 + t];
-      }
-      out.lanes[L] += sc[2 * j] * lo + sc[2 * j + 1] * hi;
-    }
-  }
+  return nibble;
 }
 
-// Q4_K's integers with a fifth bit per code: bit 2j (low nibbles) or 2j + 1 (high nibbles) of
-// qh[t] for the 64-element chunk j.
-void q5_k_ints_scalar(const BlockQ5_K& x, const BlockQ8K& y, BlockInts& out) {
+template <typename Block>
+void k4_ints_scalar(const Block& x, const BlockQ8K& y, BlockInts& out) {
   int32_t sc[8], mn[8];
   for (int j = 0; j < 8; ++j) {
     const model::quants::ScaleMin sm = model::quants::scale_min_k4(j, x.scales);
@@ -79,13 +63,12 @@ void q5_k_ints_scalar(const BlockQ5_K& x, const BlockQ8K& y, BlockInts& out) {
   }
   for (int32_t& l : out.lanes) l = 0;
   for (int j = 0; j < 4; ++j) {
-    const uint8_t* q5 = x.qs + 32 * j;
     const int8_t* q8 = y.qs + 64 * j;
     for (int L = 0; L < 8; ++L) {
       int32_t lo = 0, hi = 0;
       for (int t = 4 * L; t < 4 * L + 4; ++t) {
-        lo += ((q5[t] & 0x0F) | (((x.qh[t] >> (2 * j)) & 1) << 4)) * q8[t];
-        hi += ((q5[t] >> 4) | (((x.qh[t] >> (2 * j + 1)) & 1) << 4)) * q8[32 + t];
+        lo += k_code(x, j, t, 0) * q8[t];
+        hi += k_code(x, j, t, 1) * q8[32 + t];
       }
       out.lanes[L] += sc[2 * j] * lo + sc[2 * j + 1] * hi;
     }
@@ -415,10 +398,10 @@ float dot_q8k(model::TensorType type, const void* row, const BlockQ8K* x, int64_
 #endif
   (void)isa;
   if (type == model::TensorType::kQ4_K) {
-    return dot_scalar(static_cast<const BlockQ4_K*>(row), x, nb, order, q4_k_ints_scalar);
+    return dot_scalar(static_cast<const BlockQ4_K*>(row), x, nb, order, k4_ints_scalar<BlockQ4_K>);
   }
   if (type == model::TensorType::kQ5_K) {
-    return dot_scalar(static_cast<const BlockQ5_K*>(row), x, nb, order, q5_k_ints_scalar);
+    return dot_scalar(static_cast<const BlockQ5_K*>(row), x, nb, order, k4_ints_scalar<BlockQ5_K>);
   }
   return dot_scalar(static_cast<const BlockQ6_K*>(row), x, nb, order, q6_k_ints_scalar);
 }

@@ -22,6 +22,7 @@
 #include "model/llama_config.hpp"
 #include "model/tokenizer.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
+#include "tests/gpu/greedy_reference.hpp"
 #include "tests/support/source_dir.hpp"
 
 namespace troupe::gpu::cpu {
@@ -146,29 +147,10 @@ TEST_F(Gemma3, ChatPromptsEncodeAsTheReference) {
   EXPECT_GE(chats, 16);
 }
 
-struct Prompt {
-  std::vector<int32_t> ids, generated;
-  std::vector<std::vector<std::pair<int32_t, double>>> top;
-};
+using Prompt = testing::GreedyPrompt;
 
 std::vector<Prompt> greedy_reference() {
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc = parser.load(reference_path("gemma3_greedy.json").string());
-  std::vector<Prompt> prompts;
-  for (simdjson::dom::element p : doc["prompts"].get_array()) {
-    Prompt q;
-    q.ids = read_ids(p["prompt_ids"]);
-    q.generated = read_ids(p["generated_ids"]);
-    for (simdjson::dom::element step : p["top"].get_array()) {
-      std::vector<std::pair<int32_t, double>> t;
-      for (simdjson::dom::element pair : step.get_array()) {
-        t.push_back({static_cast<int32_t>(int64_t(pair.at(0))), double(pair.at(1))});
-      }
-      q.top.push_back(std::move(t));
-    }
-    prompts.push_back(std::move(q));
-  }
-  return prompts;
+  return testing::read_greedy_reference(reference_path("gemma3_greedy.json"));
 }
 
 // The K-quant (Q4_K, Q6_K), Q5_0 and Q8_0 products, the Gemma graph and the sliding-window

@@ -18,6 +18,7 @@
 #include "model/gguf.hpp"
 #include "model/llama_weights.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
+#include "tests/gpu/greedy_reference.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 #include "tests/support/source_dir.hpp"
 
@@ -189,26 +190,7 @@ TEST_F(RealModel, QuantizedPathTracksF32Dequantized) {
 TEST_F(RealModel, MatchesLlamaCppGreedyReference) {
   const auto ref_path = ::troupe::test_support::source_dir() / "tests" / "reference" / "smollm2_greedy.json";
   if (!std::filesystem::exists(ref_path)) GTEST_SKIP() << "no " << ref_path;
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc = parser.load(ref_path.string());
-  struct Prompt {
-    std::vector<int32_t> ids, generated;
-    std::vector<std::vector<std::pair<int32_t, double>>> top;
-  };
-  std::vector<Prompt> prompts;
-  for (simdjson::dom::element p : doc["prompts"].get_array()) {
-    Prompt q;
-    for (int64_t v : p["prompt_ids"].get_array()) q.ids.push_back(static_cast<int32_t>(v));
-    for (int64_t v : p["generated_ids"].get_array()) q.generated.push_back(static_cast<int32_t>(v));
-    for (simdjson::dom::element step : p["top"].get_array()) {
-      std::vector<std::pair<int32_t, double>> t;
-      for (simdjson::dom::element pair : step.get_array()) {
-        t.push_back({static_cast<int32_t>(int64_t(pair.at(0))), double(pair.at(1))});
-      }
-      q.top.push_back(std::move(t));
-    }
-    prompts.push_back(std::move(q));
-  }
+  const std::vector<testing::GreedyPrompt> prompts = testing::read_greedy_reference(ref_path);
   ASSERT_GE(prompts.size(), 20u);
   StepHarness h(2048, 16);
   std::vector<std::pair<uint64_t, int32_t>> prefill;

@@ -23,20 +23,16 @@ to this script:
                         carries no template), 5 raw completions, and two prompts longer than the
                         512-token sliding window (one raw, one chat).
 """
-import ctypes
 import json
 import os
 import sys
-from importlib import metadata
 
-import numpy as np
-import llama_cpp
 import llama_cpp.llama_cpp as llama_lib
 from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import make_reference  # noqa: E402  (the shared corpus)
+import make_reference  # noqa: E402  (the shared corpus and greedy loop)
 
 DEFAULT_MODEL = os.path.join(HERE, "..", "..", "models", "gemma-3-270m-q4_k_m.gguf")
 N_GEN = 48
@@ -109,31 +105,9 @@ LONG_TEXT = (
 
 
 def greedy_prompts():
-    chats = [
-        "What is the capital of France?",
-        "Write a short poem about the ocean.",
-        "Explain what a neural network is in simple terms.",
-        "Give me three tips for staying focused while studying.",
-        "What is 17 times 23?",
-        "Translate 'Good morning, how are you?' into Spanish.",
-        "Write a Python function that reverses a string.",
-        "Who wrote Romeo and Juliet?",
-        "Summarize the water cycle in two sentences.",
-        "What are the primary colors?",
-        "Tell me a fun fact about octopuses.",
-        "How do I make a cup of tea?",
-    ]
-    prompts = [{"kind": "chat", "messages": [{"role": "user", "content": c}]} for c in chats]
-    prompts.append({"kind": "chat", "messages": [
-        {"role": "system", "content": "You are a pirate. Answer like a pirate."},
-        {"role": "user", "content": "Where is the treasure?"}]})
-    prompts.append({"kind": "chat", "messages": [
-        {"role": "system", "content": "You are a concise assistant."},
-        {"role": "user", "content": "Name the planets of the solar system."}]})
-    prompts.append({"kind": "chat", "messages": [
-        {"role": "user", "content": "Hi!"},
-        {"role": "assistant", "content": "Hello! How can I help you today?"},
-        {"role": "user", "content": "What's the weather usually like in London?"}]})
+    """SmolLM2's 15 chat prompts (make_reference.py), five raw completions, and two prompts past
+    the 512-token window of the sliding layers."""
+    prompts = [p for p in make_reference.greedy_prompts() if p["kind"] == "chat"]
     for r in ["The capital of France is", "Once upon a time, there was a little",
               "def fibonacci(n):\n", "The three laws of thermodynamics are", "1, 2, 3, 4, 5,"]:
         prompts.append({"kind": "raw", "text": r})
@@ -150,17 +124,7 @@ def greedy(llm, top_n=5):
         if p["kind"] == "chat":
             p["text"] = gemma_chat(p["messages"])
         ids = llm.tokenize(p["text"].encode("utf-8"), add_bos=True, special=p["kind"] == "chat")
-        llm.reset()
-        llm.eval(ids)
-        gen, tops = [], []
-        for _ in range(N_GEN):
-            ptr = llama_lib.llama_get_logits_ith(llm._ctx.ctx, -1)
-            logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32)
-            order = np.argsort(-logits, kind="stable")[:top_n]
-            tok = int(order[0])
-            gen.append(tok)
-            tops.append([[int(i), round(float(logits[i]), 4)] for i in order])
-            llm.eval([tok])
+        gen, tops = make_reference.greedy_run(llm, ids, N_GEN, top_n)
         entry = dict(p)
         entry["prompt_ids"] = ids
         entry["generated_ids"] = gen

@@ -179,6 +179,23 @@ def greedy_prompts():
     return prompts
 
 
+def greedy_run(llm, ids, n_gen, top_n):
+    """Evaluates `ids` from an empty context, then n_gen argmax steps of the raw logits of the
+    last position (no sampler, no stop): the generated ids and each step's top_n (id, logit)."""
+    llm.reset()
+    llm.eval(ids)
+    gen, tops = [], []
+    for _ in range(n_gen):
+        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)  # the last evaluated position
+        logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32)
+        order = np.argsort(-logits, kind="stable")[:top_n]
+        tok = int(order[0])
+        gen.append(tok)
+        tops.append([[int(i), round(float(logits[i]), 4)] for i in order])
+        llm.eval([tok])
+    return gen, tops
+
+
 def greedy(llm, n_gen=64, top_n=5):
     results = []
     prompts = greedy_prompts()
@@ -187,17 +204,7 @@ def greedy(llm, n_gen=64, top_n=5):
             p["text"] = chatml(llm, p["messages"], add_generation_prompt=True)
     for p in prompts:
         ids = llm.tokenize(p["text"].encode("utf-8"), add_bos=False, special=True)
-        llm.reset()
-        llm.eval(ids)
-        gen, tops = [], []
-        for _ in range(n_gen):
-            ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)  # the last evaluated position
-            logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32)
-            order = np.argsort(-logits, kind="stable")[:top_n]
-            tok = int(order[0])
-            gen.append(tok)
-            tops.append([[int(i), round(float(logits[i]), 4)] for i in order])
-            llm.eval([tok])
+        gen, tops = greedy_run(llm, ids, n_gen, top_n)
         entry = dict(p)
         entry["prompt_ids"] = ids
         entry["generated_ids"] = gen
