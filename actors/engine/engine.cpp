@@ -247,6 +247,11 @@ EngineImpl::resolve_policy_and_backend(const EngineConfig& config) {
   policy.sliding_window = geometry.sliding_window;
   spdlog::info("KV cache: {} blocks of {} tokens ({:.1f} MiB)", geometry.num_blocks,
                geometry.block_size, static_cast<double>(geometry.bytes) / (1 << 20));
+  if (geometry.num_kv_groups > 1 && config.kv_events.enabled) {
+    throw std::runtime_error(
+        "kv_events.enabled: this model's sliding-window KV groups turn the prefix cache off, so "
+        "there would be no KV events to publish");
+  }
   if (geometry.num_kv_groups > 1) {
     spdlog::info("KV groups: {} of {} layers each; groups 1-{} (sliding-window layers) keep the "
                  "last {} tokens, so a sequence holds its whole context in group 0 only; prefix "

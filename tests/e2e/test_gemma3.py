@@ -98,3 +98,29 @@ def test_chats_equal_llama_cpp_streamed_and_concurrent(gemma, client):
                                             max_tokens=n, temperature=0, stream=True)
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert streamed == answers[-1][1]
+
+
+def refused_at_start(tmp_path, name, *args):
+    """Starts a Gemma 3 server that must refuse to start; returns its log."""
+    from conftest import Server
+    server = Server("--model", str(GEMMA3), "--admin-socket", str(tmp_path / f"{name}.sock"),
+                    *args, log_path=tmp_path / f"{name}.log")
+    try:
+        assert server.process.wait(timeout=120) != 0
+        return server.read_log()
+    finally:
+        server.stop()
+
+
+def test_kv_events_are_refused_for_a_sliding_window_model(tmp_path):
+    """KV groups turn the prefix cache off, so KV events would publish nothing: refused, named."""
+    config = tmp_path / "events.json"
+    config.write_text(json.dumps({"kv_events": {"enabled": True}}))
+    log = refused_at_start(tmp_path, "events", "--config", str(config))
+    assert "kv_events.enabled" in log and "sliding-window" in log
+
+
+def test_disaggregation_is_refused_for_a_sliding_window_model(tmp_path):
+    """KV transfer moves one block table per sequence; Gemma 3's KV has six: refused, named."""
+    log = refused_at_start(tmp_path, "prefill", "--role", "prefill", "--kv-transport", "tcp")
+    assert "sliding-window KV groups" in log and "gemma3" in log
