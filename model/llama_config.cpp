@@ -22,6 +22,14 @@ float LlamaConfig::attention_scale() const {
   return scale_queries ? 1.0f : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
+float LlamaConfig::rope_base(int32_t layer) const {
+  return is_sliding(layer) ? rope_freq_base_sliding : rope_freq_base;
+}
+
+float LlamaConfig::rope_scale(int32_t layer) const {
+  return is_sliding(layer) ? 1.0f : rope_freq_scale;
+}
+
 float LlamaConfig::query_scale() const {
   return scale_queries ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
 }

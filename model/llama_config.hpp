@@ -83,10 +83,8 @@ struct LlamaConfig {
     return is_sliding(layer) ? std::max(0, position + 1 - sliding_window) : 0;
   }
   // RoPE base and linear scale of one layer (the sliding layers have their own).
-  float rope_base(int32_t layer) const {
-    return is_sliding(layer) ? rope_freq_base_sliding : rope_freq_base;
-  }
-  float rope_scale(int32_t layer) const { return is_sliding(layer) ? 1.0f : rope_freq_scale; }
+  float rope_base(int32_t layer) const;
+  float rope_scale(int32_t layer) const;
   // Whether any Gemma seam is on: backends that implement only the llama family refuse these.
   bool uses_gemma_seams() const {
     return embedding_scale != 1.0f || qk_norm || post_norms ||

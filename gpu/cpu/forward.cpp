@@ -491,7 +491,10 @@ void LlamaForward::embed(const StepBatch& b) {
   const model::WeightView& emb = weights_.token_embd();
   RopeParams rope{c.n_rot, c.rope_freq_base, c.rope_freq_scale};
   if (const auto f = weights_.rope_freq_factors(); !f.empty()) rope.freq_factors = f.data();
-  const RopeParams sliding{c.n_rot, c.rope_freq_base_sliding, 1.0f};
+  // The sliding layers' table (their own base and scale: LlamaConfig::rope_base), when any.
+  int32_t sliding_layer = 0;
+  while (sliding_layer < c.n_layer && !c.is_sliding(sliding_layer)) ++sliding_layer;
+  const RopeParams sliding{c.n_rot, c.rope_base(sliding_layer), c.rope_scale(sliding_layer)};
   for (int64_t i = 0; i < b.num_tokens(); ++i) {
     float* x = x_.data() + i * E;
     dequantize_row(emb.type, emb.row(b.token_ids[i]), E, x);
