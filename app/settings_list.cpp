@@ -29,7 +29,7 @@ void add_server_settings(std::vector<Setting>& s) {
       [](auto& c) -> auto& { return c.backend; }, "--backend"));
   add(text_setting(
       "chat_template",
-      "`chatml`, `llama3`, `llama2`, `llama2-sys`, `mistral-v1`, … ; empty: detected from the GGUF",
+      "`chatml`, `llama3`, `llama2`, `llama2-sys`, `mistral-v1`, `gemma`, … ; empty: detected from the GGUF",
       [](auto& c) -> auto& { return c.chat_template; }));
   add(ms_setting(
       "drain_timeout_ms", 0, 3'600'000,
