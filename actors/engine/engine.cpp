@@ -207,6 +207,12 @@ EngineImpl::EngineImpl(const EngineConfig& config, std::shared_ptr<disagg::PeerC
   tokenizer_.emplace(model::Tokenizer::from_gguf(*file_));
   model::ChatTemplate chat_template = model::ChatTemplate::for_model(*file_, config.chat_template);
   card_.tool_call_format = chat_template.tool_call_format();
+  // Which format chats get, and why: configured, detected from the file's template, or the
+  // architecture's own when the file has none (a gemma3 conversion often has none).
+  spdlog::info("chat template: {} ({})", chat_template.name(),
+               !config.chat_template.empty() ? "configured"
+               : file_->get_string("tokenizer.chat_template") ? "detected from the GGUF's template"
+                                                               : "the GGUF has none: the architecture's default");
 
   auto [policy, backend] = resolve_policy_and_backend(config);
   KvMovement movement;
