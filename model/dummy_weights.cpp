@@ -193,6 +193,14 @@ std::vector<TensorSpec> tensor_specs(const LlamaConfig& c) {
       specs.push_back({p + "attn_k.bias", c.kv_dim(), 1, false});
       specs.push_back({p + "attn_v.bias", c.kv_dim(), 1, false});
     }
+    if (c.qk_norm) {
+      specs.push_back({p + "attn_q_norm.weight", c.head_dim, 1, false});
+      specs.push_back({p + "attn_k_norm.weight", c.head_dim, 1, false});
+    }
+    if (c.post_norms) {
+      specs.push_back({p + "post_attention_norm.weight", c.n_embd, 1, false});
+      specs.push_back({p + "post_ffw_norm.weight", c.n_embd, 1, false});
+    }
     specs.push_back({p + "ffn_norm.weight", c.n_embd, 1, false});
     specs.push_back({p + "ffn_gate.weight", c.n_embd, c.n_ff, true, i});
     specs.push_back({p + "ffn_up.weight", c.n_embd, c.n_ff, true, i});
@@ -217,6 +225,14 @@ std::vector<LlamaLayerWeights> layer_views(const std::map<std::string, WeightVie
       l.bq = views.at(p + "attn_q.bias");
       l.bk = views.at(p + "attn_k.bias");
       l.bv = views.at(p + "attn_v.bias");
+    }
+    if (c.qk_norm) {
+      l.q_norm = views.at(p + "attn_q_norm.weight");
+      l.k_norm = views.at(p + "attn_k_norm.weight");
+    }
+    if (c.post_norms) {
+      l.post_attn_norm = views.at(p + "post_attention_norm.weight");
+      l.post_ffn_norm = views.at(p + "post_ffw_norm.weight");
     }
     l.ffn_norm = views.at(p + "ffn_norm.weight");
     l.w_gate = views.at(p + "ffn_gate.weight");

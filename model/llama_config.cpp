@@ -41,14 +41,25 @@ namespace {
 // by 1/sqrt(head_dim) (the 27B's 1/sqrt(n_embd / n_head) is the same number only when
 // head_dim = n_embd / n_head, so a 62-layer file is refused), and sliding-window layers in a
 // pattern of 6 (five sliding, then one global) unless the file lists them, with RoPE base 10000
-// there.
-void read_gemma3(const GgufFile& file, const std::string& a, LlamaConfig& c) {
+// there. The file's keys are read by read_gemma3; the seams themselves by apply_gemma3_seams,
+// which the named dummy shape uses too.
+void apply_gemma3_seams(LlamaConfig& c, int32_t sliding_window) {
   c.rope_mode = RopeMode::kNeox;
   c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.qk_norm = true;
   c.post_norms = true;
   c.ffn_activation = FfnActivation::kGeluTanh;
   c.scale_queries = true;
+  c.sliding_window = sliding_window;
+  c.sliding_layers.clear();
+  if (sliding_window > 0) {
+    constexpr int32_t kPattern = 6;
+    c.sliding_layers.resize(static_cast<size_t>(std::max(c.n_layer, 0)));
+    for (int32_t i = 0; i < c.n_layer; ++i) c.sliding_layers[static_cast<size_t>(i)] = i % kPattern < kPattern - 1;
+  }
+}
+
+void read_gemma3(const GgufFile& file, const std::string& a, LlamaConfig& c) {
   if (c.n_layer == 62 && c.head_dim * c.n_head != c.n_embd) {
     throw GgufError("gemma3 with 62 layers (27B) scales queries by 1/sqrt(n_embd / n_head), "
                     "which troupe does not implement");
@@ -60,13 +71,12 @@ void read_gemma3(const GgufFile& file, const std::string& a, LlamaConfig& c) {
     throw GgufError(a + "attention.sliding_window_pattern is not supported (the default "
                     "pattern of 6 is)");
   }
+  int32_t window = 0;
   if (auto w = file.get_uint(a + "attention.sliding_window"); w && *w > 0) {
     if (*w > static_cast<uint64_t>(INT32_MAX)) throw GgufError(a + "attention.sliding_window is too large");
-    c.sliding_window = static_cast<int32_t>(*w);
-    c.sliding_layers.resize(static_cast<size_t>(std::max(c.n_layer, 0)));
-    constexpr int32_t kPattern = 6;
-    for (int32_t i = 0; i < c.n_layer; ++i) c.sliding_layers[static_cast<size_t>(i)] = i % kPattern < kPattern - 1;
+    window = static_cast<int32_t>(*w);
   }
+  apply_gemma3_seams(c, window);
   if (auto v = file.get_float(a + "rope.freq_base_swa")) c.rope_freq_base_sliding = static_cast<float>(*v);
 }
 
@@ -162,12 +172,21 @@ std::optional<LlamaConfig> LlamaConfig::named_shape(std::string_view name) {
     return c;
   }
   if (name == "llama-3-8b") return make(128256, 4096, 32, 32, 8, 14336, 500000.0f, 8192, false);
+  if (name == "gemma3-270m") {  // google/gemma-3-270m's config.json
+    LlamaConfig c = make(262144, 640, 18, 4, 1, 2048, 1000000.0f, 32768, true);
+    c.architecture = "gemma3";
+    c.head_dim = 256;
+    c.n_rot = 256;
+    c.rms_eps = 1e-6f;
+    apply_gemma3_seams(c, 512);
+    return c;
+  }
   return std::nullopt;
 }
 
 std::vector<std::string> LlamaConfig::named_shapes() {
   return {"smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b",
-          "llama-3-8b"};
+          "llama-3-8b", "gemma3-270m"};
 }
 
 void LlamaConfig::validate() const {

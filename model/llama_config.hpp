@@ -96,7 +96,8 @@ struct LlamaConfig {
   static LlamaConfig from_gguf(const GgufFile& file);
 
   // A known architecture shape for dummy weights: "smollm2-135m", "smollm2-360m",
-  // "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b", "llama-3-8b". nullopt when unknown.
+  // "tinyllama-1.1b", "llama-3.2-1b", "llama-3.2-3b", "llama-3-8b", "gemma3-270m". nullopt when
+  // unknown.
   static std::optional<LlamaConfig> named_shape(std::string_view name);
   static std::vector<std::string> named_shapes();
 

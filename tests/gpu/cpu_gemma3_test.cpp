@@ -13,11 +13,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gpu/cpu/cpu_backend.hpp"
 #include "model/chat_template.hpp"
+#include "model/dummy_weights.hpp"
 #include "model/gguf.hpp"
 #include "model/llama_config.hpp"
 #include "model/tokenizer.hpp"
@@ -221,6 +223,54 @@ TEST_F(Gemma3, MatchesLlamaCppGreedyReference) {
   // The two long prompts' sliding pages below their windows went back (at the end, with 837 and
   // 776 tokens in KV: 20 and 16 pages in each of 5 sliding groups).
   EXPECT_EQ(h.pages_taken() - h.pages_in_use(), 5 * (20 + 16));
+}
+
+// The named dummy shape (no file needed: what a GPU session without the model runs) is the real
+// file's config, and a Gemma-shaped backend with KV groups gives a sequence the same logits alone
+// and batched, across the 512-token window, with out-of-window pages recycled.
+TEST(Gemma3Dummy, ShapeIsTheFilesConfigAndBatchingKeepsTheBits) {
+  const std::optional<model::LlamaConfig> shape = model::LlamaConfig::named_shape("gemma3-270m");
+  ASSERT_TRUE(shape.has_value());
+  if (std::filesystem::exists(gemma3_path())) {
+    const model::LlamaConfig c =
+        model::LlamaConfig::from_gguf(model::GgufFile::open(gemma3_path()));
+    EXPECT_EQ(shape->n_vocab, c.n_vocab);
+    EXPECT_EQ(shape->n_embd, c.n_embd);
+    EXPECT_EQ(shape->n_ff, c.n_ff);
+    EXPECT_EQ(shape->head_dim, c.head_dim);
+    EXPECT_EQ(shape->n_head, c.n_head);
+    EXPECT_EQ(shape->n_head_kv, c.n_head_kv);
+    EXPECT_EQ(shape->context_length, c.context_length);
+    EXPECT_EQ(shape->sliding_layers, c.sliding_layers);
+    EXPECT_EQ(shape->sliding_window, c.sliding_window);
+    EXPECT_FLOAT_EQ(shape->rms_eps, c.rms_eps);
+    EXPECT_FLOAT_EQ(shape->embedding_scale, c.embedding_scale);
+    EXPECT_FLOAT_EQ(shape->rope_freq_base, c.rope_freq_base);
+    EXPECT_FLOAT_EQ(shape->rope_freq_base_sliding, c.rope_freq_base_sliding);
+  }
+  CpuBackendConfig cfg;
+  cfg.num_blocks = 512;
+  CpuBackend backend(model::make_dummy_weights({"gemma3-270m", model::TensorType::kQ4_K, 7}), cfg);
+  const KvCacheGeometry g = backend.kv_geometry();
+  EXPECT_EQ(g.num_kv_groups, 6);
+  std::vector<int32_t> long_prompt(530), short_prompt(40);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int32_t>(1000 + 7 * i);
+  for (size_t i = 0; i < short_prompt.size(); ++i) short_prompt[i] = static_cast<int32_t>(50000 + 3 * i);
+  auto run = [&](bool together) {
+    StepHarness h(512, 16);
+    h.set_kv_groups(g.num_kv_groups, g.sliding_window);
+    h.add(1, long_prompt);
+    h.add(2, short_prompt);
+    if (together) {
+      h.accept(backend.run_step(h.build({{1, 530}, {2, 40}})));
+    } else {
+      h.accept(backend.run_step(h.build({{1, 530}})));
+      h.accept(backend.run_step(h.build({{2, 40}})));
+    }
+    for (int step = 0; step < 3; ++step) h.accept(backend.run_step(h.build({{1, 1}, {2, 1}})));
+    return std::pair{h.seq(1).tokens, h.seq(2).tokens};
+  };
+  EXPECT_EQ(run(true), run(false));
 }
 
 }  // namespace
