@@ -257,7 +257,8 @@ class Scheduler {
 
   // scheduler_step.cpp
   StepPlan build_plan(Draft& draft);
-  void append_slice(StepPlan& plan, const Scheduled& entry, int32_t row);
+  // `row` of the step's `num_rows` block-table rows (per KV group).
+  void append_slice(StepPlan& plan, const Scheduled& entry, int32_t row, size_t num_rows);
   // `sampled`: the step's tokens for the sequence (empty when its span did not sample).
   void complete_sequence(StepUpdate& update, Sequence& seq, std::span<const gpu::SampledToken> sampled,
                          int32_t num_draft_tokens, uint64_t step_id);

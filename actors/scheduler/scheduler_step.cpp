@@ -74,7 +74,7 @@ StepPlan Scheduler::build_plan(Draft& draft) {
   flight.entries.reserve(draft.entries.size());
   for (size_t row = 0; row < draft.entries.size(); ++row) {
     const Scheduled& entry = draft.entries[row];
-    append_slice(plan, entry, static_cast<int32_t>(row));
+    append_slice(plan, entry, static_cast<int32_t>(row), draft.entries.size());
     // Token-centric bookkeeping happens at planning time, as in vLLM v1: the KV of the span
     // counts as computed from here on (the step is committed to run).
     entry.seq->num_computed_tokens += entry.num_tokens;
@@ -87,7 +87,8 @@ StepPlan Scheduler::build_plan(Draft& draft) {
   return plan;
 }
 
-void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row) {
+void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row,
+                             size_t num_rows) {
   gpu::StepBatch& batch = plan.batch;
   const Sequence& seq = *entry.seq;
   const int32_t begin = seq.num_computed_tokens;
@@ -112,8 +113,6 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
   for (int32_t position = begin; position < end; ++position) batch.positions.push_back(position);
   // [group][row][block]: group 0 is `blocks`, the sliding groups follow (kNoBlock where freed).
   const size_t width = static_cast<size_t>(batch.max_blocks_per_seq);
-  const size_t num_rows =
-      width == 0 ? 0 : batch.block_tables.size() / (width * static_cast<size_t>(batch.num_kv_groups));
   const auto row_at = [&](size_t group) {
     return batch.block_tables.begin() +
            static_cast<ptrdiff_t>((group * num_rows + static_cast<size_t>(row)) * width);

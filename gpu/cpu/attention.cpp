@@ -17,12 +17,6 @@ namespace {
 constexpr int kMaxGroup = 16;
 constexpr int kLanes = 8;  // ggml's (tinyBLAS's) AVX2 float lanes
 
-// The 8-lane horizontal sum of ggml's AVX2 code (hsum_float_8 / tinyBLAS hsum).
-inline float hsum8(const float* a) {
-  const float v0 = a[0] + a[4], v1 = a[1] + a[5], v2 = a[2] + a[6], v3 = a[3] + a[7];
-  return (v0 + v2) + (v1 + v3);
-}
-
 // Scores s[g][t] = dot(q_g, k_t) * scale, each dot as llama.cpp's KQ product computes it on x86
 // (tinyBLAS, F16 x F16): lane j accumulates dims j, j+8, ... by fma, then hsum8. q is already
 // fp16-valued.

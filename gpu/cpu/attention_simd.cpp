@@ -67,13 +67,6 @@ inline void prefetch_rows_l2(const uint16_t* const* rows, int32_t t0, int32_t n,
   }
 }
 
-TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 x) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
 }  // namespace
 
 TROUPE_TARGET_AVX2 void scores_chunk_avx2(const uint16_t* const* rows, int32_t n, int32_t hd,

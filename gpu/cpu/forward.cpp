@@ -76,7 +76,7 @@ LlamaForward::Projection LlamaForward::make_projection(
     }
   }
   for (const PackedMatrix& m : p.parts) {
-    p.quantized = p.quantized || m.quantized();
+    p.quantized = p.quantized || (m.quantized() && !m.q8k());
     p.q8k = p.q8k || m.q8k();
   }
   return p;
@@ -241,11 +241,13 @@ void LlamaForward::validate(const StepBatch& b) const {
 
 void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int64_t rows,
                            float* y, int64_t ldy, ThreadPool& pool, const Q8KOrder* orders) {
-  if (w.quantized) {
+  if (w.quantized || w.q8k) {
+    // Only the activation rows some part reads: a K-quant-only projection (Gemma's attn_output,
+    // ffn_down) skips the per-32 ones.
     const int64_t cols = w.parts[0].num_inputs();
     resize_quantized_rows(q_, rows, cols, w.q8k);
     auto quantize = [&](int64_t b, int64_t e) {
-      quantize_row_range(x, ldx, b, e, q_, config_.isa);
+      if (w.quantized) quantize_row_range(x, ldx, b, e, q_, config_.isa);
       if (w.q8k) quantize_q8k_range(x, ldx, b, e, q_);
     };
     if (rows >= kParallelRows) {

@@ -94,8 +94,8 @@ class LlamaForward {
     std::vector<PackedMatrix> parts;
     std::vector<int64_t> column_offsets;
     int64_t num_outputs = 0;
-    bool quantized = false;
-    bool q8k = false;  // a part reads Q8_K activations (K-quant weights)
+    bool quantized = false;  // a part reads the per-32 int8 rows (Q4_0/Q4_1/Q5_x/Q8_0)
+    bool q8k = false;        // a part reads Q8_K rows (K-quants)
   };
   struct Layer {
     Projection qkv;      // [q_dim + 2 kv_dim] outputs

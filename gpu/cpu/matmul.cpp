@@ -157,25 +157,20 @@ PackedMatrix PackedMatrix::pack(TensorType type, const void* data, int64_t num_o
   }
   const auto* src = static_cast<const uint8_t*>(data);
   const size_t src_row = model::row_bytes(type, static_cast<uint64_t>(num_inputs));
-  if (m.format_ == PackedFormat::kKQuantRows) {
-    // ggml's rows as they are, one "tile" per kTileOutputs rows (zero rows past the end).
-    m.tile_bytes_ = src_row * kTileOutputs;
-    const size_t total = m.tile_bytes_ * static_cast<size_t>(m.num_tiles());
-    auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64 + 64));
-    if (raw == nullptr) throw std::bad_alloc();
-    std::memset(raw, 0, total);
-    std::memcpy(raw, src, src_row * static_cast<size_t>(num_outputs));
-    m.data_ = std::shared_ptr<std::byte>(raw, FreeAligned{});
-    return m;
-  }
-  const int64_t nb = num_inputs / kQuantBlock;
-  const int unit = detail::packed_block_bytes(m.format_);
-  m.tile_bytes_ = static_cast<size_t>(quant ? nb : num_inputs) * unit;
+  const bool kquant_rows = m.format_ == PackedFormat::kKQuantRows;
+  // K-quants keep ggml's rows as they are, one "tile" per kTileOutputs rows.
+  m.tile_bytes_ = kquant_rows ? src_row * kTileOutputs
+                              : static_cast<size_t>(quant ? num_inputs / kQuantBlock : num_inputs) *
+                                    detail::packed_block_bytes(m.format_);
   const size_t total = m.tile_bytes_ * static_cast<size_t>(m.num_tiles());
   auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, (total + 63) / 64 * 64 + 64));
   if (raw == nullptr) throw std::bad_alloc();
-  std::memset(raw, 0, total);
+  std::memset(raw, 0, total);  // padding rows and lanes stay zero
   m.data_ = std::shared_ptr<std::byte>(raw, FreeAligned{});
+  if (kquant_rows) {
+    std::memcpy(raw, src, src_row * static_cast<size_t>(num_outputs));
+    return m;
+  }
 
   for (int64_t t = 0; t < m.num_tiles(); ++t) {
     auto* tile = reinterpret_cast<uint8_t*>(raw + t * m.tile_bytes_);
@@ -356,27 +351,17 @@ void matmul_tiles(const PackedMatrix& w, const MatmulInput& in, float* y, int64_
 void matmul(const PackedMatrix& w, const MatmulInput& in, float* y, int64_t ldy,
             ThreadPool* pool, IsaLevel isa) {
   if (in.num_rows == 0) return;
-  if (w.q8k()) {
-    const int64_t work = w.num_tiles() * in.num_rows * (w.num_inputs() / kQuantBlock);
-    if (pool == nullptr || pool->num_threads() == 1 || work < kMinParallelWork) {
-      matmul_tiles(w, in, y, ldy, 0, w.num_tiles(), isa);
-      return;
-    }
-    pool->parallel_for(w.num_tiles(), [&](int64_t b, int64_t e, int) {
-      matmul_tiles(w, in, y, ldy, b, e, isa);
-    });
-    return;
-  }
-  const detail::TileJob job = make_job(w, in, y, ldy);
   // Small products (decode-size projections) run on the calling thread: waking the pool costs
   // more than it saves, especially on a loaded host. Splits never change results.
   const int64_t work = w.num_tiles() * in.num_rows *
                        (w.quantized() ? w.num_inputs() / kQuantBlock : w.num_inputs() / 8);
   if (pool == nullptr || pool->num_threads() == 1 || work < kMinParallelWork) {
-    run_tiles(job, 0, w.num_tiles(), isa);
+    matmul_tiles(w, in, y, ldy, 0, w.num_tiles(), isa);
     return;
   }
-  pool->parallel_for(w.num_tiles(), [&](int64_t b, int64_t e, int) { run_tiles(job, b, e, isa); });
+  pool->parallel_for(w.num_tiles(), [&](int64_t b, int64_t e, int) {
+    matmul_tiles(w, in, y, ldy, b, e, isa);
+  });
 }
 
 void matmul_reference(TensorType type, const void* w, int64_t num_outputs, int64_t num_inputs,

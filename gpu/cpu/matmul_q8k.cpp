@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/vec_math.hpp"
 #include "model/fp16.hpp"
 #include "model/quants/kquant.hpp"
 
@@ -23,10 +24,6 @@ inline int nearest_int(float v) {
   int32_t i;
   std::memcpy(&i, &shifted, 4);
   return (i & 0x007fffff) - 0x00400000;
-}
-
-inline float hsum8(const float* a) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
 // One super-block's exact integers: lanes[L] as matmul_q8k.hpp defines them, and Q4_K's four
@@ -108,6 +105,13 @@ void q6_k_ints_scalar(const BlockQ6_K& x, const BlockQ8K& y, BlockInts& out) {
 // contraction); Q6_K has none.
 enum class MinForm { kNone, kLanes, kChain };
 
+template <typename Block>
+constexpr MinForm min_form_of() {
+  if constexpr (std::is_same_v<Block, BlockQ4_K>) return MinForm::kLanes;
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) return MinForm::kChain;
+  return MinForm::kNone;
+}
+
 template <MinForm kMin>
 struct VecDotAcc {
   float acc[8] = {};
@@ -139,10 +143,8 @@ inline float tiled_step(float out, float d0, float dmin0, float dy, int32_t s1, 
 
 template <typename Block, typename Ints>
 float dot_scalar(const Block* x, const BlockQ8K* y, int64_t nb, Q8KOrder order, Ints ints) {
-  constexpr bool kHasMin = !std::is_same_v<Block, BlockQ6_K>;
-  constexpr MinForm kMin = std::is_same_v<Block, BlockQ4_K>   ? MinForm::kLanes
-                           : std::is_same_v<Block, BlockQ5_K> ? MinForm::kChain
-                                                              : MinForm::kNone;
+  constexpr MinForm kMin = min_form_of<Block>();
+  constexpr bool kHasMin = kMin != MinForm::kNone;
   VecDotAcc<kMin> v;
   float out = 0.0f;
   BlockInts b;
@@ -164,13 +166,6 @@ float dot_scalar(const Block* x, const BlockQ8K* y, int64_t nb, Q8KOrder order, 
 }
 
 #if TROUPE_X86
-TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
 TROUPE_TARGET_AVX2 inline int32_t hsum_epi32_avx2(__m256i v) {
   __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -270,9 +265,7 @@ TROUPE_TARGET_AVX2 inline __m256i row_lanes(const Prepared& p, const BlockQ8K& y
 template <typename Block, int R>
 TROUPE_TARGET_AVX2 void dot_rows_avx2(const Block* x, const BlockQ8K* const* ys, int64_t nb,
                                       const Q8KOrder* orders, float* out) {
-  constexpr MinForm kMin = std::is_same_v<Block, BlockQ4_K>   ? MinForm::kLanes
-                           : std::is_same_v<Block, BlockQ5_K> ? MinForm::kChain
-                                                              : MinForm::kNone;
+  constexpr MinForm kMin = min_form_of<Block>();
   __m256 acc[R];
   __m128 accm[R];
   float summs[R], chain[R];

@@ -15,6 +15,23 @@
 
 namespace troupe::gpu::cpu {
 
+// The 8-lane horizontal sum of ggml's AVX2 code (hsum_float_8 / tinyBLAS hsum):
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). The scalar and vector forms give the same
+// bits; every kernel that reproduces an AVX2 reduction of llama.cpp ends with one of them.
+inline float hsum8(const float* a) {
+  const float v0 = a[0] + a[4], v1 = a[1] + a[5], v2 = a[2] + a[6], v3 = a[3] + a[7];
+  return (v0 + v2) + (v1 + v3);
+}
+
+#if TROUPE_X86
+TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 x) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+#endif
+
 // ggml's vectorized expf (ggml_v_expf, from ARM's optimized-routines v_expf), one lane at a
 // time: the operations and constants of ggml-cpu's AVX2/AVX-512 code, each an IEEE fma or
 // multiply, so this scalar form is bit-identical to the SIMD one below. llama.cpp's softmax

@@ -261,12 +261,10 @@ TEST(Gemma3Dummy, ShapeIsTheFilesConfigAndBatchingKeepsTheBits) {
     h.set_kv_groups(g.num_kv_groups, g.sliding_window);
     h.add(1, long_prompt);
     h.add(2, short_prompt);
-    if (together) {
-      h.accept(backend.run_step(h.build({{1, 530}, {2, 40}})));
-    } else {
-      h.accept(backend.run_step(h.build({{1, 530}})));
-      h.accept(backend.run_step(h.build({{2, 40}})));
-    }
+    using Work = std::vector<std::pair<uint64_t, int32_t>>;
+    const std::vector<Work> prefills =
+        together ? std::vector<Work>{{{1, 530}, {2, 40}}} : std::vector<Work>{{{1, 530}}, {{2, 40}}};
+    for (const Work& work : prefills) h.accept(backend.run_step(h.build(work)));
     for (int step = 0; step < 3; ++step) h.accept(backend.run_step(h.build({{1, 1}, {2, 1}})));
     return std::pair{h.seq(1).tokens, h.seq(2).tokens};
   };
