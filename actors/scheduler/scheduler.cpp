@@ -22,13 +22,11 @@ const SchedulerConfig& validated(const SchedulerConfig& config) {
 }  // namespace
 
 kv_cache::KvCacheConfig Scheduler::kv_cache_config(const SchedulerConfig& config) {
-  kv_cache::KvCacheConfig kv;
-  kv.num_blocks = config.num_blocks;
-  kv.block_size = config.block_size;
-  kv.enable_prefix_caching = config.enable_prefix_caching;
-  kv.num_kv_groups = config.num_kv_groups;
-  kv.sliding_window = config.sliding_window;
-  return kv;
+  return {.num_blocks = config.num_blocks,
+          .block_size = config.block_size,
+          .enable_prefix_caching = config.enable_prefix_caching,
+          .num_kv_groups = config.num_kv_groups,
+          .sliding_window = config.sliding_window};
 }
 
 Scheduler::Scheduler(SchedulerConfig config, KvCacheHome home)
