@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "gpu/kv_dtype.hpp"
 #include "gpu/step.hpp"
 
 namespace troupe::gpu {
@@ -28,6 +29,7 @@ struct KvCacheGeometry {
   int32_t num_kv_groups = 1;
   int32_t sliding_window = 0;
   int32_t layers_per_group = 0;  // layers a block (page) holds
+  KvDtype dtype = KvDtype::kF16;  // the number format of K and V (gpu/kv_dtype.hpp)
 };
 
 // The paged KV memory as bytes in this process, for moving KV between servers (disaggregated
@@ -44,6 +46,7 @@ struct KvHostMemory {
   int64_t block_bytes = 0;
   int64_t kv_stride = 0;
   int64_t layer_stride = 0;
+  KvDtype dtype = KvDtype::kF16;  // two servers exchange KV only in the same format
 };
 
 // A step either produced its tokens, failed as a whole (device error), or was given up on the

@@ -1,5 +1,5 @@
 // Paged attention: one query token attends to keys [0, num_keys) of its sequence, read through
-// the sequence's block table from fp16 KV blocks.
+// the sequence's block table from fp16 KV blocks (a q8_0 cache: attention_q8.hpp).
 //
 //   KV layout of one layer:  block b -> [num_kv_heads][block_size][head_dim] fp16, K and V apart
 //   key position t lives in block block_table[t / block_size], slot t % block_size
@@ -19,23 +19,28 @@
 #include <cstdint>
 
 #include "gpu/cpu/cpu_features.hpp"
+#include "gpu/kv_dtype.hpp"
 
 namespace troupe::gpu::cpu {
 
+// [num_blocks][num_kv_heads][block_size] rows of row_words() 16-bit words: head_dim fp16 values,
+// or (dtype q8_0, attention_q8.hpp) head_dim / 32 ggml q8_0 blocks of 17 words.
 struct KvLayerView {
-  uint16_t* k = nullptr;  // fp16 bits, [num_blocks][num_kv_heads][block_size][head_dim]
+  uint16_t* k = nullptr;
   uint16_t* v = nullptr;
   int32_t num_blocks = 0;
   int32_t block_size = 16;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
+  KvDtype dtype = KvDtype::kF16;
 
+  size_t row_words() const { return static_cast<size_t>(kv_row_bytes(dtype, head_dim) / 2); }
   size_t block_elements() const {
-    return static_cast<size_t>(num_kv_heads) * block_size * head_dim;
+    return static_cast<size_t>(num_kv_heads) * block_size * row_words();
   }
   size_t offset(int32_t block, int32_t kv_head, int32_t slot) const {
     return static_cast<size_t>(block) * block_elements() +
-           (static_cast<size_t>(kv_head) * block_size + slot) * head_dim;
+           (static_cast<size_t>(kv_head) * block_size + slot) * row_words();
   }
 };
 

@@ -15,6 +15,7 @@ ForwardConfig forward_config(const model::LlamaConfig& c, const CpuBackendConfig
   f.isa = isa;
   f.observer = config.observer;
   f.prefill_attention = config.prefill_attention;
+  f.kv_dtype = config.kv_dtype;
   // bf16 attention is worth having only where vdpbf16ps runs; elsewhere its scalar twin would
   // be slower than the exact kernels, so refuse rather than quietly slow down.
   if (config.prefill_attention == PrefillAttentionPrecision::kBf16 &&
@@ -27,7 +28,8 @@ ForwardConfig forward_config(const model::LlamaConfig& c, const CpuBackendConfig
   f.num_blocks = config.num_blocks;
   if (f.num_blocks <= 0) {
     f.num_blocks = static_cast<int32_t>(config.kv_memory_bytes /
-                                        LlamaForward::kv_bytes_per_block(c, config.block_size));
+                                        LlamaForward::kv_bytes_per_block(c, config.block_size,
+                                                                         config.kv_dtype));
   }
   if (f.num_blocks <= 0) throw std::invalid_argument("CPU backend: KV memory budget holds no block");
   return f;
@@ -75,6 +77,7 @@ KvCacheGeometry CpuBackend::kv_geometry() const {
   g.num_kv_groups = forward_.kv_groups().num_groups;
   g.sliding_window = forward_.kv_groups().sliding_window;
   g.layers_per_group = forward_.kv_groups().layers_per_group;
+  g.dtype = forward_.kv_dtype();
   return g;
 }
 
@@ -92,7 +95,8 @@ std::optional<KvHostMemory> CpuBackend::kv_host_memory() {
   m.head_dim = layer0.head_dim;
   m.block_size = layer0.block_size;
   m.num_blocks = layer0.num_blocks;
-  m.block_bytes = static_cast<int64_t>(layer0.block_elements()) * 2;  // fp16
+  m.block_bytes = static_cast<int64_t>(layer0.block_elements()) * 2;  // 16-bit words
+  m.dtype = layer0.dtype;
   m.kv_stride = reinterpret_cast<std::byte*>(layer0.v) - m.base;
   m.layer_stride = reinterpret_cast<std::byte*>(forward_.kv_layer(1 % c.n_layer).k) - m.base;
   if (c.n_layer == 1) m.layer_stride = 2 * m.kv_stride;

@@ -40,6 +40,7 @@ struct CpuBackendConfig {
   std::optional<IsaLevel> isa;               // default: default_isa() (TROUPE_CPU_ISA caps it)
   // Prompt tokens' attention (attention_tiled_bf16.hpp): exact (llama.cpp's bits) or bf16.
   PrefillAttentionPrecision prefill_attention = PrefillAttentionPrecision::kExact;
+  KvDtype kv_dtype = KvDtype::kF16;          // f16 or q8_0 (the block count follows it)
   ForwardObserver observer;                  // parity probes and tests; empty normally
 };
 

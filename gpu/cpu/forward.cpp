@@ -8,6 +8,7 @@
 
 #include "model/fp16.hpp"
 #include "gpu/cpu/geglu.hpp"
+#include "gpu/cpu/hadamard.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
 #include "gpu/cpu/rope.hpp"
 #include "gpu/cpu/swiglu.hpp"
@@ -86,9 +87,10 @@ LlamaForward::Projection LlamaForward::single(const model::WeightView& view) {
   return make_projection({&view});
 }
 
-int64_t LlamaForward::kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size) {
+int64_t LlamaForward::kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size,
+                                         KvDtype dtype) {
   return static_cast<int64_t>(KvGroups::of(c).layers_per_group) * 2 * c.n_head_kv * block_size *
-         c.head_dim * 2;
+         kv_row_bytes(dtype, c.head_dim);
 }
 
 LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& config)
@@ -104,6 +106,21 @@ LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& con
   }
   if (c.rope_mode == model::RopeMode::kNeox && c.n_rot % 2 != 0) {
     throw std::invalid_argument("CPU backend: NEOX RoPE needs an even n_rot");
+  }
+  if (config_.kv_dtype != KvDtype::kF16 && config_.kv_dtype != KvDtype::kQ8_0) {
+    throw std::invalid_argument(std::string("CPU backend: cache.kv_dtype \"") +
+                                std::string(kKvDtypeNames.name(config_.kv_dtype)) +
+                                "\" is for the CUDA backend; the CPU backend takes f16 or q8_0");
+  }
+  if (!kv_dtype_fits(config_.kv_dtype, c.head_dim)) {
+    throw std::invalid_argument("CPU backend: cache.kv_dtype \"q8_0\" needs head_dim % 32 == 0 (this "
+                                "model's is " + std::to_string(c.head_dim) + ")");
+  }
+  if (config_.kv_dtype == KvDtype::kQ8_0 &&
+      config_.prefill_attention == PrefillAttentionPrecision::kBf16) {
+    throw std::invalid_argument(
+        "CPU backend: cpu.prefill_attention \"bf16\" reads fp16 KV; with cache.kv_dtype \"q8_0\" "
+        "use \"exact\"");
   }
   for (const model::LlamaLayerWeights& l : weights_.layers()) {
     Layer L;
@@ -130,7 +147,8 @@ LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& con
   // With KV groups, one page more than the pool hands out: all zeros, never written, read in
   // place of the freed pages below a sliding window (resolve_tables).
   const size_t per_layer_side = static_cast<size_t>(num_pages()) * c.n_head_kv *
-                                config_.block_size * c.head_dim;
+                                config_.block_size *
+                                static_cast<size_t>(kv_row_bytes(config_.kv_dtype, c.head_dim) / 2);
   kv_.assign(per_layer_side * 2 * kv_groups_.layers_per_group, 0);
 }
 
@@ -141,6 +159,7 @@ KvLayerView LlamaForward::kv_layer(int32_t layer) {
   v.block_size = config_.block_size;
   v.num_kv_heads = c.n_head_kv;
   v.head_dim = c.head_dim;
+  v.dtype = config_.kv_dtype;
   const size_t side = v.block_elements() * v.num_blocks;
   v.k = kv_.data() + side * 2 * kv_groups_.slot_of[static_cast<size_t>(layer)];
   v.v = v.k + side;
@@ -374,11 +393,22 @@ void LlamaForward::prepare_qkv_row(const StepBatch& b, int32_t l, int64_t i) {
     const float scale = c.query_scale();
     for (int64_t j = 0; j < Q; ++j) q[j] *= scale;
   }
-  // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
-  round_to_fp16(q, Q, isa);
   const SequenceSlice& s = b.seqs[token_seq_[i]];
   const int32_t pos = b.positions[i];
   const int32_t block = table_of(b, s, l)[pos / config_.block_size];
+  if (config_.kv_dtype == KvDtype::kQ8_0) {
+    // Q, K and V rotated as llama.cpp rotates them around a quantized cache (hadamard.hpp);
+    // flash attention quantizes the f32 queries itself (attention_q8.hpp).
+    if (const int32_t rotation = kv_rotation_block(c.head_dim); rotation > 0) {
+      hadamard_rotate(q, Q, rotation);
+      hadamard_rotate(k, KV, rotation);
+      hadamard_rotate(v, KV, kKvRotationVBlock);
+    }
+    kv_store_q8_0(kv_layer(l), block, pos % config_.block_size, k, v, isa);
+    return;
+  }
+  // Queries meet fp16 keys as fp16, as in ggml's attention (K's vec_dot type is F16).
+  round_to_fp16(q, Q, isa);
   kv_store(kv_layer(l), block, pos % config_.block_size, k, v, isa);
 }
 
@@ -396,6 +426,10 @@ void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& po
   observe("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
   attention(b, l, pool);
   observe("kqv_out", l, attn_.data(), T, Q, Q);
+  if (config_.kv_dtype == KvDtype::kQ8_0 && kv_rotation_block(c.head_dim) > 0) {
+    // The output back from V's rotation (its own inverse), as llama.cpp does after kqv_out.
+    for_each_row(T, pool, [&](int64_t i) { hadamard_rotate(attn_.data() + i * Q, Q, kKvRotationVBlock); });
+  }
   project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool, q8k_orders_.data());
   observe("attn_out", l, tmp_.data(), T, E, E);
 }

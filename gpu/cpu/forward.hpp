@@ -1,5 +1,5 @@
-// The llama forward pass on the CPU for one StepBatch: packed weights, paged fp16 KV memory and
-// the per-step scratch buffers. Computes logits for the sampling rows only. The Gemma 3 seams
+// The llama forward pass on the CPU for one StepBatch: packed weights, paged KV memory (fp16 or
+// q8_0) and the per-step scratch buffers. Computes logits for the sampling rows only. The Gemma 3 seams
 // (model/llama_config.hpp) slot into the same pass: the embedding scale, per-head QK RMSNorm
 // before RoPE, the query scale, sliding-window masks and RoPE base per layer, the post-attention
 // and post-FFN norms before the residual adds, and GEGLU (geglu.hpp) for SwiGLU.
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpu/cpu/attention.hpp"
+#include "gpu/cpu/attention_q8.hpp"
 #include "gpu/cpu/attention_tiled.hpp"
 #include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "gpu/cpu/cpu_features.hpp"
@@ -44,6 +45,9 @@ struct ForwardConfig {
   // Tiled prompt attention in llama.cpp's exact order, or in bf16 (attention_tiled_bf16.hpp;
   // the caller checks bf16_attention_supported()).
   PrefillAttentionPrecision prefill_attention = PrefillAttentionPrecision::kExact;
+  // The KV memory's format: fp16, or q8_0 (attention_q8.hpp: llama.cpp's flash-attention order
+  // for every query row; needs head_dim % 32 == 0 and exact prefill attention).
+  KvDtype kv_dtype = KvDtype::kF16;
   ForwardObserver observer;  // empty: nothing observes (the normal case)
 };
 
@@ -57,8 +61,10 @@ class LlamaForward {
   int32_t num_blocks() const { return config_.num_blocks; }
   const KvGroups& kv_groups() const { return kv_groups_; }
   int32_t block_size() const { return config_.block_size; }
+  KvDtype kv_dtype() const { return config_.kv_dtype; }
   int64_t kv_bytes() const { return static_cast<int64_t>(kv_.size()) * 2; }
-  static int64_t kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size);
+  static int64_t kv_bytes_per_block(const model::LlamaConfig& c, int32_t block_size,
+                                    KvDtype dtype = KvDtype::kF16);
   int64_t packed_weight_bytes() const { return packed_bytes_; }
   // One layer's K and V pages (the backend exposes the memory for KV transfer). With KV
   // groups the layers of one slot share the pages: a page belongs to one group at a time.
@@ -158,6 +164,10 @@ class LlamaForward {
                        const HeadRun& run, int t);
   void attend_tile(const StepBatch& batch, const KvLayerView& kv, int32_t layer,
                    const AttentionWork& work, int32_t kv_head, int t);
+  // Query heads [first_head, first_head + num_heads) of one KV head for every token of `work`,
+  // over a q8_0 cache (attention_q8.hpp: the same order for prompt and generated tokens).
+  void attend_q8(const StepBatch& batch, const KvLayerView& kv, int32_t layer,
+                 const AttentionWork& work, int32_t first_head, int32_t num_heads, int t);
 
   // forward(), phase by phase (the CUDA backend's step_forward.cpp has the same shape).
   void prepare_scratch(const StepBatch& batch, ThreadPool& pool);
@@ -183,7 +193,8 @@ class LlamaForward {
   std::vector<Layer> layers_;
   Projection output_;
   int64_t packed_bytes_ = 0;
-  std::vector<uint16_t> kv_;  // [layer][K|V][num_blocks][n_kv][block_size][head_dim]
+  // [layer slot][K|V][pages][n_kv][block_size][KvLayerView::row_words()]
+  std::vector<uint16_t> kv_;
 
   // Scratch, grown to the largest step seen.
   std::vector<float> x_, h_, qkv_, attn_, gu_, act_, tmp_, logits_, rope_cos_, rope_sin_;
@@ -198,6 +209,7 @@ class LlamaForward {
   std::vector<ConvertedHead> converted_;            // per thread; reset every layer
   std::vector<AttentionTileBf16Scratch> bf16_scratch_;  // per thread (prefill_attention bf16)
   std::vector<ConvertedHeadBf16> converted_bf16_;       // per thread; reset every layer
+  std::vector<Q8AttentionScratch> q8_scratch_;          // per thread (kv_dtype q8_0)
   AttentionPlan attn_plan_;                         // this layer's, rebuilt in place
 };
 

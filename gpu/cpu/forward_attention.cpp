@@ -83,6 +83,7 @@ void LlamaForward::plan_head_runs(int64_t num_singles, int32_t n_head_kv, int32_
 void LlamaForward::reset_attention_scratch(size_t threads) {
   if (tile_scratch_.size() < threads) tile_scratch_.resize(threads);  // grown once
   if (converted_.size() < threads) converted_.resize(threads);
+  if (config_.kv_dtype == KvDtype::kQ8_0 && q8_scratch_.size() < threads) q8_scratch_.resize(threads);
   for (ConvertedHead& h : converted_) h.reset();  // this layer's KV: nothing held is valid
   if (config_.prefill_attention == PrefillAttentionPrecision::kBf16 &&
       converted_bf16_.size() < threads) {
@@ -102,6 +103,10 @@ void LlamaForward::attend_head_run(const StepBatch& b, const KvLayerView& kv, in
   const SequenceSlice& s = b.seqs[w.seq];
   const int32_t* table = table_of(b, s, layer);
   const int32_t position = b.positions[w.first_token];
+  if (kv.dtype == KvDtype::kQ8_0) {
+    attend_q8(b, kv, layer, w, r.first_head, r.num_heads, t);
+    return;
+  }
   attention_group(kv, table, position + 1, r.first_head / group,
                   qkv_.data() + w.first_token * W + static_cast<int64_t>(r.first_head) * hd,
                   r.num_heads, c.attention_scale(),
@@ -118,6 +123,10 @@ void LlamaForward::attend_tile(const StepBatch& b, const KvLayerView& kv, int32_
   const int32_t group = c.n_head / c.n_head_kv;
   const int32_t hd = c.head_dim;
   const int64_t W = c.q_dim() + 2 * c.kv_dim();
+  if (kv.dtype == KvDtype::kQ8_0) {
+    attend_q8(b, kv, layer, w, h * group, group, t);
+    return;
+  }
   const SequenceSlice& s = b.seqs[w.seq];
   const int32_t* table = table_of(b, s, layer);
   const int32_t position = b.positions[w.first_token];
@@ -145,6 +154,26 @@ void LlamaForward::attend_tile(const StepBatch& b, const KvLayerView& kv, int32_
   tile.k = rows.k;
   tile.v = rows.v;
   attention_tile(tile, tile_scratch_[t], config_.isa);
+}
+
+void LlamaForward::attend_q8(const StepBatch& b, const KvLayerView& kv, int32_t layer,
+                              const AttentionWork& w, int32_t first_head, int32_t num_heads,
+                              int t) {
+  const model::LlamaConfig& c = weights_.config();
+  const int32_t hd = c.head_dim;
+  const int64_t W = c.q_dim() + 2 * c.kv_dim();
+  const int64_t head_offset = static_cast<int64_t>(first_head) * hd;
+  attention_q8_0(kv, table_of(b, b.seqs[w.seq], layer), first_head / (c.n_head / c.n_head_kv),
+                 {.first_position = b.positions[w.first_token],
+                  .num_rows = w.num_tokens,
+                  .window = c.is_sliding(layer) ? c.sliding_window : 0,
+                  .num_heads = num_heads,
+                  .q = qkv_.data() + w.first_token * W + head_offset,
+                  .q_stride = W,
+                  .out = attn_.data() + static_cast<int64_t>(w.first_token) * c.q_dim() + head_offset,
+                  .out_stride = c.q_dim(),
+                  .scale = c.attention_scale()},
+                 q8_scratch_[t], config_.isa);
 }
 
 void LlamaForward::attention(const StepBatch& b, int32_t layer, ThreadPool& pool) {

@@ -5,7 +5,8 @@
 //
 //   build/tests/parity_probe DIR [PROMPT_INDEX] [--decode]    (model: $TROUPE_TEST_MODEL or
 //                                                              models/SmolLM2-135M-Instruct.Q4_1.gguf)
-// TROUPE_PROBE_IDS=2,818,5279 runs those token ids instead of a reference prompt. Each tap also
+// TROUPE_PROBE_IDS=2,818,5279 runs those token ids instead of a reference prompt;
+// TROUPE_PROBE_KV_DTYPE=q8_0 runs with that KV cache format. Each tap also
 // prints its sum and first values, the figures llama-eval-callback prints.
 #include <simdjson.h>
 
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
   auto file = std::make_shared<const troupe::model::GgufFile>(troupe::model::GgufFile::open(model));
   troupe::gpu::cpu::CpuBackendConfig config;
   config.num_blocks = 2048;
+  if (const char* dtype = std::getenv("TROUPE_PROBE_KV_DTYPE")) {  // "q8_0": a q8_0 KV cache
+    config.kv_dtype = troupe::gpu::kKvDtypeNames.parse(dtype).value_or(troupe::gpu::KvDtype::kF16);
+  }
   bool recording = false;  // the step of interest only
   config.observer = [&recording](const char* name, int32_t layer, const float* data, int64_t rows,
                                  int64_t cols, int64_t ld) {
