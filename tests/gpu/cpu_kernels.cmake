@@ -7,7 +7,9 @@
 #     Q4_K_M-like fallbacks.
 #   cpu_token_mask_test: constrained decoding, a grammar's token bitmask applied to a row of
 #     logits.
+#   cpu_attention_q8_test: the q8_0 KV cache's kernels (attention_q8.hpp) and the Hadamard
+#     rotation (hadamard.hpp), scalar twins against AVX2 and against their definitions.
 troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu"
   TESTS cpu_matmul_test cpu_ops_test cpu_attention_test cpu_sampler_test cpu_rope_factors_test
         cpu_matmul_kquant_test cpu_matmul_q5_test cpu_token_mask_test cpu_geglu_test
-        cpu_matmul_q8k_test)
+        cpu_matmul_q8k_test cpu_attention_q8_test)
