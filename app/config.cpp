@@ -38,6 +38,7 @@ engine::EngineConfig engine_config_of(const ServerConfig& config) {
   e.backend = config.backend;
   e.cpu = config.cpu;
   e.cuda = config.cuda;
+  e.cache = config.cache;
   e.structured_output = config.structured_output;
   e.scheduler = config.scheduler;
   // A request limit of the API (429 to the client), enforced where the waiting queue lives.

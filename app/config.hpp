@@ -51,6 +51,7 @@ struct ServerConfig {
   scheduler::SchedulerConfig scheduler = engine::EngineConfig{}.scheduler;
   engine::CpuBackendOptions cpu;
   engine::CudaBackendOptions cuda;
+  engine::CacheOptions cache;  // the KV cache's format (cache.kv_dtype)
   engine::StructuredOutputOptions structured_output;  // the grammar compiler's cache and bounds
   net::AdminServerConfig admin;  // the admin socket (and the optional token-guarded TCP port)
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests may finish

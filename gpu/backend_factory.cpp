@@ -18,7 +18,7 @@ namespace troupe::gpu {
 BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
                                const std::vector<std::string>& cuda_devices,
                                const std::string& probe_status, const model::LlamaWeights& weights,
-                               bool allow_unproven) {
+                               bool allow_unproven, KvDtype kv_dtype) {
   if (request == BackendRequest::kCpu) return {BackendVerdict::kCpu, "CPU backend (configured)"};
   if (cuda_devices.empty()) {
     return {BackendVerdict::kCpu, "no CUDA device (" + probe_status + "); using the CPU backend"};
@@ -28,6 +28,16 @@ BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
     return {BackendVerdict::kCpu,
             "CUDA device " + device +
                 " found, but this binary was built without CUDA; using the CPU backend"};
+  }
+  if (kv_dtype != KvDtype::kF16) {
+    // The CUDA kernels read an fp16 cache only: its fp8_e4m3 form is not built yet.
+    const std::string why = "cache.kv_dtype \"" + std::string(kKvDtypeNames.name(kv_dtype)) +
+                            "\": the CUDA backend keeps an f16 KV cache only";
+    if (request == BackendRequest::kAuto) {
+      return {BackendVerdict::kCpu, "CUDA device " + device + " found, but " + why +
+                                        ": using the CPU backend"};
+    }
+    return {BackendVerdict::kRefuse, "--backend cuda: " + why};
   }
   const std::optional<UnprovenTensor> unproven = first_unproven_cuda_tensor(weights);
   if (!unproven) return {BackendVerdict::kCuda, "CUDA backend on " + device};
@@ -57,7 +67,7 @@ BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
   const char* allow = std::getenv("TROUPE_CUDA_UNPROVEN_TYPES");
   const BackendDecision decision =
       decide_backend(options.request, probe.cuda_compiled, devices, probe.cuda_status, weights,
-                     allow != nullptr && std::string_view(allow) == "allow");
+                     allow != nullptr && std::string_view(allow) == "allow", options.kv_dtype);
   BuiltBackend built;
   built.note = decision.note;
   if (decision.verdict == BackendVerdict::kRefuse) throw std::runtime_error(decision.note);
@@ -85,6 +95,7 @@ BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
   config.num_blocks = options.num_blocks;
   config.kv_memory_bytes = options.kv_memory_bytes;
   config.block_size = options.block_size;
+  config.kv_dtype = options.kv_dtype;
   built.backend = std::make_unique<cpu::CpuBackend>(std::move(weights), config);
   if (config.prefill_attention == cpu::PrefillAttentionPrecision::kBf16) {
     built.note += cpu::best_bf16_kernels() == cpu::Bf16Kernels::kAmx

@@ -28,6 +28,7 @@ struct BackendOptions {
   int32_t num_blocks = 0;        // KV blocks; 0: from kv_memory_bytes
   int64_t kv_memory_bytes = defaults::kCpuKvMemoryBytes;
   int32_t block_size = defaults::kBlockSize;
+  KvDtype kv_dtype = KvDtype::kF16;  // the KV cache's format (cache.kv_dtype)
   // CUDA: share of device memory for weights + scratch + KV, and the step limits its scratch
   // buffers must cover (the scheduler's max_num_batched_tokens / max_num_seqs).
   double gpu_memory_utilization = defaults::kGpuMemoryUtilization;
@@ -48,11 +49,12 @@ struct BackendDecision {
 
 // `cuda_devices`: names of the usable devices (first is used); `cuda_compiled`: this binary has
 // the CUDA backend; `probe_status`: why no device was found; `allow_unproven`: the environment's
-// override. Pure.
+// override; `kv_dtype`: the KV cache's format (CUDA keeps f16 only: `auto` then takes the CPU,
+// `cuda` is refused by name). Pure.
 BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
                                const std::vector<std::string>& cuda_devices,
                                const std::string& probe_status, const model::LlamaWeights& weights,
-                               bool allow_unproven);
+                               bool allow_unproven, KvDtype kv_dtype = KvDtype::kF16);
 
 struct BuiltBackend {
   std::unique_ptr<Backend> backend;

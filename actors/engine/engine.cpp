@@ -539,6 +539,7 @@ gpu::BackendOptions backend_options_of(const EngineConfig& config,
   o.gpu_memory_utilization = config.cuda.gpu_memory_utilization;
   o.num_blocks = policy.num_blocks;
   o.block_size = policy.block_size;
+  o.kv_dtype = config.cache.kv_dtype;
   o.max_num_batched_tokens = policy.max_num_batched_tokens;
   o.max_num_seqs = policy.max_num_seqs;
   o.kv_host_mirror = config.disagg.role != disagg::Role::kCombined;

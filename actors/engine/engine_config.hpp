@@ -29,6 +29,13 @@ struct CpuBackendOptions {
   gpu::cpu::PrefillAttentionPrecision prefill_attention = gpu::cpu::PrefillAttentionPrecision::kExact;
 };
 
+// The KV cache (the config's "cache" object): its number format, what vLLM calls
+// --kv-cache-dtype and llama.cpp -ctk/-ctv. q8_0 (CPU backend) holds 1.88x the tokens of f16 in
+// the same memory (gpu/kv_dtype.hpp), with llama.cpp's own q8_0-cache arithmetic.
+struct CacheOptions {
+  gpu::KvDtype kv_dtype = gpu::KvDtype::kF16;
+};
+
 // The CUDA backend's memory budget (the config's "cuda" object). Its batch sizes are the
 // scheduler's (engine.cpp's backend_options_of derives them), not settings of their own.
 struct CudaBackendOptions {
@@ -55,6 +62,7 @@ struct EngineConfig {
   BackendKind backend = BackendKind::kAuto;
   CpuBackendOptions cpu;
   CudaBackendOptions cuda;
+  CacheOptions cache;
   StructuredOutputOptions structured_output;
   // Policy knobs. num_blocks 0: sized by the backend from its memory budget. max_model_len 0:
   // the model's context length. eos_token_ids empty: the tokenizer's end-of-generation set.

@@ -99,6 +99,22 @@ TEST(BackendDecision, AutoTakesCudaOnlyForAProvenModel) {
   EXPECT_TRUE(contains(unproven.note, "using the CPU backend")) << unproven.note;
 }
 
+// The CUDA backend keeps an f16 cache only: a quantized one sends `auto` to the CPU and refuses
+// `cuda`, naming the setting.
+TEST(BackendDecision, AQuantizedKvCacheIsTheCpuBackendsOnly) {
+  const auto w = tiny(TensorType::kF16);
+  const BackendDecision cuda =
+      decide_backend(BackendRequest::kCuda, true, kH200, "", w, false, KvDtype::kQ8_0);
+  EXPECT_EQ(cuda.verdict, BackendVerdict::kRefuse);
+  EXPECT_NE(cuda.note.find("cache.kv_dtype \"q8_0\""), std::string::npos) << cuda.note;
+  const BackendDecision automatic =
+      decide_backend(BackendRequest::kAuto, true, kH200, "", w, false, KvDtype::kFp8E4M3);
+  EXPECT_EQ(automatic.verdict, BackendVerdict::kCpu);
+  EXPECT_NE(automatic.note.find("fp8_e4m3"), std::string::npos) << automatic.note;
+  EXPECT_EQ(decide_backend(BackendRequest::kAuto, true, kH200, "", w, false, KvDtype::kF16).verdict,
+            BackendVerdict::kCuda);
+}
+
 TEST(BackendDecision, NoDeviceOrNoCudaBuildMeansTheCpuBackend) {
   const auto w = tiny(TensorType::kF16);
   const BackendDecision none =
