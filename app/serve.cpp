@@ -234,6 +234,7 @@ int run_serve(const ServeOptions& options) {
   state->api_key_required = access->keys_required();
   state->model = engine->model_card().info;
   state->backend = engine->model_card().backend;
+  state->kv = engine->model_card().kv;
   const model::ModelInfo& m = state->model;
   spdlog::info("model {}: {} ({} layers, context {}, {} parameters, {})", m.id, m.architecture,
                m.num_layers, m.context_length, m.num_parameters, m.quantization);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "net/api_routes.hpp"
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
 #include "net/stats_schema.hpp"
@@ -139,6 +140,7 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
   JsonWriter json;
   json.begin_object().field("ok", true);
   json.field("model", card.info.id).field("backend", card.backend);
+  write_kv_capacity(json, card.kv);
   // Every schema stat with a JSON path (stats_schema.hpp), nesting objects by the path's dots:
   // the schema lists the stats of one object together.
   std::vector<std::string_view> open;  // the objects open now, outermost first

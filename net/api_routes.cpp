@@ -14,6 +14,14 @@ static_assert(kServerPhaseNames.dense());
 
 std::string_view to_string(ServerPhase phase) { return kServerPhaseNames.name(phase); }
 
+void write_kv_capacity(JsonWriter& w, const engine::KvCapacity& kv) {
+  w.key("kv_cache").begin_object();
+  w.field("dtype", kv.dtype).field("blocks", kv.blocks).field("block_size", kv.block_size);
+  w.field("tokens", kv.tokens).field("bytes", kv.bytes);
+  w.field("conversations", kv.conversations).field("conversation_tokens", kv.conversation_tokens);
+  w.end_object();
+}
+
 std::string model_object_json(const ServerState& state) {
   const model::ModelInfo& m = state.model;
   JsonWriter w;
@@ -29,6 +37,7 @@ std::string model_object_json(const ServerState& state) {
   w.field("num_kv_heads", m.num_kv_heads).field("vocab_size", m.vocab_size);
   w.field("num_parameters", m.num_parameters).field("quantization", m.quantization);
   w.field("file_bytes", m.file_bytes).field("backend", state.backend);
+  write_kv_capacity(w, state.kv);
   w.end_object();
   w.end_object();
   return w.take();

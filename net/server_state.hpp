@@ -11,6 +11,7 @@
 #include <memory>
 #include <string_view>
 
+#include "actors/messages/engine_types.hpp"
 #include "model/model_info.hpp"
 #include "net/connection_metrics.hpp"
 
@@ -23,6 +24,7 @@ std::string_view to_string(ServerPhase phase);
 struct ServerState {
   model::ModelInfo model;
   std::string backend;            // "cpu", "cuda"
+  engine::KvCapacity kv;          // the KV cache's size, for /v1/models meta
   int64_t created_unix_seconds = 0;  // the `created` field of /v1/models
   bool api_key_required = false;     // /v1/models says "auth": "api_key" (else "none")
   std::atomic<ServerPhase> phase{ServerPhase::kLoading};

@@ -30,6 +30,7 @@
 #include "actors/ingress/ingress_actor.hpp"
 #include "actors/kv_cache/events/kv_event_publisher.hpp"
 #include "actors/kv_cache/kv_cache_actor.hpp"
+#include "actors/kv_cache/kv_capacity.hpp"
 #include "actors/runtime/executor_threads.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "gpu/backend_factory.hpp"
@@ -139,6 +140,9 @@ KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
   m.layout.block_size = memory->block_size;
   m.layout.num_blocks = memory->num_blocks;
   m.layout.block_bytes = static_cast<uint64_t>(memory->block_bytes);
+  // The handshake compares it (and the compatibility hash covers it): a q8_0 decode server never
+  // pulls an f16 prefill server's bytes, it prefills locally and says why.
+  m.layout.dtype = std::string(gpu::kKvDtypeNames.name(memory->dtype));
   m.layout.kv_stride = static_cast<uint64_t>(memory->kv_stride);
   m.layout.layer_stride = static_cast<uint64_t>(memory->layer_stride);
   m.compatibility_hash = disagg::kv_compatibility_hash(file, m.layout);
@@ -251,8 +255,12 @@ EngineImpl::resolve_policy_and_backend(const EngineConfig& config) {
   policy.block_size = geometry.block_size;
   policy.num_kv_groups = geometry.num_kv_groups;
   policy.sliding_window = geometry.sliding_window;
-  spdlog::info("KV cache: {} blocks of {} tokens ({:.1f} MiB)", geometry.num_blocks,
-               geometry.block_size, static_cast<double>(geometry.bytes) / (1 << 20));
+  card_.kv = kv_cache::kv_capacity(geometry, policy.max_model_len);
+  spdlog::info("KV cache: {} blocks of {} tokens, {} tokens ({}, {:.1f} MiB): about {} "
+               "conversations of {} tokens (max_model_len) at once",
+               card_.kv.blocks, card_.kv.block_size, card_.kv.tokens, card_.kv.dtype,
+               static_cast<double>(card_.kv.bytes) / (1 << 20), card_.kv.conversations,
+               card_.kv.conversation_tokens);
   if (geometry.num_kv_groups > 1 && config.kv_events.enabled) {
     throw std::runtime_error(
         "kv_events.enabled: this model's sliding-window KV groups turn the prefix cache off, so "

@@ -145,9 +145,22 @@ class RequestSink {
   virtual void on_error(RequestId request_id, RequestError error) = 0;
 };
 
+// The KV cache's size as a user reads it (the start-up log, /v1/models meta, troupe admin stats):
+// blocks, tokens, and how many conversations of conversation_tokens (max_model_len) fit at once.
+struct KvCapacity {
+  std::string dtype = "f16";  // cache.kv_dtype
+  int64_t blocks = 0;
+  int32_t block_size = 0;
+  int64_t tokens = 0;  // blocks x block_size (a sliding-window model's pages hold one group)
+  int64_t bytes = 0;
+  int32_t conversation_tokens = 0;
+  int64_t conversations = 0;
+};
+
 struct ModelCard {
   model::ModelInfo info;
   std::string backend;  // "cpu" | "cuda"
+  KvCapacity kv;
   // How the chat template writes tool calls (kNone: `tools` is refused).
   model::ToolCallFormat tool_call_format = model::ToolCallFormat::kNone;
 };
