@@ -7,8 +7,10 @@
 //
 //   cpu_forward_bench [--model PATH] [--threads N] [--decode-steps N] [--skip-dummy]
 //                     [--skip-prompt] [--skip-kquant] [--batches 1,4,16,64] [--sample]
+//                     [--context N] [--kv-dtype f16|q8_0] [--num-blocks N]
 // Each line also gives the process CPU time per token: on a shared, loaded host it moves less
 // than wall time (compare builds back to back either way).
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -124,24 +126,34 @@ troupe::model::SamplingParams bench_params() {
   return p;
 }
 
+// --context N: decode after N tokens of context (0: after a 32-token prompt, computed). Past 32
+// the context's KV is not computed, only its pages taken (what attention reads costs the same
+// whatever the values; a long prefill of every sequence would take minutes).
+int g_context = 0;
+
 void bench_decode(CpuBackend& backend, int batch, int steps, const char* model) {
   const int vocab = backend.model_config().n_vocab;
   StepHarness h(backend.kv_geometry().num_blocks, backend.kv_geometry().block_size);
   h.set_kv_groups(backend.kv_geometry().num_kv_groups, backend.kv_geometry().sliding_window);
   std::vector<std::pair<uint64_t, int32_t>> prefill, decode;
+  const int32_t context = std::max(g_context, 32);
   for (int s = 0; s < batch; ++s) {
-    h.add(s, prompt_tokens(32, vocab, s), bench_params());
-    prefill.push_back({s, 32});
+    h.add(s, prompt_tokens(context, vocab, s), bench_params());
+    prefill.push_back({s, g_context > 32 ? context - 1 : context});
     decode.push_back({s, 1});
   }
-  h.accept(backend.run_step(h.build(prefill)));
-  h.accept(backend.run_step(h.build(decode)));  // warm-up
+  if (g_context > 32) {
+    h.build(prefill);  // pages taken, KV left as it is
+  } else {
+    h.accept(backend.run_step(h.build(prefill)));
+  }
+  h.accept(backend.run_step(h.build(decode)));  // warm-up (after --context: the last prompt token)
   const Run r = timed([&] {
     for (int i = 0; i < steps; ++i) h.accept(backend.run_step(h.build(decode)));
   });
   char label[96];
-  std::snprintf(label, sizeof label, "decode %s batch %d%s (aggregate)", model, batch,
-                g_sample ? " sampled" : "");
+  std::snprintf(label, sizeof label, "decode %s batch %d%s ctx %d (aggregate)", model, batch,
+                g_sample ? " sampled" : "", context);
   report(label, batch * steps, r);
 }
 
@@ -175,6 +187,8 @@ int main(int argc, char** argv) {
   int threads = 0, steps = 32;
   bool dummy = true, prompt = true, kquant = true;
   std::vector<int> batches = {1, 4, 16, 64};
+  troupe::gpu::KvDtype kv_dtype = troupe::gpu::KvDtype::kF16;
+  int num_blocks = 4096;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model = argv[++i];
@@ -184,6 +198,10 @@ int main(int argc, char** argv) {
     else if (a == "--skip-prompt") prompt = false;
     else if (a == "--skip-kquant") kquant = false;
     else if (a == "--sample") g_sample = true;
+    else if (a == "--context" && i + 1 < argc) g_context = std::atoi(argv[++i]);
+    else if (a == "--kv-dtype" && i + 1 < argc) {
+      kv_dtype = troupe::gpu::kKvDtypeNames.parse(argv[++i]).value_or(troupe::gpu::KvDtype::kF16);
+    } else if (a == "--num-blocks" && i + 1 < argc) num_blocks = std::atoi(argv[++i]);
     else if (a == "--batches" && i + 1 < argc) {
       batches.clear();
       for (const char* p = argv[++i]; *p != '\0';) {
@@ -196,14 +214,16 @@ int main(int argc, char** argv) {
   }
   CpuBackendConfig cfg;
   cfg.num_threads = threads;
-  cfg.num_blocks = 4096;
+  cfg.num_blocks = num_blocks;
+  cfg.kv_dtype = kv_dtype;
   {
     auto file = std::make_shared<const troupe::model::GgufFile>(troupe::model::GgufFile::open(model));
     auto backend = CpuBackend::from_gguf(file, cfg);
-    std::printf("model %s, %d threads, isa %s, packed weights %.1f MiB\n",
+    std::printf("model %s, %d threads, isa %s, packed weights %.1f MiB, KV %s (%d blocks)\n",
                 model.filename().c_str(), backend->num_threads(),
                 std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(),
-                backend->packed_weight_bytes() / 1048576.0);
+                backend->packed_weight_bytes() / 1048576.0,
+                std::string(troupe::gpu::kKvDtypeNames.name(kv_dtype)).c_str(), num_blocks);
     if (prompt) bench_prompt(*backend, 512, 3);
     const std::string name = model.stem().string();
     for (int batch : batches) bench_decode(*backend, batch, batch >= 16 ? steps / 2 : steps, name.c_str());
