@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpu/cpu/attention_kernels.hpp"
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/vec_math.hpp"
 #include "model/fp16.hpp"
@@ -58,6 +59,27 @@ void mad_scalar(float* acc, const float* v, int32_t n, float by) {
   for (int32_t i = 0; i < n; ++i) acc[i] = std::fma(v[i], by, acc[i]);
 }
 
+// Chunk-level forms (what the driver calls): rows[i] is key i's q8_0 row.
+void scores_scalar(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q, int32_t blocks,
+                   float scale, float* s) {
+  for (int32_t i = 0; i < n; ++i) s[i] = dot_scalar(rows[i], q, blocks) * scale;
+}
+
+void dequantize_rows_scalar(const BlockQ8_0* const* rows, int32_t n, int32_t blocks, float* out) {
+  for (int32_t i = 0; i < n; ++i) dequantize_scalar(rows[i], blocks, out + i * blocks * kQk);
+}
+
+// acc (head_dim values) over n keys: where ms[i] != 1 (a new maximum) acc *= ms[i] first (a
+// factor of exactly 1 changes nothing, as llama.cpp's scale by 1 would not); then
+// acc = fma(V_i, vs[i], acc). Each value's sequence is llama.cpp's.
+void accumulate_scalar(float* acc, const float* values, int32_t n, int32_t head_dim,
+                       const float* ms, const float* vs) {
+  for (int32_t i = 0; i < n; ++i) {
+    if (ms[i] != 1.0f) scale_scalar(acc, head_dim, ms[i]);
+    mad_scalar(acc, values + static_cast<int64_t>(i) * head_dim, head_dim, vs[i]);
+  }
+}
+
 // ---- AVX2: the same operations, eight values at a time ----------------------------------
 
 #if TROUPE_X86
@@ -98,21 +120,10 @@ TROUPE_TARGET_AVX2 inline __m256 products_avx2(const int8_t* x, const int8_t* y)
 TROUPE_TARGET_AVX2 float dot_avx2(const BlockQ8_0* x, const BlockQ8_0* y, int32_t blocks) {
   __m256 acc = _mm256_setzero_ps();
   for (int32_t b = 0; b < blocks; ++b) {
-    const __m256 d = _mm256_set1_ps(model::fp16_to_fp32(x[b].d) * model::fp16_to_fp32(y[b].d));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[b].d) * _cvtsh_ss(y[b].d));
     acc = _mm256_fmadd_ps(d, products_avx2(x[b].qs, y[b].qs), acc);
   }
   return hsum8_avx2(acc);
-}
-
-TROUPE_TARGET_AVX2 void dequantize_avx2(const BlockQ8_0* x, int32_t blocks, float* out) {
-  for (int32_t b = 0; b < blocks; ++b) {
-    const __m256 d = _mm256_set1_ps(model::fp16_to_fp32(x[b].d));
-    for (int32_t j = 0; j < kQk; j += 8) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x[b].qs + j));
-      _mm256_storeu_ps(out + b * kQk + j,
-                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
-    }
-  }
 }
 
 // n % 8 == 0 (n is head_dim, a multiple of 32 here).
@@ -121,10 +132,61 @@ TROUPE_TARGET_AVX2 void scale_avx2(float* acc, int32_t n, float by) {
   for (int32_t i = 0; i < n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), b));
 }
 
-TROUPE_TARGET_AVX2 void mad_avx2(float* acc, const float* v, int32_t n, float by) {
-  const __m256 b = _mm256_set1_ps(by);
-  for (int32_t i = 0; i < n; i += 8) {
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), b, _mm256_loadu_ps(acc + i)));
+// dot_avx2 for up to 8 keys at once: their lane sums reduced together (hsum8_x8 gives each one
+// hsum8's order), then scaled.
+TROUPE_TARGET_AVX2 void scores_avx2(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q,
+                                    int32_t blocks, float scale, float* s) {
+  const __m256 by = _mm256_set1_ps(scale);
+  for (int32_t i0 = 0; i0 < n; i0 += 8) {
+    const int32_t m = std::min(8, n - i0);
+    __m256 acc[8];
+    for (int32_t j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int32_t b = 0; b < blocks; ++b) {
+      const float dq = _cvtsh_ss(q[b].d);
+      for (int32_t j = 0; j < m; ++j) {
+        const BlockQ8_0& x = rows[i0 + j][b];
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * dq), products_avx2(x.qs, q[b].qs),
+                                 acc[j]);
+      }
+    }
+    float out[8];
+    _mm256_storeu_ps(out, _mm256_mul_ps(detail::hsum8_x8(acc), by));
+    std::copy_n(out, m, s + i0);
+  }
+}
+
+TROUPE_TARGET_AVX2 void dequantize_rows_avx2(const BlockQ8_0* const* rows, int32_t n,
+                                             int32_t blocks, float* out) {
+  for (int32_t i = 0; i < n; ++i) {
+    const BlockQ8_0* x = rows[i];
+    for (int32_t b = 0; b < blocks; ++b) {
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[b].d));
+      float* o = out + (static_cast<int64_t>(i) * blocks + b) * kQk;
+      for (int32_t j = 0; j < kQk; j += 8) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x[b].qs + j));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+      }
+    }
+  }
+}
+
+// accumulate_scalar's order, 64 values (8 registers) at a time across all n keys: each value
+// sees the same multiplies and fmas in the same key order.
+TROUPE_TARGET_AVX2 void accumulate_avx2(float* acc, const float* values, int32_t n,
+                                        int32_t head_dim, const float* ms, const float* vs) {
+  for (int32_t c = 0; c < head_dim; c += 64) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(acc + c + 8 * j);
+    for (int32_t i = 0; i < n; ++i) {
+      if (ms[i] != 1.0f) {
+        const __m256 m = _mm256_set1_ps(ms[i]);
+        for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(a[j], m);
+      }
+      const __m256 v = _mm256_set1_ps(vs[i]);
+      const float* row = values + static_cast<int64_t>(i) * head_dim + c;
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), v, a[j]);
+    }
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + c + 8 * j, a[j]);
   }
 }
 #endif
@@ -135,45 +197,41 @@ bool use_avx2(IsaLevel isa) { return TROUPE_X86 && isa != IsaLevel::kScalar; }
 struct Kernels {
   void (*quantize)(const float*, BlockQ8_0&);
   float (*dot)(const BlockQ8_0*, const BlockQ8_0*, int32_t);
-  void (*dequantize)(const BlockQ8_0*, int32_t, float*);
   void (*scale)(float*, int32_t, float);
-  void (*mad)(float*, const float*, int32_t, float);
+  void (*scores)(const BlockQ8_0* const*, int32_t, const BlockQ8_0*, int32_t, float, float*);
+  void (*dequantize_rows)(const BlockQ8_0* const*, int32_t, int32_t, float*);
+  void (*accumulate)(float*, const float*, int32_t, int32_t, const float*, const float*);
 };
 
 Kernels kernels_for(IsaLevel isa) {
 #if TROUPE_X86
-  if (use_avx2(isa)) return {quantize_block_avx2, dot_avx2, dequantize_avx2, scale_avx2, mad_avx2};
+  if (use_avx2(isa)) {
+    return {quantize_block_avx2, dot_avx2,         scale_avx2,
+            scores_avx2,         dequantize_rows_avx2, accumulate_avx2};
+  }
 #endif
   (void)isa;
-  return {quantize_block_scalar, dot_scalar, dequantize_scalar, scale_scalar, mad_scalar};
+  return {quantize_block_scalar, dot_scalar,         scale_scalar,
+          scores_scalar,         dequantize_rows_scalar, accumulate_scalar};
 }
 
-const BlockQ8_0* row_at(const uint16_t* base, const KvLayerView& kv, const int32_t* table,
-                        int32_t kv_head, int32_t t) {
-  return reinterpret_cast<const BlockQ8_0*>(
-      base + kv.offset(table[t / kv.block_size], kv_head, t % kv.block_size));
-}
-
-// One query row's running state over keys [t0, t0 + n) whose scores are s[0, n) and whose V
-// rows are values[0, n): llama.cpp's online softmax, key by key.
-void update(float* state, const float* s, const float* values, int32_t n, int32_t head_dim,
-            const Kernels& k) {
+// llama.cpp's online softmax over scores s[0, n), key by key: the running maximum m and sum, and
+// each key's factors, ms (the accumulator's rescale, 1 unless s is a new maximum) and vs (its V
+// row's weight). Only the scalar chain lives here; the accumulator's work (accumulate) takes the
+// factors after, and the expf calls, whose arguments do not wait on each other, overlap.
+void softmax_factors(float* state, const float* s, int32_t n, float* ms, float* vs) {
   float m = state[0];
   float sum = state[1];
-  float* acc = state + 2;
   for (int32_t i = 0; i < n; ++i) {
-    float ms = 1.0f;
-    float vs = 1.0f;
     if (s[i] > m) {
-      const float old = m;
+      ms[i] = std::exp(m - s[i]);
+      vs[i] = 1.0f;
       m = s[i];
-      ms = std::exp(old - m);
-      k.scale(acc, head_dim, ms);
     } else {
-      vs = std::exp(s[i] - m);
+      ms[i] = 1.0f;
+      vs[i] = std::exp(s[i] - m);
     }
-    k.mad(acc, values + static_cast<int64_t>(i) * head_dim, head_dim, vs);
-    sum = std::fma(sum, ms, vs);
+    sum = std::fma(sum, ms[i], vs[i]);
   }
   state[0] = m;
   state[1] = sum;
@@ -214,7 +272,7 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
   };
   scratch.q.resize(static_cast<size_t>(items) * blocks);
   scratch.state.resize(static_cast<size_t>(items) * stride);
-  scratch.scores.resize(static_cast<size_t>(items) * kKeyChunk);
+  scratch.scores.resize(static_cast<size_t>(3) * kKeyChunk);  // scores, ms, vs of one item
   scratch.values.resize(static_cast<size_t>(kKeyChunk) * hd);
   for (int32_t r = 0; r < rows.num_rows; ++r) {
     for (int32_t h = 0; h < heads; ++h) {
@@ -227,28 +285,35 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
       std::fill_n(state + 2, hd, 0.0f);
     }
   }
+  float* s = scratch.scores.data();
+  float* ms = s + kKeyChunk;
+  float* vs = ms + kKeyChunk;
+  const BlockQ8_0* k_rows[kKeyChunk];
+  const BlockQ8_0* v_rows[kKeyChunk];
   // Every key of [first_key(0), last position] is visible to some row (windows slide with the
   // rows), so each chunk's V rows are dequantized once for all of them.
   const int32_t end = rows.first_position + rows.num_rows;
   for (int32_t t0 = first_key(0); t0 < end; t0 += kKeyChunk) {
     const int32_t n = std::min(kKeyChunk, end - t0);
     for (int32_t i = 0; i < n; ++i) {
-      k.dequantize(row_at(kv.v, kv, block_table, kv_head, t0 + i), blocks,
-                   scratch.values.data() + static_cast<size_t>(i) * hd);
+      const size_t at = kv.offset(block_table[(t0 + i) / kv.block_size], kv_head,
+                                  (t0 + i) % kv.block_size);
+      k_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.k + at);
+      v_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.v + at);
     }
+    k.dequantize_rows(v_rows, n, blocks, scratch.values.data());
     for (int32_t r = 0; r < rows.num_rows; ++r) {
       const int32_t lo = std::max(t0, first_key(r));
       const int32_t hi = std::min(t0 + n, rows.first_position + r + 1);
       if (lo >= hi) continue;
       for (int32_t h = 0; h < heads; ++h) {
         const int32_t item = r * heads + h;
-        float* s = scratch.scores.data() + static_cast<size_t>(item) * kKeyChunk;
-        const BlockQ8_0* q = scratch.q.data() + static_cast<size_t>(item) * blocks;
-        for (int32_t t = lo; t < hi; ++t) {
-          s[t - lo] = k.dot(row_at(kv.k, kv, block_table, kv_head, t), q, blocks) * rows.scale;
-        }
-        update(scratch.state.data() + item * stride, s,
-               scratch.values.data() + static_cast<size_t>(lo - t0) * hd, hi - lo, hd, k);
+        float* state = scratch.state.data() + item * stride;
+        k.scores(k_rows + (lo - t0), hi - lo, scratch.q.data() + static_cast<size_t>(item) * blocks,
+                 blocks, rows.scale, s);
+        softmax_factors(state, s, hi - lo, ms, vs);
+        k.accumulate(state + 2, scratch.values.data() + static_cast<size_t>(lo - t0) * hd, hi - lo,
+                     hd, ms, vs);
       }
     }
   }
