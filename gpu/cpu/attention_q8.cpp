@@ -7,6 +7,7 @@
 
 #include "gpu/cpu/attention_kernels.hpp"
 #include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/libm_expf.hpp"
 #include "gpu/cpu/vec_math.hpp"
 #include "model/fp16.hpp"
 
@@ -191,35 +192,11 @@ TROUPE_TARGET_AVX2 void accumulate_avx2(float* acc, const float* values, int32_t
 }
 #endif
 
-bool use_avx2(IsaLevel isa) { return TROUPE_X86 && isa != IsaLevel::kScalar; }
-
-// The kernels of one isa, chosen once per call.
-struct Kernels {
-  void (*quantize)(const float*, BlockQ8_0&);
-  float (*dot)(const BlockQ8_0*, const BlockQ8_0*, int32_t);
-  void (*scale)(float*, int32_t, float);
-  void (*scores)(const BlockQ8_0* const*, int32_t, const BlockQ8_0*, int32_t, float, float*);
-  void (*dequantize_rows)(const BlockQ8_0* const*, int32_t, int32_t, float*);
-  void (*accumulate)(float*, const float*, int32_t, int32_t, const float*, const float*);
-};
-
-Kernels kernels_for(IsaLevel isa) {
-#if TROUPE_X86
-  if (use_avx2(isa)) {
-    return {quantize_block_avx2, dot_avx2,         scale_avx2,
-            scores_avx2,         dequantize_rows_avx2, accumulate_avx2};
-  }
-#endif
-  (void)isa;
-  return {quantize_block_scalar, dot_scalar,         scale_scalar,
-          scores_scalar,         dequantize_rows_scalar, accumulate_scalar};
-}
-
 // llama.cpp's online softmax over scores s[0, n), key by key: the running maximum m and sum, and
 // each key's factors, ms (the accumulator's rescale, 1 unless s is a new maximum) and vs (its V
 // row's weight). Only the scalar chain lives here; the accumulator's work (accumulate) takes the
 // factors after, and the expf calls, whose arguments do not wait on each other, overlap.
-void softmax_factors(float* state, const float* s, int32_t n, float* ms, float* vs) {
+void softmax_factors_scalar(float* state, const float* s, int32_t n, float* ms, float* vs) {
   float m = state[0];
   float sum = state[1];
   for (int32_t i = 0; i < n; ++i) {
@@ -235,6 +212,63 @@ void softmax_factors(float* state, const float* s, int32_t n, float* ms, float* 
   }
   state[0] = m;
   state[1] = sum;
+}
+
+#if TROUPE_X86
+// softmax_factors_scalar's values: the maxima and expf arguments first (the scalar chain of
+// compares), then every expf eight at a time in libm's own arithmetic (libm_expf.hpp), then the
+// sum's fma chain.
+TROUPE_TARGET_AVX2 void softmax_factors_avx2(float* state, const float* s, int32_t n, float* ms,
+                                             float* vs) {
+  alignas(32) float arg[kKeyChunk];
+  alignas(32) float e[kKeyChunk];
+  bool new_max[kKeyChunk];
+  float m = state[0];
+  for (int32_t i = 0; i < n; ++i) {
+    new_max[i] = s[i] > m;
+    arg[i] = new_max[i] ? m - s[i] : s[i] - m;
+    if (new_max[i]) m = s[i];
+  }
+  for (int32_t i = n; i < (n + 7) / 8 * 8; ++i) arg[i] = 0.0f;
+  for (int32_t i = 0; i < n; i += 8) _mm256_store_ps(e + i, libm_expf_x8_avx2(_mm256_load_ps(arg + i)));
+  __m128 sum = _mm_set_ss(state[1]);
+  for (int32_t i = 0; i < n; ++i) {
+    ms[i] = new_max[i] ? e[i] : 1.0f;
+    vs[i] = new_max[i] ? 1.0f : e[i];
+    sum = _mm_fmadd_ss(sum, _mm_set_ss(ms[i]), _mm_set_ss(vs[i]));
+  }
+  state[0] = m;
+  state[1] = _mm_cvtss_f32(sum);
+}
+#endif
+
+bool use_avx2(IsaLevel isa) { return TROUPE_X86 && isa != IsaLevel::kScalar; }
+
+// The kernels of one isa, chosen once per call.
+struct Kernels {
+  void (*quantize)(const float*, BlockQ8_0&);
+  float (*dot)(const BlockQ8_0*, const BlockQ8_0*, int32_t);
+  void (*scale)(float*, int32_t, float);
+  void (*scores)(const BlockQ8_0* const*, int32_t, const BlockQ8_0*, int32_t, float, float*);
+  void (*dequantize_rows)(const BlockQ8_0* const*, int32_t, int32_t, float*);
+  void (*accumulate)(float*, const float*, int32_t, int32_t, const float*, const float*);
+  void (*softmax_factors)(float*, const float*, int32_t, float*, float*);
+};
+
+Kernels kernels_for(IsaLevel isa) {
+#if TROUPE_X86
+  if (use_avx2(isa)) {
+    // libm's expf in vector lanes only where it is this libm's (libm_expf.hpp).
+    static const bool vector_expf = libm_expf_x8_agrees();
+    return {quantize_block_avx2,  dot_avx2,        scale_avx2,
+            scores_avx2,          dequantize_rows_avx2, accumulate_avx2,
+            vector_expf ? softmax_factors_avx2 : softmax_factors_scalar};
+  }
+#endif
+  (void)isa;
+  return {quantize_block_scalar, dot_scalar,          scale_scalar,
+          scores_scalar,         dequantize_rows_scalar, accumulate_scalar,
+          softmax_factors_scalar};
 }
 
 }  // namespace
@@ -311,7 +345,7 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
         float* state = scratch.state.data() + item * stride;
         k.scores(k_rows + (lo - t0), hi - lo, scratch.q.data() + static_cast<size_t>(item) * blocks,
                  blocks, rows.scale, s);
-        softmax_factors(state, s, hi - lo, ms, vs);
+        k.softmax_factors(state, s, hi - lo, ms, vs);
         k.accumulate(state + 2, scratch.values.data() + static_cast<size_t>(lo - t0) * hd, hi - lo,
                      hd, ms, vs);
       }

@@ -13,3 +13,6 @@ troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu"
   TESTS cpu_matmul_test cpu_ops_test cpu_attention_test cpu_sampler_test cpu_rope_factors_test
         cpu_matmul_kquant_test cpu_matmul_q5_test cpu_token_mask_test cpu_geglu_test
         cpu_matmul_q8k_test cpu_attention_q8_test)
+# libm's expf in AVX2 lanes against libm itself: the whole softmax domain is SLOW (~1e9 calls).
+troupe_add_test(NAME cpu_libm_expf_test SOURCES cpu_libm_expf_test.cpp LIBS troupe_gpu
+  LABELS "unit;gpu" SLOW LibmExpf.EqualsExpfOnEveryFloatOfTheSoftmaxDomain)

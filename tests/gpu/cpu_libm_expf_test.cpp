@@ -1,0 +1,61 @@
+// libm_expf_x8_avx2 (gpu/cpu/libm_expf.hpp) against this process's expf: every float of the
+// softmax's domain [-104, 0] and -inf, bit for bit (SLOW: ~1.1e9 libm calls, seconds in
+// Release), and the agreement check the kernels rely on.
+#include "gpu/cpu/libm_expf.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+
+#include "gpu/cpu/cpu_features.hpp"
+
+namespace troupe::gpu::cpu {
+namespace {
+
+bool has_avx2() { return supported_isa() != IsaLevel::kScalar; }
+
+// Compares lanes of [first, last] (float bit patterns, stepping by `stride`); returns the
+// number of mismatches and reports the first few.
+int64_t mismatches(uint32_t first, uint32_t last, uint32_t stride) {
+  int64_t bad = 0;
+  float x[8], y[8];
+  for (uint64_t bits = first; bits <= last; bits += 8ull * stride) {
+    for (int i = 0; i < 8; ++i) {
+      x[i] = std::bit_cast<float>(static_cast<uint32_t>(std::min<uint64_t>(bits + i * stride, last)));
+    }
+    libm_expf_avx2(x, y, 8);
+    for (int i = 0; i < 8; ++i) {
+      const float want = std::exp(x[i]);
+      if (std::bit_cast<uint32_t>(y[i]) != std::bit_cast<uint32_t>(want) && ++bad <= 5) {
+        ADD_FAILURE() << "expf(" << std::hexfloat << x[i] << ") = " << want << ", x8 gives "
+                      << y[i];
+      }
+    }
+  }
+  return bad;
+}
+
+TEST(LibmExpf, AgreesWithThisLibmOnASpreadAndTheEdges) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2";
+  EXPECT_TRUE(libm_expf_x8_agrees());
+  EXPECT_EQ(mismatches(0x80000000u, 0xC2D00000u, 997), 0);  // -0 down to -104, every 997th
+  const float x[8] = {-INFINITY, -0x1.9fe368p6f, -0x1.9fe366p6f, -0x1.9d1d9ep6f,
+                                  -0x1.9d1d9cp6f, -87.33655f, -1e-45f, 0.0f};
+  float y[8];
+  libm_expf_avx2(x, y, 8);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(std::exp(x[i]))) << x[i];
+  }
+}
+
+// Every float in [-104, 0]: what the q8_0 softmax can pass (scores minus their running maximum).
+TEST(LibmExpf, EqualsExpfOnEveryFloatOfTheSoftmaxDomain) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2";
+  EXPECT_EQ(mismatches(0x80000000u, 0xC2D00000u, 1), 0);
+}
+
+}  // namespace
+}  // namespace troupe::gpu::cpu
