@@ -19,6 +19,9 @@ constexpr int32_t kQk = model::quants::kBlockElements;
 // read them: the scores of a chunk do not depend on the running state, so their dot products
 // (and the update's expf calls, whose arguments are then known) do not wait on each other.
 constexpr int32_t kKeyChunk = 32;
+// Query heads per KV head in one call (GQA groups are 1-8 in the models served; a run of
+// heads is cut to at most this by the caller's head runs).
+constexpr int32_t kMaxQ8Heads = 64;
 
 // ---- scalar twins: the reference order ---------------------------------------------------
 
@@ -78,6 +81,25 @@ void accumulate_scalar(float* acc, const float* values, int32_t n, int32_t head_
   for (int32_t i = 0; i < n; ++i) {
     if (ms[i] != 1.0f) scale_scalar(acc, head_dim, ms[i]);
     mad_scalar(acc, values + static_cast<int64_t>(i) * head_dim, head_dim, vs[i]);
+  }
+}
+
+// A generated token's accumulators (one query row) for `heads` query heads at once, straight
+// from the q8_0 V rows: each value dequantized as dequantize_scalar does, then every head's
+// rescale and fma in accumulate_scalar's order. acc[h] is head h's head_dim values; ms and vs
+// are [heads][kKeyChunk].
+void accumulate_heads_scalar(float* const* acc, int32_t heads, const BlockQ8_0* const* rows,
+                             int32_t n, int32_t blocks, const float* ms, const float* vs) {
+  float v[kQk];
+  for (int32_t b = 0; b < blocks; ++b) {
+    for (int32_t i = 0; i < n; ++i) {
+      dequantize_scalar(rows[i] + b, 1, v);
+      for (int32_t h = 0; h < heads; ++h) {
+        float* a = acc[h] + b * kQk;
+        if (ms[h * kKeyChunk + i] != 1.0f) scale_scalar(a, kQk, ms[h * kKeyChunk + i]);
+        mad_scalar(a, v, kQk, vs[h * kKeyChunk + i]);
+      }
+    }
   }
 }
 
@@ -240,6 +262,43 @@ TROUPE_TARGET_AVX2 void softmax_factors_avx2(float* state, const float* s, int32
   state[0] = m;
   state[1] = _mm_cvtss_f32(sum);
 }
+
+// accumulate_heads_scalar's order with each 32-value block of up to three heads' accumulators
+// in registers across the chunk's keys: a V block is dequantized once for all of them.
+TROUPE_TARGET_AVX2 void accumulate_heads_avx2(float* const* acc, int32_t heads,
+                                              const BlockQ8_0* const* rows, int32_t n,
+                                              int32_t blocks, const float* ms, const float* vs) {
+  for (int32_t h0 = 0; h0 < heads; h0 += 3) {
+    const int32_t hn = std::min<int32_t>(3, heads - h0);
+    for (int32_t b = 0; b < blocks; ++b) {
+      __m256 a[3][4];
+      for (int32_t h = 0; h < hn; ++h) {
+        for (int j = 0; j < 4; ++j) a[h][j] = _mm256_loadu_ps(acc[h0 + h] + b * kQk + 8 * j);
+      }
+      for (int32_t i = 0; i < n; ++i) {
+        const BlockQ8_0& x = rows[i][b];
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(x.d));
+        __m256 v[4];
+        for (int j = 0; j < 4; ++j) {
+          const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.qs + 8 * j));
+          v[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+        }
+        for (int32_t h = 0; h < hn; ++h) {
+          const float m = ms[(h0 + h) * kKeyChunk + i];
+          if (m != 1.0f) {
+            const __m256 mm = _mm256_set1_ps(m);
+            for (int j = 0; j < 4; ++j) a[h][j] = _mm256_mul_ps(a[h][j], mm);
+          }
+          const __m256 w = _mm256_set1_ps(vs[(h0 + h) * kKeyChunk + i]);
+          for (int j = 0; j < 4; ++j) a[h][j] = _mm256_fmadd_ps(v[j], w, a[h][j]);
+        }
+      }
+      for (int32_t h = 0; h < hn; ++h) {
+        for (int j = 0; j < 4; ++j) _mm256_storeu_ps(acc[h0 + h] + b * kQk + 8 * j, a[h][j]);
+      }
+    }
+  }
+}
 #endif
 
 bool use_avx2(IsaLevel isa) { return TROUPE_X86 && isa != IsaLevel::kScalar; }
@@ -253,6 +312,8 @@ struct Kernels {
   void (*dequantize_rows)(const BlockQ8_0* const*, int32_t, int32_t, float*);
   void (*accumulate)(float*, const float*, int32_t, int32_t, const float*, const float*);
   void (*softmax_factors)(float*, const float*, int32_t, float*, float*);
+  void (*accumulate_heads)(float* const*, int32_t, const BlockQ8_0* const*, int32_t, int32_t,
+                           const float*, const float*);
 };
 
 Kernels kernels_for(IsaLevel isa) {
@@ -262,13 +323,14 @@ Kernels kernels_for(IsaLevel isa) {
     static const bool vector_expf = libm_expf_x8_agrees();
     return {quantize_block_avx2,  dot_avx2,        scale_avx2,
             scores_avx2,          dequantize_rows_avx2, accumulate_avx2,
-            vector_expf ? softmax_factors_avx2 : softmax_factors_scalar};
+            vector_expf ? softmax_factors_avx2 : softmax_factors_scalar,
+            accumulate_heads_avx2};
   }
 #endif
   (void)isa;
   return {quantize_block_scalar, dot_scalar,          scale_scalar,
           scores_scalar,         dequantize_rows_scalar, accumulate_scalar,
-          softmax_factors_scalar};
+          softmax_factors_scalar, accumulate_heads_scalar};
 }
 
 }  // namespace
@@ -306,7 +368,10 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
   };
   scratch.q.resize(static_cast<size_t>(items) * blocks);
   scratch.state.resize(static_cast<size_t>(items) * stride);
-  scratch.scores.resize(static_cast<size_t>(3) * kKeyChunk);  // scores, ms, vs of one item
+  // Scores, then each item's ms and vs factors (one row: every head's, for accumulate_heads).
+  const bool one_row = rows.num_rows == 1 && heads <= kMaxQ8Heads;
+  const int32_t factor_sets = one_row ? heads : 1;
+  scratch.scores.resize(static_cast<size_t>(1 + 2 * factor_sets) * kKeyChunk);
   scratch.values.resize(static_cast<size_t>(kKeyChunk) * hd);
   for (int32_t r = 0; r < rows.num_rows; ++r) {
     for (int32_t h = 0; h < heads; ++h) {
@@ -321,12 +386,13 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
   }
   float* s = scratch.scores.data();
   float* ms = s + kKeyChunk;
-  float* vs = ms + kKeyChunk;
+  float* vs = ms + static_cast<ptrdiff_t>(factor_sets) * kKeyChunk;
   const BlockQ8_0* k_rows[kKeyChunk];
   const BlockQ8_0* v_rows[kKeyChunk];
   // Every key of [first_key(0), last position] is visible to some row (windows slide with the
   // rows), so each chunk's V rows are dequantized once for all of them.
   const int32_t end = rows.first_position + rows.num_rows;
+  const size_t row_bytes = kv.row_words() * sizeof(uint16_t);
   for (int32_t t0 = first_key(0); t0 < end; t0 += kKeyChunk) {
     const int32_t n = std::min(kKeyChunk, end - t0);
     for (int32_t i = 0; i < n; ++i) {
@@ -334,6 +400,31 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
                                   (t0 + i) % kv.block_size);
       k_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.k + at);
       v_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.v + at);
+    }
+    // The next chunk's K and V rows toward L2 while this one computes: a decode step reads the
+    // whole context once, from pages scattered by the block table.
+    for (int32_t t = t0 + kKeyChunk; t < std::min(end, t0 + 2 * kKeyChunk); ++t) {
+      const size_t at = kv.offset(block_table[t / kv.block_size], kv_head, t % kv.block_size);
+      for (size_t line = 0; line < row_bytes; line += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(kv.k + at) + line, 0, 2);
+        __builtin_prefetch(reinterpret_cast<const char*>(kv.v + at) + line, 0, 2);
+      }
+    }
+    if (one_row) {
+      // A generated token: its heads' factors first, then their accumulators together, from
+      // the V rows as they are (each V block dequantized once, in registers).
+      const int32_t lo = std::max(t0, first_key(0));
+      const int32_t hi = std::min(t0 + n, rows.first_position + 1);
+      float* acc[kMaxQ8Heads];
+      for (int32_t h = 0; h < heads; ++h) {
+        float* state = scratch.state.data() + h * stride;
+        k.scores(k_rows + (lo - t0), hi - lo, scratch.q.data() + static_cast<size_t>(h) * blocks,
+                 blocks, rows.scale, s);
+        k.softmax_factors(state, s, hi - lo, ms + h * kKeyChunk, vs + h * kKeyChunk);
+        acc[h] = state + 2;
+      }
+      k.accumulate_heads(acc, heads, v_rows + (lo - t0), hi - lo, blocks, ms, vs);
+      continue;
     }
     k.dequantize_rows(v_rows, n, blocks, scratch.values.data());
     for (int32_t r = 0; r < rows.num_rows; ++r) {
