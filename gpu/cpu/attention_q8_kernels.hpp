@@ -1,0 +1,58 @@
+// Internal to attention_q8*.cpp: the q8_0 cache's kernels, each scalar twin (attention_q8.cpp)
+// with its AVX2 form (attention_q8_simd.cpp) giving the same bits, and the table the driver
+// picks per isa. cpu_attention_q8_test checks every pair.
+//
+//   scores          s[i] = dot(K row i, Q) * scale for n keys (ggml_vec_dot_q8_0_q8_0's order)
+//   softmax         llama.cpp's online softmax over the chunk's scores, for several query rows
+//                   (items) that see the same keys: each item's running maximum and sum, and per
+//                   key its factors ms (the accumulator's rescale, 1 unless a new maximum) and
+//                   vs (the V row's weight); rescaled[item]: whether any ms differs from 1
+//   accumulate      acc = acc * ms[i] (where a new maximum) then fma(V_i, vs[i], acc), per key
+//   accumulate_heads  the same for several items of one generated token, straight from the q8_0
+//                   V rows (each V block dequantized once for all of them)
+//
+// Thread-safety: pure functions over caller-owned buffers.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/cpu/attention_q8.hpp"
+
+namespace troupe::gpu::cpu::detail {
+
+inline constexpr int32_t kQ8Block = model::quants::kBlockElements;
+// Keys whose scores and softmax factors are computed before the accumulators take them: the
+// scores of a chunk do not depend on the running state, so their dot products and expf calls do
+// not wait on each other.
+inline constexpr int32_t kQ8KeyChunk = 32;
+// Items (query rows x heads) that share one softmax call; a caller with more splits them.
+inline constexpr int32_t kQ8MaxItems = 64;
+
+struct Q8Kernels {
+  void (*quantize)(const float* x, BlockQ8_0& out);
+  float (*dot)(const BlockQ8_0* x, const BlockQ8_0* y, int32_t blocks);
+  void (*scale)(float* acc, int32_t n, float by);
+  void (*scores)(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q, int32_t blocks,
+                 float scale, float* s);
+  void (*dequantize_rows)(const BlockQ8_0* const* rows, int32_t n, int32_t blocks, float* out);
+  // states[item]: its running maximum and sum; s, ms, vs: [item][kQ8KeyChunk].
+  void (*softmax)(float* const* states, int32_t items, const float* s, int32_t n, float* ms,
+                  float* vs, bool* rescaled);
+  void (*accumulate)(float* acc, const float* values, int32_t n, int32_t head_dim,
+                     const float* ms, const float* vs, bool rescaled);
+  // acc[item]: head_dim values; ms, vs: [item][kQ8KeyChunk].
+  void (*accumulate_heads)(float* const* acc, int32_t items, const BlockQ8_0* const* rows,
+                           int32_t n, int32_t blocks, const float* ms, const float* vs,
+                           const bool* rescaled);
+};
+
+// The scalar twins (the reference order), and the fastest set this isa runs: AVX2 for any
+// level above scalar (its softmax takes libm's expf in vector lanes only where
+// libm_expf_x8_agrees(), else the twin's).
+const Q8Kernels& q8_scalar_kernels();
+const Q8Kernels& q8_kernels(IsaLevel isa);
+
+// The AVX2 set (attention_q8_simd.cpp); on a non-x86 build, the scalar one.
+Q8Kernels q8_avx2_kernels(bool vector_expf);
+
+}  // namespace troupe::gpu::cpu::detail
