@@ -259,10 +259,12 @@ void render_distributions_and_info(PrometheusText& p, const engine::EngineStats&
   p.gauge("vllm:lora_requests_info", "Running stats on LoRA requests (vLLM name).",
           {{{{"max_lora", "0"}, {"running_lora_adapters", ""}, {"waiting_lora_adapters", ""}}, now}});
   // vLLM's info gauge: value 1, the cache config in labels (the picker reads block_size and
-  // num_gpu_blocks; the rest say how blocks are hashed: kv_events.hash_seed is not shown).
+  // num_gpu_blocks; cache_dtype is cache.kv_dtype's name; the rest say how blocks are hashed:
+  // kv_events.hash_seed is not shown).
   p.gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig (vLLM name).",
           {{{{"block_size", std::to_string(s.kv_block_size)},
              {"num_gpu_blocks", std::to_string(s.kv_blocks_total)},
+             {"cache_dtype", s.kv_cache_dtype},
              {"enable_prefix_caching", s.prefix_caching ? "True" : "False"},
              {"prefix_caching_hash_algo", "sha256_cbor"}},
             1.0}});

@@ -417,6 +417,7 @@ EngineStats EngineImpl::stats() const {
   out.kv_blocks_cached = kv.num_cached_unreferenced;
   out.kv_blocks_free = kv.num_free;
   out.kv_block_size = kv.block_size;
+  out.kv_cache_dtype = card_.kv.dtype;
   out.prefix_caching = kv.prefix_caching;
   out.kv_events_published = kv_home->events.published_events;
   out.kv_events_dropped = kv_home->events.dropped_events;

@@ -250,6 +250,7 @@ struct EngineStats {
   int64_t kv_blocks_cached = 0;  // cached prefix, unreferenced (evictable)
   int64_t kv_blocks_free = 0;
   int32_t kv_block_size = 0;  // tokens per KV block
+  std::string kv_cache_dtype = "f16";  // cache.kv_dtype (vllm:cache_config_info's cache_dtype)
   bool prefix_caching = false;
   double kv_usage_ratio = 0;
   uint64_t kv_events_published = 0;  // KV-cache events sent to routers (issue 20)

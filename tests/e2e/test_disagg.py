@@ -127,12 +127,13 @@ def start(log_dir, name, *args, port=None, model=None, disagg=None, admin_socket
     return server.wait_ready()
 
 
-def start_pair(log_dir, name, transport, prefill_model=None, lease_ms=PAIR_LEASE_MS):
+def start_pair(log_dir, name, transport, prefill_model=None, lease_ms=PAIR_LEASE_MS,
+               prefill_args=(), decode_args=()):
     prefill = start(log_dir, f"{name}-prefill", "--role", "prefill", "--kv-transport", transport,
-                    model=prefill_model, disagg={"kv_lease_ms": lease_ms})
+                    *prefill_args, model=prefill_model, disagg={"kv_lease_ms": lease_ms})
     decode = start(log_dir, f"{name}-decode", "--role", "decode", "--kv-transport", transport,
-                   "--prefill-url", f"127.0.0.1:{prefill.port}", disagg={"kv_lease_ms": lease_ms},
-                   admin_socket=log_dir / f"{name}-decode.sock")
+                   "--prefill-url", f"127.0.0.1:{prefill.port}", *decode_args,
+                   disagg={"kv_lease_ms": lease_ms}, admin_socket=log_dir / f"{name}-decode.sock")
     decode.admin_socket = log_dir / f"{name}-decode.sock"
     return prefill, decode
 
@@ -745,4 +746,53 @@ def test_key_protected_prefill_server(log_dir, reference, monkeypatch):
             keyed.stop()
             keyless.stop()
     finally:
+        prefill.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. A q8_0 KV cache (issue 38): two q8_0 servers move q8_0 blocks and answer as a combined
+#    q8_0 server does; a q8_0 decode server never pulls an f16 server's bytes (the layout and
+#    the compatibility hash carry the dtype): it prefills locally and says why.
+
+def test_q8_0_kv_moves_between_q8_0_servers(log_dir):
+    prompts = SHARED[:3]
+    assert all(is_long(p) for p in prompts)
+    q8 = ("--kv-cache-dtype", "q8_0")
+    combined = start(log_dir, "q8-reference", *q8)
+    try:
+        want = Reference(combined).chat(prompts)
+    finally:
+        combined.stop()
+    prefill, decode = start_pair(log_dir, "q8", "tcp", prefill_args=q8, decode_args=q8)
+    try:
+        assert_texts(http_chat(decode, prompts), want, prompts, "q8_0 KV moved over tcp")
+        final = metrics(decode)
+        assert metric(final, "troupe:kv_transfers_total", outcome="ok") == len(prompts)
+        assert metric(final, "troupe:kv_transfer_fallbacks_total") == 0
+        wait_idle([prefill, decode], timeout=PAIR_LEASE_MS / 1000 + 60)
+    finally:
+        decode.stop()
+        prefill.stop()
+
+
+def test_a_kv_dtype_mismatch_is_refused_and_requests_still_succeed(log_dir):
+    prompts = SHARED[:2]
+    q8 = ("--kv-cache-dtype", "q8_0")
+    combined = start(log_dir, "q8-mismatch-reference", *q8)
+    try:
+        want = Reference(combined).chat(prompts)
+    finally:
+        combined.stop()
+    prefill, decode = start_pair(log_dir, "dtype-mismatch", "tcp", decode_args=q8)
+    try:
+        assert_texts(http_chat(decode, prompts), want, prompts, "f16 prefill, q8_0 decode")
+        final = metrics(decode)
+        assert metric(final, "troupe:kv_transfer_handshake_failures_total") > 0
+        assert metric(final, "troupe:kv_transfers_total", outcome="ok") == 0
+        assert metric(final, "troupe:kv_transfer_fallbacks_total") == len(prompts)
+        log = decode.read_log()
+        assert re.search(r"\[error\].*compatibility hash.*KV dtype", log), log[-3000:]
+        wait_idle([prefill, decode], timeout=PAIR_LEASE_MS / 1000 + 60)
+    finally:
+        decode.stop()
         prefill.stop()

@@ -48,6 +48,12 @@ def test_the_model_card_and_the_log_give_the_capacity(q8):
     assert "(q8_0," in q8.read_log()
 
 
+def test_the_cache_config_metric_names_the_dtype(q8):
+    text = requests.get(q8.base_url + "/metrics", timeout=30).text
+    line = next(l for l in text.splitlines() if l.startswith("vllm:cache_config_info{"))
+    assert 'cache_dtype="q8_0"' in line and f'num_gpu_blocks="{Q8_BLOCKS}"' in line, line
+
+
 def test_admin_stats_give_the_capacity(q8):
     deadline = time.time() + 10
     while not q8.admin_socket.exists() and time.time() < deadline:

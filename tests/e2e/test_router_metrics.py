@@ -47,6 +47,7 @@ def test_the_endpoint_pickers_metrics(server):
     total = only_sample(families["troupe:kv_blocks_total"]).value
     assert int(sample.labels["num_gpu_blocks"]) == total > 0
     assert sample.labels["enable_prefix_caching"] == "True"
+    assert sample.labels["cache_dtype"] == "f16"
 
     # KV-event publisher counters (the parser names a counter family without "_total").
     for name in ("troupe:kv_events_published", "troupe:kv_events_dropped"):
