@@ -3,30 +3,42 @@
 `troupe serve --kv-cache-dtype D` with the same cpu.kv_memory_mb, runs bench/serve_bench.py's
 fixed workload (CONCURRENCY streams of INPUT prompt + OUTPUT generated tokens, the
 conversations of `--input-len 1920 --output-len 128` by default: 2k tokens each), and reads the
-server's preemptions (vllm:num_preemptions_total) and KV blocks from /metrics and /v1/models.
+server's preemptions (troupe:num_preemptions_total) and KV blocks from /metrics and /v1/models.
 Prints one Markdown row per dtype: blocks, preemptions, output tok/s, TTFT p50/p99, E2E p99.
 
   .venv-bench/bin/python bench/kv_dtype_bench.py [--concurrency 64] [--kv-memory-mb 256]
+(serve_bench's Python: aiohttp and numpy; this script needs nothing else.)
 """
 import argparse
 import json
 import pathlib
 import re
+import socket
 import subprocess
 import sys
 import time
-
-import requests
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from conftest import free_port  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.read().decode()
 
 
 def metric(base, name):
-    text = requests.get(base + "/metrics", timeout=10).text
+    text = get(base + "/metrics")[1]
     m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
+    if not m:
+        raise RuntimeError(f"{name} is not in {base}/metrics")
+    return float(m.group(1))
 
 
 def run(args, dtype):
@@ -41,13 +53,13 @@ def run(args, dtype):
     try:
         for _ in range(600):
             try:
-                if requests.get(base + "/health", timeout=1).status_code == 200:
+                if get(base + "/health")[0] == 200:
                     break
-            except requests.RequestException:
+            except OSError:
                 pass
             time.sleep(0.1)
-        kv = requests.get(base + "/v1/models", timeout=10).json()["data"][0]["meta"]["kv_cache"]
-        preempted_before = metric(base, "vllm:num_preemptions_total")
+        kv = json.loads(get(base + "/v1/models")[1])["data"][0]["meta"]["kv_cache"]
+        preempted_before = metric(base, "troupe:num_preemptions_total")
         out = ROOT / "build" / f"kv_dtype_bench_{dtype}.result.json"
         out.unlink(missing_ok=True)
         subprocess.run([sys.executable, str(ROOT / "bench" / "serve_bench.py"), "--base-url", base,
@@ -56,7 +68,7 @@ def run(args, dtype):
                         "--concurrency", str(args.concurrency),
                         "--num-prompts", str(args.concurrency), "--label", f"troupe {dtype}",
                         "--out", str(out), "--no-progress"], check=True)
-        preemptions = metric(base, "vllm:num_preemptions_total") - preempted_before
+        preemptions = metric(base, "troupe:num_preemptions_total") - preempted_before
         result = json.loads(out.read_text())
         runs = result["runs"] if isinstance(result, dict) and "runs" in result else result
         r = runs[-1] if isinstance(runs, list) else runs
