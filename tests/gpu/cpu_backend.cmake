@@ -21,4 +21,5 @@ troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS backend_factory_test de
 # stage runs the short prompts' logits and the small-window dummy.
 troupe_add_test(NAME cpu_gemma3_test SOURCES cpu_gemma3_test.cpp LIBS troupe_gpu simdjson::simdjson
   LABELS "unit;gpu" SLOW Gemma3.MatchesLlamaCppGreedyReference
-  Gemma3.FirstStepLogitsPastTheWindowEqualLlamaCpp Gemma3Dummy.BatchingKeepsTheBitsAtTheNamedShape)
+  Gemma3.FirstStepLogitsPastTheWindowEqualLlamaCpp Gemma3Dummy.BatchingKeepsTheBitsAtTheNamedShape
+  Gemma3.KvQ8FirstStepPastTheWindowEqualsLlamaCpp)

@@ -1,8 +1,9 @@
 // Gemma 3 270M (Q4_K_M, scripts/fetch_model gemma3-270m) on the CPU backend against llama.cpp
 // (tests/reference/gemma3_*.json, made by tests/reference/make_gemma3_reference.py with weight
 // repacking and flash attention off): the config read from the file, the tokenizer on a
-// 300-string corpus, Gemma's chat format, the first step's logits, and 22 prompts x 48 greedy
-// tokens (two past the 512-token sliding window) decoded together. Skips when the model file is
+// 300-string corpus, Gemma's chat format, the first step's logits (with the f16 and the q8_0 KV
+// cache), and 22 prompts x 48 greedy tokens (two past the 512-token sliding window) decoded
+// together. Skips when the model file is
 // absent ($TROUPE_GEMMA3_MODEL or models/gemma-3-270m-q4_k_m.gguf; scripts/test fetches it).
 #include <gtest/gtest.h>
 #include <simdjson.h>
@@ -188,6 +189,37 @@ TEST_F(Gemma3, FirstStepLogitsPastTheWindowEqualLlamaCpp) {
   ASSERT_GT(prompts[i].ids.size(), 512u);
   expect_first_step_logits(*b, prompts[i], i);
 }
+
+// With a q8_0 KV cache (Q/K rotated in blocks of 256, V and the output in blocks of 64; the
+// sliding layers' masks in the flash-attention walk): llama.cpp's -ctk q8_0 -ctv q8_0 -fa on
+// first-step logits (tests/reference/gemma3_kv_q8_first_step.json), top-8 within its rounding.
+void expect_kv_q8_first_step(const std::shared_ptr<const model::GgufFile>& file, size_t which) {
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc =
+      parser.load(reference_path("gemma3_kv_q8_first_step.json").string());
+  const simdjson::dom::element prompt = doc["prompts"].at(which);
+  const std::vector<int32_t> ids = read_ids(prompt["prompt_ids"]);
+  CpuBackendConfig cfg;
+  cfg.num_blocks = 512;
+  cfg.kv_dtype = KvDtype::kQ8_0;
+  auto b = CpuBackend::from_gguf(file, cfg);
+  StepHarness h(512, 16);
+  h.set_kv_groups(b->kv_geometry().num_kv_groups, b->kv_geometry().sliding_window);
+  h.add(1, ids);
+  const auto logits = b->compute_logits(h.build({{1, static_cast<int32_t>(ids.size())}}));
+  for (simdjson::dom::element pair : prompt["top"].get_array()) {
+    const auto id = static_cast<size_t>(int64_t(pair.at(0)));
+    EXPECT_NEAR(logits[id], double(pair.at(1)), 5e-5) << "prompt " << which << " id " << id;
+  }
+}
+
+TEST_F(Gemma3, KvQ8FirstStepLogitsEqualLlamaCpp) {
+  expect_kv_q8_first_step(file_, 0);  // a chat
+  expect_kv_q8_first_step(file_, 1);  // 6 raw tokens
+}
+
+// The 789-token prompt past the window. SLOW: a minute under ASan.
+TEST_F(Gemma3, KvQ8FirstStepPastTheWindowEqualsLlamaCpp) { expect_kv_q8_first_step(file_, 2); }
 
 // All 22 prompts decoded together (continuous batching's shape) give llama.cpp's sequential
 // greedy tokens, 48 each, with the sliding groups' out-of-window pages freed after every step

@@ -13,7 +13,9 @@ weight repacking off, on the 20 prompts of make_reference.py, twice: with the q8
 with the f16 cache and flash attention off (how smollm2_greedy.json was made), so the file says
 where llama.cpp's own two runs part. It writes smollm2_kv_q8_greedy.json next to this script:
 the prompts' ids, 64 greedy ids and the top-5 (id, logit) of every step with the q8_0 cache, and
-for each prompt the first step where the f16 run's token differs (null: all 64 equal).
+for each prompt the first step where the f16 run's token differs (null: all 64 equal). With
+models/gemma-3-270m-q4_k_m.gguf present it also writes gemma3_kv_q8_first_step.json: Gemma 3's
+first-step top-8 logits with the q8_0 cache for three prompts of gemma3_greedy.json.
 """
 import json
 import os
@@ -59,9 +61,36 @@ def run(model, q8_kv):
     return out
 
 
+def gemma3_first_steps(path):
+    """Gemma 3 270M with the q8_0 cache: the first step's top-8 logits of three prompts of
+    gemma3_greedy.json (a chat, a 6-token raw prompt, the 789-token one past the 512-token
+    window), written to gemma3_kv_q8_first_step.json."""
+    import numpy as np
+    ref = json.load(open(os.path.join(HERE, "gemma3_greedy.json")))
+    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=2, seed=0, verbose=False,
+                flash_attn=True, type_k=GGML_TYPE_Q8_0, type_v=GGML_TYPE_Q8_0)
+    out = []
+    for i in (0, 15, 20):
+        ids = ref["prompts"][i]["prompt_ids"]
+        llm.reset()
+        llm.eval(ids)
+        ptr = llama_lib.llama_get_logits_ith(llm._ctx.ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32)
+        order = np.argsort(-logits, kind="stable")[:8]
+        out.append({"index": i, "prompt_ids": ids,
+                    "top": [[int(t), round(float(logits[t]), 4)] for t in order]})
+    with open(os.path.join(HERE, "gemma3_kv_q8_first_step.json"), "w") as f:
+        json.dump({"info": {"model": os.path.basename(path), "kv_cache": "q8_0 K and V, flash "
+                            "attention on", "method": "llama.eval, weight repacking off"},
+                   "prompts": out}, f, separators=(",", ":"))
+
+
 def main():
     model = sys.argv[1] if len(sys.argv) > 1 else make_reference.DEFAULT_MODEL
     no_repack()
+    gemma = os.path.join(HERE, "..", "..", "models", "gemma-3-270m-q4_k_m.gguf")
+    if os.path.exists(gemma):
+        gemma3_first_steps(gemma)
     q8 = run(model, q8_kv=True)
     f16 = run(model, q8_kv=False)
     for a, b in zip(q8, f16):
