@@ -81,36 +81,11 @@ TEST_F(KvQ8Model, MatchesLlamaCppGreedyReference) {
   ASSERT_EQ(prompts.size(), 20u);
   auto b = backend(KvDtype::kQ8_0);
   StepHarness h(2048, 16);
-  Work prefill;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    h.add(i, prompts[i].ids);
-    prefill.push_back({i, static_cast<int32_t>(prompts[i].ids.size())});
-  }
-  h.accept(b->run_step(h.build(prefill)));
-  const size_t n_gen = prompts[0].generated.size();
-  for (size_t step = 1; step < n_gen; ++step) {
-    Work decode;
-    for (size_t i = 0; i < prompts.size(); ++i) decode.push_back({i, 1});
-    h.accept(b->run_step(h.build(decode)));
-  }
-  int identical = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto& got = h.seq(i).tokens;
-    const std::vector<int32_t> gen(got.begin() + static_cast<std::ptrdiff_t>(prompts[i].ids.size()),
-                                   got.end());
-    size_t k = 0;
-    while (k < n_gen && k < gen.size() && gen[k] == prompts[i].generated[k]) ++k;
-    if (k == n_gen) {
-      ++identical;
-      continue;
-    }
-    const auto& top = prompts[i].top[k];
-    ADD_FAILURE() << "prompt " << i << " diverges at step " << k << ": ours "
-                  << (k < gen.size() ? gen[k] : -1) << ", llama.cpp " << prompts[i].generated[k]
-                  << " (llama.cpp top-2 gap " << top[0].second - top[1].second << ")";
-  }
+  const int identical = testing::decode_together_and_compare(
+      h, prompts, [&](const StepBatch& batch) { return b->run_step(batch); });
   std::printf("q8_0 KV: %d of %zu prompts identical to llama.cpp's over %zu greedy tokens\n",
-              identical, prompts.size(), n_gen);
+              identical, prompts.size(), prompts[0].generated.size());
+  EXPECT_EQ(identical, static_cast<int>(prompts.size()));
 }
 
 // The same memory holds 128/68 as many blocks (a 64-value fp16 row is 128 bytes, its q8_0 form

@@ -1,16 +1,20 @@
 // llama.cpp's greedy reference data (tests/reference/*_greedy.json, made by
 // tests/reference/make_reference.py and make_gemma3_reference.py): per prompt, its ids, the
-// greedily generated ids and each step's top (id, logit) pairs.
+// greedily generated ids and each step's top (id, logit) pairs; and the shared check that
+// decodes them together and compares.
 //
 // Thread-safety: plain values; read once per test.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <simdjson.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <utility>
 #include <vector>
+
+#include "tests/gpu/cpu_step_harness.hpp"
 
 namespace troupe::gpu::cpu::testing {
 
@@ -42,6 +46,43 @@ inline std::vector<GreedyPrompt> read_greedy_reference(const std::filesystem::pa
     prompts.push_back(std::move(q));
   }
   return prompts;
+}
+
+// Every prompt prefilled in one step, then all decoded together one token a step (continuous
+// batching's shape) for as many steps as the reference generated; each sequence's tokens are
+// compared with llama.cpp's, a divergence reported with llama.cpp's top-2 gap at that step (a
+// near tie points at rounding, a wide gap at a bug). Returns how many prompts are identical
+// throughout. run_step: StepBatch -> StepResult (the backend's run_step).
+template <class RunStep>
+int decode_together_and_compare(StepHarness& h, const std::vector<GreedyPrompt>& prompts,
+                                RunStep run_step) {
+  std::vector<std::pair<uint64_t, int32_t>> prefill, decode;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    h.add(i, prompts[i].ids);
+    prefill.push_back({i, static_cast<int32_t>(prompts[i].ids.size())});
+    decode.push_back({i, 1});
+  }
+  h.accept(run_step(h.build(prefill)));
+  const size_t n_gen = prompts.empty() ? 0 : prompts[0].generated.size();
+  for (size_t step = 1; step < n_gen; ++step) h.accept(run_step(h.build(decode)));
+  int identical = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& got = h.seq(i).tokens;
+    const std::vector<int32_t> gen(got.begin() + static_cast<std::ptrdiff_t>(prompts[i].ids.size()),
+                                   got.end());
+    size_t k = 0;
+    while (k < n_gen && k < gen.size() && gen[k] == prompts[i].generated[k]) ++k;
+    if (k == n_gen) {
+      ++identical;
+      continue;
+    }
+    const auto& top = prompts[i].top[k];
+    ADD_FAILURE() << "prompt " << i << " (" << prompts[i].ids.size() << " tokens) diverges at step "
+                  << k << ": ours " << (k < gen.size() ? gen[k] : -1) << ", llama.cpp "
+                  << prompts[i].generated[k] << " (llama.cpp top-2 gap "
+                  << top[0].second - top[1].second << ")";
+  }
+  return identical;
 }
 
 }  // namespace troupe::gpu::cpu::testing

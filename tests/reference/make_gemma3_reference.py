@@ -38,17 +38,6 @@ DEFAULT_MODEL = os.path.join(HERE, "..", "..", "models", "gemma-3-270m-q4_k_m.gg
 N_GEN = 48
 
 
-def no_repack():
-    default = llama_lib.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-
-    llama_lib.llama_model_default_params = params
-
-
 def gemma_chat(messages, add_generation_prompt=True):
     """llama.cpp's LLM_CHAT_TEMPLATE_GEMMA (src/llama-chat.cpp): system texts trimmed and joined,
     then opening the next non-model turn with a blank line; 'assistant' is 'model'; contents
@@ -137,7 +126,7 @@ def greedy(llm, top_n=5):
 
 def main():
     model = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL
-    no_repack()
+    make_reference.no_repack()
     llm = Llama(model_path=model, n_ctx=2048, n_batch=512, n_threads=2, seed=0, verbose=False,
                 flash_attn=False)
     vocab = llm._model.vocab

@@ -32,17 +32,6 @@ GGML_TYPE_Q8_0 = 8
 N_GEN = 64
 
 
-def no_repack():
-    default = llama_lib.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-
-    llama_lib.llama_model_default_params = params
-
-
 def run(model, q8_kv):
     kv = dict(flash_attn=True, type_k=GGML_TYPE_Q8_0, type_v=GGML_TYPE_Q8_0) if q8_kv else {}
     llm = Llama(model_path=model, n_ctx=2048, n_batch=512, logits_all=False, n_threads=2,
@@ -87,7 +76,7 @@ def gemma3_first_steps(path):
 
 def main():
     model = sys.argv[1] if len(sys.argv) > 1 else make_reference.DEFAULT_MODEL
-    no_repack()
+    make_reference.no_repack()
     gemma = os.path.join(HERE, "..", "..", "models", "gemma-3-270m-q4_k_m.gguf")
     if os.path.exists(gemma):
         gemma3_first_steps(gemma)

@@ -28,6 +28,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = os.path.join(HERE, "..", "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def no_repack():
+    """Weight repacking off (llama_model_params.use_extra_bufts = false, llama-server's
+    --no-repack) for every model loaded after the call: the x86 build then multiplies K-quant
+    weights with the per-row dot products troupe reproduces (gpu/cpu/matmul_q8k.hpp)."""
+    import llama_cpp.llama_cpp as llama_lib
+    default = llama_lib.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    llama_lib.llama_model_default_params = params
+
+
 def chatml(llm, messages, add_generation_prompt=True):
     """The prompt text SmolLM2's own Jinja chat template (from the GGUF) renders, as transformers
     renders it (jinja2 with trim_blocks and lstrip_blocks): its default system prompt when the
