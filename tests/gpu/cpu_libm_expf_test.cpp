@@ -3,12 +3,14 @@
 // Release), and the agreement check the kernels rely on.
 #include "gpu/cpu/libm_expf.hpp"
 
+#include <gnu/libc-version.h>
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "gpu/cpu/cpu_features.hpp"
 
@@ -16,6 +18,14 @@ namespace troupe::gpu::cpu {
 namespace {
 
 bool has_avx2() { return supported_isa() != IsaLevel::kScalar; }
+
+// libm_expf reproduces glibc 2.36's expf (Debian 12, this project's machines); elsewhere the
+// kernels fall back to std::exp when the once-per-process check disagrees, and these tests say
+// so instead of failing.
+std::string other_libm() {
+  const std::string version = gnu_get_libc_version();
+  return version == "2.36" ? std::string() : "glibc " + version + ", not 2.36";
+}
 
 // Compares lanes of [first, last] (float bit patterns, stepping by `stride`); returns the
 // number of mismatches and reports the first few.
@@ -40,6 +50,7 @@ int64_t mismatches(uint32_t first, uint32_t last, uint32_t stride) {
 
 TEST(LibmExpf, AgreesWithThisLibmOnASpreadAndTheEdges) {
   if (!has_avx2()) GTEST_SKIP() << "no AVX2";
+  if (const std::string other = other_libm(); !other.empty()) GTEST_SKIP() << other;
   EXPECT_TRUE(libm_expf_x8_agrees());
   EXPECT_EQ(mismatches(0x80000000u, 0xC2D00000u, 997), 0);  // -0 down to -104, every 997th
   const float x[8] = {-INFINITY, -0x1.9fe368p6f, -0x1.9fe366p6f, -0x1.9d1d9ep6f,
@@ -54,6 +65,7 @@ TEST(LibmExpf, AgreesWithThisLibmOnASpreadAndTheEdges) {
 // Every float in [-104, 0]: what the q8_0 softmax can pass (scores minus their running maximum).
 TEST(LibmExpf, EqualsExpfOnEveryFloatOfTheSoftmaxDomain) {
   if (!has_avx2()) GTEST_SKIP() << "no AVX2";
+  if (const std::string other = other_libm(); !other.empty()) GTEST_SKIP() << other;
   EXPECT_EQ(mismatches(0x80000000u, 0xC2D00000u, 1), 0);
 }
 
