@@ -10,6 +10,7 @@
 #include "gpu/cpu/libm_expf.hpp"
 #include "gpu/cpu/vec_math.hpp"
 #include "model/fp16.hpp"
+#include "model/quants/q4_q8.hpp"
 
 namespace troupe::gpu::cpu {
 namespace detail {
@@ -42,11 +43,9 @@ float dot_scalar(const BlockQ8_0* x, const BlockQ8_0* y, int32_t blocks) {
   return hsum8(acc);
 }
 
+// ggml's dequantize_row_q8_0 (model/quants): float(q) * d per value.
 void dequantize_scalar(const BlockQ8_0* x, int32_t blocks, float* out) {
-  for (int32_t b = 0; b < blocks; ++b) {
-    const float d = model::fp16_to_fp32(x[b].d);
-    for (int32_t j = 0; j < kQk; ++j) out[b * kQk + j] = static_cast<float>(x[b].qs[j]) * d;
-  }
+  model::quants::dequantize_row_q8_0(x, int64_t{blocks} * kQk, out);
 }
 
 void scale_scalar(float* acc, int32_t n, float by) {

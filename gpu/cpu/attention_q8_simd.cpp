@@ -123,13 +123,11 @@ TROUPE_TARGET_AVX2 void softmax_avx2(float* const* states, int32_t items, const 
     float* arg = ms + item * kQ8KeyChunk;  // the arguments, then the factors, in place
     float* flag = vs + item * kQ8KeyChunk;  // 1 where a new maximum
     float m = states[item][0];
-    bool any = false;
     for (int32_t i = 0; i < n; ++i) {
       const bool new_max = si[i] > m;
       arg[i] = new_max ? m - si[i] : si[i] - m;
       flag[i] = new_max ? 1.0f : 0.0f;
       if (new_max) m = si[i];
-      any = any || new_max;
     }
     for (int32_t i = n; i < padded; ++i) arg[i] = 0.0f;
     states[item][0] = m;
@@ -141,7 +139,7 @@ TROUPE_TARGET_AVX2 void softmax_avx2(float* const* states, int32_t items, const 
       const __m256 scale = _mm256_blendv_ps(one, e, is_max);
       _mm256_storeu_ps(arg + i, scale);
       _mm256_storeu_ps(flag + i, _mm256_blendv_ps(e, one, is_max));
-      rescale = rescale || (any && _mm256_movemask_ps(_mm256_cmp_ps(scale, one, _CMP_NEQ_OQ)) != 0);
+      rescale = rescale || _mm256_movemask_ps(_mm256_cmp_ps(scale, one, _CMP_NEQ_OQ)) != 0;
     }
     rescaled[item] = rescale;
   }

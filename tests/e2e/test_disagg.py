@@ -754,16 +754,23 @@ def test_key_protected_prefill_server(log_dir, reference, monkeypatch):
 #    q8_0 server does; a q8_0 decode server never pulls an f16 server's bytes (the layout and
 #    the compatibility hash carry the dtype): it prefills locally and says why.
 
+Q8_KV = ("--kv-cache-dtype", "q8_0")
+
+
+def q8_reference_chats(log_dir, name, prompts):
+    """What a combined q8_0 server answers (the ground truth for a q8_0 decode server)."""
+    combined = start(log_dir, name, *Q8_KV)
+    try:
+        return Reference(combined).chat(prompts)
+    finally:
+        combined.stop()
+
+
 def test_q8_0_kv_moves_between_q8_0_servers(log_dir):
     prompts = SHARED[:3]
     assert all(is_long(p) for p in prompts)
-    q8 = ("--kv-cache-dtype", "q8_0")
-    combined = start(log_dir, "q8-reference", *q8)
-    try:
-        want = Reference(combined).chat(prompts)
-    finally:
-        combined.stop()
-    prefill, decode = start_pair(log_dir, "q8", "tcp", prefill_args=q8, decode_args=q8)
+    want = q8_reference_chats(log_dir, "q8-reference", prompts)
+    prefill, decode = start_pair(log_dir, "q8", "tcp", prefill_args=Q8_KV, decode_args=Q8_KV)
     try:
         assert_texts(http_chat(decode, prompts), want, prompts, "q8_0 KV moved over tcp")
         final = metrics(decode)
@@ -777,13 +784,8 @@ def test_q8_0_kv_moves_between_q8_0_servers(log_dir):
 
 def test_a_kv_dtype_mismatch_is_refused_and_requests_still_succeed(log_dir):
     prompts = SHARED[:2]
-    q8 = ("--kv-cache-dtype", "q8_0")
-    combined = start(log_dir, "q8-mismatch-reference", *q8)
-    try:
-        want = Reference(combined).chat(prompts)
-    finally:
-        combined.stop()
-    prefill, decode = start_pair(log_dir, "dtype-mismatch", "tcp", decode_args=q8)
+    want = q8_reference_chats(log_dir, "q8-mismatch-reference", prompts)
+    prefill, decode = start_pair(log_dir, "dtype-mismatch", "tcp", decode_args=Q8_KV)
     try:
         assert_texts(http_chat(decode, prompts), want, prompts, "f16 prefill, q8_0 decode")
         final = metrics(decode)
