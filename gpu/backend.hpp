@@ -77,6 +77,10 @@ class Backend {
   // that does not is never sent drafts: the engine turns speculative decoding off for it.
   virtual bool supports_speculation() const { return false; }
 
+  // Whether launch() computes prompt outputs (SequenceSlice scores and hidden rows: embeddings
+  // and prompt logprobs). The engine refuses those requests, naming the backend, when not.
+  virtual bool supports_prompt_outputs() const { return false; }
+
   // Whether launch() honours StepBatch::interrupt (gpu/step.hpp). The engine turns first-token
   // interrupts off for a backend that does not: the scheduler would wake for nothing.
   virtual bool supports_interrupts() const { return false; }

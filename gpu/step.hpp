@@ -44,6 +44,20 @@ struct SequenceSlice {
   // differs (or the one sampled after the last draft). StepResult::tokens then holds every
   // token kept, that last one included: 1 + (drafts accepted) tokens for this slice.
   int32_t num_draft_tokens = 0;
+  // Prompt outputs (issue 37), both off by default; positions are absolute and inside the span.
+  // Scores: the logprob, rank and score_top_n best alternatives of the token that follows each
+  // position in [scored_begin, scored_begin + num_scored) — that token is
+  // StepBatch::score_targets[score_offset + i] — from the same logits rows sampling would use.
+  int32_t scored_begin = 0;
+  int32_t num_scored = 0;
+  int32_t score_offset = 0;
+  int32_t score_top_n = 0;
+  // Embeddings: the final-norm hidden state (the lm-head's input) of each position in
+  // [hidden_begin, hidden_begin + num_hidden).
+  int32_t hidden_begin = 0;
+  int32_t num_hidden = 0;
+
+  bool has_prompt_outputs() const { return num_scored > 0 || num_hidden > 0; }
 };
 
 // Sampling inputs of one sampling sequence.
@@ -118,6 +132,8 @@ struct StepBatch {
   int32_t bitmask_num_words = 0;
   // Set when the scheduler may ask to give this step up; null: it runs to its end.
   std::shared_ptr<StepInterrupt> interrupt;
+  // The tokens scored positions predict (SequenceSlice::score_offset), all slices concatenated.
+  std::vector<int32_t> score_targets;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   // The slot's bitmask row; empty when it is unconstrained.
@@ -140,11 +156,41 @@ struct SampledToken {
   std::vector<TokenLogprob> top_logprobs;  // params.top_logprobs entries, best first
 };
 
+// The score of one prompt token: its logprob under the logits of the position before it (raw
+// log_softmax, as sampled tokens' logprobs), its rank (1 + tokens with a higher logit) and the
+// best alternatives.
+struct ScoredToken {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  int32_t rank = 0;
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+// A slice's scores, for positions [first_position, first_position + tokens.size()).
+struct PromptScores {
+  uint64_t seq_id = 0;
+  int32_t first_position = 0;
+  std::vector<ScoredToken> tokens;
+};
+
+// A slice's final-norm hidden states, rows of `width` floats for consecutive positions from
+// first_position.
+struct HiddenRows {
+  uint64_t seq_id = 0;
+  int32_t first_position = 0;
+  int32_t width = 0;
+  std::vector<float> values;
+  int32_t num_rows() const { return width == 0 ? 0 : static_cast<int32_t>(values.size() / width); }
+};
+
 struct StepResult {
   uint64_t step_id = 0;
   // One per sampling sequence, in StepBatch::seqs order; a slice with drafts has its kept
   // tokens consecutively, in order (SequenceSlice::num_draft_tokens).
   std::vector<SampledToken> tokens;
+  // Prompt outputs, one entry per slice that asked, in StepBatch::seqs order.
+  std::vector<PromptScores> scores;
+  std::vector<HiddenRows> hidden;
 };
 
 }  // namespace troupe::gpu

@@ -393,11 +393,11 @@ uint64_t random_seed() {
   return random();
 }
 
+// `max_tokens` as given goes to `max_tokens` (0 is checked with echo, read_prompt_outputs()).
 Error read_limits(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
-                  engine::GenerateRequest& g) {
-  std::optional<int64_t> max_tokens;
+                  engine::GenerateRequest& g, std::optional<int64_t>& max_tokens) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  if (auto err = read_int(o, "max_tokens", 1, kMax, max_tokens)) return err;
+  if (auto err = read_int(o, "max_tokens", kind == ApiKind::kCompletion ? 0 : 1, kMax, max_tokens)) return err;
   if (kind == ApiKind::kChat) {
     if (auto err = read_int(o, "max_completion_tokens", 1, kMax, max_tokens)) return err;
   }
@@ -419,13 +419,30 @@ Error read_limits(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
   return std::nullopt;
 }
 
-// `echo` (completions): returning the prompt with the completion is not supported, so `true`
-// is refused rather than silently answered without the prompt; `false` is the default.
-Error read_echo(dom::object o) {
-  bool echo = false;
-  if (auto err = read_bool(o, "echo", echo)) return err;
-  if (echo) {
-    return invalid("echo", "'echo' is not supported: the completion never repeats the prompt.");
+// `echo` (completions) and vLLM's `prompt_logprobs` (both APIs; null: off). The prompt is
+// scored when either asks for logprobs; echo with `max_tokens: 0` scores without generating (what
+// lm-evaluation-harness's log-likelihood requests send). After read_logprobs and read_limits.
+Error read_prompt_outputs(dom::object o, ApiKind kind, const OpenAiApiConfig& config,
+                          std::optional<int64_t> max_tokens, CompletionRequest& request) {
+  engine::GenerateRequest& g = request.generate;
+  if (kind == ApiKind::kCompletion) {
+    if (auto err = read_bool(o, "echo", request.echo)) return err;
+  }
+  std::optional<int64_t> prompt_logprobs;
+  if (const auto value = field(o, "prompt_logprobs"); value && !value->is_null()) {
+    if (auto err = read_int(o, "prompt_logprobs", 0, config.max_top_logprobs, prompt_logprobs)) return err;
+  }
+  if (prompt_logprobs) request.prompt_logprobs = static_cast<int32_t>(*prompt_logprobs);
+  g.echo = request.echo;
+  if (request.echo && g.sampling.logprobs) g.prompt_logprobs = g.sampling.top_logprobs;
+  if (request.prompt_logprobs) g.prompt_logprobs = std::max(g.prompt_logprobs, *request.prompt_logprobs);
+  if (max_tokens && *max_tokens == 0) {
+    if (!request.echo) {
+      return invalid("max_tokens", "'max_tokens' must be at least 1 (0 is allowed only with "
+                                   "'echo': true, which scores the prompt without generating).");
+    }
+    g.prompt_only = true;
+    g.stop.max_tokens = 0;
   }
   return std::nullopt;
 }
@@ -467,6 +484,11 @@ Error read_kv_transfer(dom::object o, CompletionRequest& request) {
 // min_tokens could force text past the grammar's end (the mask then allows only the end tokens
 // that min_tokens bans), and a P/D transfer would sample on another server without the mask.
 Error check_structured_output(const engine::GenerateRequest& g) {
+  if (g.prompt_only && (g.structured_output || g.kv_transfer)) {
+    return invalid(g.structured_output ? g.structured_output_field : "kv_transfer_params",
+                   fmt::format("'{}' cannot be combined with 'max_tokens': 0 (nothing is generated).",
+                               g.structured_output ? g.structured_output_field : "kv_transfer_params"));
+  }
   if (!g.structured_output) return std::nullopt;
   if (g.sampling.min_tokens > 0) {
     return invalid("min_tokens", fmt::format("'min_tokens' cannot be combined with '{}': the "
@@ -494,15 +516,14 @@ Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id
   if (auto err = kind == ApiKind::kChat ? read_messages(o, g.messages) : read_prompt(o, g)) {
     return err;
   }
-  if (kind == ApiKind::kCompletion) {
-    if (auto err = read_echo(o)) return err;
-  }
   if (auto err = read_n(o, config, request)) return err;
-  if (auto err = read_limits(o, kind, config, g)) return err;
+  std::optional<int64_t> max_tokens;
+  if (auto err = read_limits(o, kind, config, g, max_tokens)) return err;
   if (auto err = read_sampling(o, g.sampling)) return err;
   request.has_seed = field(o, "seed").has_value();
   if (request.n > 1 && !request.has_seed) g.sampling.seed = random_seed();
   if (auto err = read_logprobs(o, kind, config, g.sampling)) return err;
+  if (auto err = read_prompt_outputs(o, kind, config, max_tokens, request)) return err;
   if (auto err = read_bool(o, "return_tokens_as_token_ids", request.return_tokens_as_token_ids))
     return err;
   if (auto err = read_logit_bias(o, config, g.sampling)) return err;

@@ -7,17 +7,21 @@
 // Chat messages, as OpenAI checks them: `role` is one of system, developer, user, assistant,
 // tool, function; `content` is a string or an array of {"type":"text","text":...} parts, and
 // may be null or absent only on an assistant message with `tool_calls` or `function_call`.
-// Completions' `echo`: a boolean, and `true` is refused (not supported).
+// Completions' `echo` (issue 37): the prompt comes first in each choice's text, with its
+// logprobs when `logprobs` is set (the first token's null); with `max_tokens: 0` only the prompt
+// is scored. vLLM's `prompt_logprobs` (both APIs): the prompt's logprobs as their own list.
 //
 // Thread-safety: pure functions (a thread_local simdjson parser inside).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 
 #include "actors/messages/engine_types.hpp"
+#include "model/pooling.hpp"
 #include "net/http_types.hpp"
 
 namespace troupe::net {
@@ -41,6 +45,12 @@ struct OpenAiApiConfig {
   // Requests one client (API key, `user`, else connection) may have waiting; more get 429
   // while other clients are served (the scheduler enforces it). 0: only max_queue limits.
   int32_t max_waiting_per_client = 256;
+  // /v1/embeddings (issue 37): the pooling when a request names none; whether `dimensions`
+  // (truncate, then renormalize) is allowed — only for a Matryoshka-trained model, which a GGUF
+  // does not say, so the operator does; inputs per request (OpenAI's limit: 2048).
+  model::Pooling embedding_pooling = model::Pooling::kMean;
+  bool embedding_matryoshka = false;
+  int32_t max_embedding_inputs = 2048;
 };
 
 struct CompletionRequest {
@@ -54,6 +64,11 @@ struct CompletionRequest {
   bool has_seed = false;  // `seed` was given (else n > 1 starts from a random seed)
   // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" instead of by text.
   bool return_tokens_as_token_ids = false;
+  // Completions' `echo` (also in generate.echo), and vLLM's `prompt_logprobs` field: the
+  // prompt's scores with that many alternatives, as a `prompt_logprobs` list (completions: per
+  // choice; chat: top level).
+  bool echo = false;
+  std::optional<int32_t> prompt_logprobs;
 };
 
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;

@@ -76,10 +76,15 @@ void write_completion_logprobs(JsonWriter& w, std::span<const engine::TokenInfo>
   w.begin_object().key("tokens").begin_array();
   for (const auto& token : tokens) w.value(names.chosen(token, true));
   w.end_array().key("token_logprobs").begin_array();
-  for (const auto& token : tokens) w.value(token.logprob);
+  // An echoed prompt's first token has no logprob (nothing precedes it): null, as OpenAI.
+  for (const auto& token : tokens) token.has_logprob ? w.value(token.logprob) : w.null();
   w.end_array().key("top_logprobs").begin_array();
   std::vector<std::string> keys;
   for (const auto& token : tokens) {
+    if (!token.has_logprob) {
+      w.null();
+      continue;
+    }
     keys.clear();
     w.begin_object();
     for (const auto& [id, logprob] : token.top_logprobs) {
@@ -117,6 +122,31 @@ void write_logprobs(JsonWriter& w, ApiKind kind, const ChunkContent& content,
       write_completion_logprobs(w, content.tokens, content.text_offset, names);
       break;
   }
+}
+
+// vLLM's `prompt_logprobs`: null for the first token, then per token an object keyed by token
+// id — the prompt token first, then the best alternatives — of {logprob, rank, decoded_token}.
+void write_prompt_logprobs(JsonWriter& w, const engine::PromptEcho& prompt, int32_t n,
+                           const TokenTextFn& token_text) {
+  w.key("prompt_logprobs").begin_array();
+  for (const engine::TokenInfo& token : prompt.tokens) {
+    if (!token.has_logprob) {
+      w.null();
+      continue;
+    }
+    w.begin_object();
+    w.key(std::to_string(token.token_id)).begin_object().field("logprob", token.logprob);
+    w.field("rank", token.rank).field("decoded_token", token.text).end_object();
+    const size_t count = std::min(token.top_logprobs.size(), static_cast<size_t>(std::max(n, 0)));
+    for (size_t k = 0; k < count; ++k) {
+      const auto& [id, logprob] = token.top_logprobs[k];
+      if (id == token.token_id) continue;
+      w.key(std::to_string(id)).begin_object().field("logprob", logprob);
+      w.field("rank", static_cast<int32_t>(k + 1)).field("decoded_token", token_text(id)).end_object();
+    }
+    w.end_object();
+  }
+  w.end_array();
 }
 
 void write_usage(JsonWriter& w, const engine::Usage& usage) {
@@ -198,8 +228,35 @@ std::string chunk_json(const ResponseIdentity& identity, const ChunkContent& con
   }
   write_logprobs(w, identity.kind, content, token_text);
   write_finish_reason(w, finish_reason);
-  w.end_object().end_array().end_object();
+  if (content.prompt_logprobs && identity.kind == ApiKind::kCompletion) {
+    write_prompt_logprobs(w, *content.prompt_logprobs, content.prompt_logprobs_n, token_text);
+  }
+  w.end_object().end_array();
+  if (content.prompt_logprobs && identity.kind == ApiKind::kChat) {
+    write_prompt_logprobs(w, *content.prompt_logprobs, content.prompt_logprobs_n, token_text);
+  }
+  w.end_object();
   return w.take();
+}
+
+std::optional<std::string> prompt_chunk_json(const ResponseIdentity& identity,
+                                             const engine::PromptEcho& prompt, int32_t index,
+                                             bool echo, LogprobsOutput logprobs,
+                                             std::optional<int32_t> prompt_logprobs,
+                                             const TokenTextFn& token_text) {
+  if (!echo && !prompt_logprobs) return std::nullopt;
+  ChunkContent content;
+  content.index = index;
+  if (echo) {
+    content.text = prompt.text;
+    content.tokens = prompt.tokens;
+    content.logprobs = logprobs;
+  }
+  if (prompt_logprobs) {
+    content.prompt_logprobs = &prompt;
+    content.prompt_logprobs_n = *prompt_logprobs;
+  }
+  return chunk_json(identity, content, /*first=*/true, std::nullopt, token_text);
 }
 
 std::string usage_chunk_json(const ResponseIdentity& identity, const engine::Usage& usage) {
@@ -227,6 +284,16 @@ CollectedChoices::Choice& CollectedChoices::at(int32_t index) {
 
 void CollectedChoices::add(engine::TokenDelta& delta) {
   Choice& choice = at(delta.index);
+  if (delta.prompt) {
+    // The choice's first delta: its prompt comes before anything generated.
+    if (echo_) {
+      choice.text.insert(0, delta.prompt->text);
+      if (logprobs_ != LogprobsOutput::kNone) {
+        choice.tokens.insert(choice.tokens.begin(), delta.prompt->tokens.begin(), delta.prompt->tokens.end());
+      }
+    }
+    if (prompt_logprobs_) choice.prompt = std::move(delta.prompt);
+  }
   choice.text += delta.text;
   if (logprobs_ == LogprobsOutput::kNone) return;
   for (auto& token : delta.tokens) choice.tokens.push_back(std::move(token));
@@ -244,6 +311,10 @@ std::string CollectedChoices::body_json(const ResponseIdentity& identity,
     const Choice& choice = choices_[i];
     ChunkContent content{choice.text, choice.tokens, logprobs_, 0};
     content.index = static_cast<int32_t>(i);
+    if (choice.prompt && prompt_logprobs_) {
+      content.prompt_logprobs = &*choice.prompt;
+      content.prompt_logprobs_n = *prompt_logprobs_;
+    }
     std::string_view finish_reason = choice.finish_reason.empty()
                                          ? std::string_view(completion.finish_reason)
                                          : std::string_view(choice.finish_reason);
@@ -287,9 +358,17 @@ std::string multi_completion_json(const ResponseIdentity& identity,
     }
     write_logprobs(w, identity.kind, content, token_text);
     write_finish_reason(w, choice.finish_reason);
+    if (content.prompt_logprobs && identity.kind == ApiKind::kCompletion) {
+      write_prompt_logprobs(w, *content.prompt_logprobs, content.prompt_logprobs_n, token_text);
+    }
     w.end_object();
   }
   w.end_array();
+  // Chat: one list for the request (every choice shares the prompt), as vLLM answers.
+  if (identity.kind == ApiKind::kChat && !choices.empty() && choices.front().content.prompt_logprobs) {
+    const ChunkContent& first = choices.front().content;
+    write_prompt_logprobs(w, *first.prompt_logprobs, first.prompt_logprobs_n, token_text);
+  }
   write_usage(w, usage);
   if (kv_transfer != nullptr) {
     w.key("kv_transfer_params");

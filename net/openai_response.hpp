@@ -70,6 +70,10 @@ struct ChunkContent {
   // Chat with tools: the calls (whole, or this chunk's pieces); content is null in a message
   // with calls and no text.
   std::span<const ToolCallOut> tool_calls;
+  // vLLM's `prompt_logprobs` (issue 37): the scored prompt, written as that list with
+  // prompt_logprobs_n alternatives per token (completions: in the choice; chat: top level).
+  const engine::PromptEcho* prompt_logprobs = nullptr;
+  int32_t prompt_logprobs_n = 0;
 };
 
 // One finished choice of a non-streamed response.
@@ -99,11 +103,16 @@ class CollectedChoices {
  public:
   // tool_format other than kNone: each choice's text is parsed for tool calls
   // (net/openai_tool_calls.hpp) before it is written.
+  // echo: a choice's text (and logprobs) start with its prompt's; prompt_logprobs: the vLLM
+  // list is written, with that many alternatives.
   CollectedChoices(int32_t num_choices, LogprobsOutput logprobs,
-                   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone)
+                   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone,
+                   bool echo = false, std::optional<int32_t> prompt_logprobs = std::nullopt)
       : choices_(static_cast<size_t>(num_choices < 1 ? 1 : num_choices)),
         logprobs_(logprobs),
-        tool_format_(tool_format) {}
+        tool_format_(tool_format),
+        echo_(echo),
+        prompt_logprobs_(prompt_logprobs) {}
   void add(engine::TokenDelta& delta);
   void end(const engine::ChoiceEnd& end);
   std::string body_json(const ResponseIdentity& identity, const engine::Completion& completion,
@@ -114,12 +123,23 @@ class CollectedChoices {
     std::string text;
     std::vector<engine::TokenInfo> tokens;
     std::string finish_reason;
+    std::optional<engine::PromptEcho> prompt;  // kept for the prompt_logprobs list
   };
   Choice& at(int32_t index);
   std::vector<Choice> choices_;
   LogprobsOutput logprobs_;
   model::ToolCallFormat tool_format_;
+  bool echo_ = false;
+  std::optional<int32_t> prompt_logprobs_;
 };
+
+// A stream's echo: the chunk a choice's prompt goes out in, before its first generated text
+// (text and logprobs when `echo`; the prompt_logprobs list when asked). nullopt: nothing to send.
+std::optional<std::string> prompt_chunk_json(const ResponseIdentity& identity,
+                                             const engine::PromptEcho& prompt, int32_t index,
+                                             bool echo, LogprobsOutput logprobs,
+                                             std::optional<int32_t> prompt_logprobs,
+                                             const TokenTextFn& token_text);
 
 // An error inside a stream that already sent its headers: {"error":{...}}.
 std::string error_json(const ApiError& error);

@@ -12,6 +12,7 @@
 #include "net/json_input.hpp"
 #include "net/json_writer.hpp"
 #include "net/metrics.hpp"
+#include "net/openai_embeddings.hpp"
 #include "net/openai_sink.hpp"
 
 namespace troupe::net {
@@ -39,8 +40,13 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
   completion.generate.client = client_key(request.api_key_name, request.header("Authorization"), completion.user,
                                           http_connection_label(request.connection_id));
   ResponseIdentity identity{kind, make_response_id(kind), unix_now(), context->state.model.id};
-  SinkOptions options{route, completion.stream, completion.include_usage,
-                      logprobs_output(completion), context->tool_format(completion.generate)};
+  SinkOptions options{route,
+                      completion.stream,
+                      completion.include_usage,
+                      logprobs_output(completion),
+                      context->tool_format(completion.generate),
+                      completion.echo,
+                      completion.prompt_logprobs};
   auto record = context->record(route, identity.id,
                                 completion.n > 1 ? fmt::format("n={}", completion.n) : std::string(),
                                 request.api_key_name);
@@ -185,6 +191,10 @@ void add_openai_routes(Router& router, engine::Engine& engine, const ServerState
   router.add_async("POST", "/v1/completions",
                    [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
                      handle_completion(context, ApiKind::kCompletion, request, out);
+                   });
+  router.add_async("POST", "/v1/embeddings",
+                   [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
+                     handle_embeddings(context, request, out);
                    });
   router.add_async("POST", "/v1/batch",
                    [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {

@@ -49,7 +49,8 @@ CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,
       record_(std::move(record)),
       token_text_(context_->token_text()),
       choices_(static_cast<size_t>(std::max(num_choices, 1))),
-      collected_(num_choices, options_.logprobs, options_.tool_format) {}
+      collected_(num_choices, options_.logprobs, options_.tool_format, options_.echo,
+                 options_.prompt_logprobs) {}
 
 bool CompletionSink::start_stream() {
   if (stream_started_) return true;
@@ -89,8 +90,18 @@ bool CompletionSink::on_delta(engine::RequestId request_id, engine::TokenDelta d
     return !out_->client_gone();
   }
   if (!start_stream()) return false;
-  const bool first = !c.started;
+  bool first = !c.started;
   c.started = true;
+  if (delta.prompt) {
+    const std::optional<std::string> chunk =
+        prompt_chunk_json(identity_, *delta.prompt, delta.index, options_.echo, options_.logprobs,
+                          options_.prompt_logprobs, token_text_);
+    if (chunk) {
+      if (options_.echo) c.text_offset += delta.prompt->text.size();
+      if (!out_->write(sse_event(*chunk))) return false;
+      first = false;
+    }
+  }
   if (options_.tool_format != model::ToolCallFormat::kNone) {
     if (!c.tools) c.tools.emplace(options_.tool_format);
     return write_tool_pieces(c, delta.index, c.tools->feed(delta.text), delta.tokens, first);

@@ -58,6 +58,8 @@ struct SinkOptions {
   bool include_usage = false;
   LogprobsOutput logprobs = LogprobsOutput::kNone;
   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;  // OpenAiContext::tool_format
+  bool echo = false;                       // CompletionRequest::echo
+  std::optional<int32_t> prompt_logprobs;  // CompletionRequest::prompt_logprobs
 };
 
 // What the request asked of logprobs (none, by text, or by token id).

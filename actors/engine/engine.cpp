@@ -158,6 +158,7 @@ class EngineImpl final : public Engine {
   ~EngineImpl() override;
 
   RequestId submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) override;
+  std::optional<RequestError> refuse_prompt_outputs(const GenerateRequest& request) const;
   void cancel(RequestId request_id) override;
   EngineStats stats() const override;
   std::vector<RequestInfo> requests() const override;
@@ -240,6 +241,7 @@ EngineImpl::resolve_policy_and_backend(const EngineConfig& config) {
   gpu::BuiltBackend built = gpu::make_backend(file_, backend_options_of(config, policy));
   spdlog::info("{}", built.note);
   card_.backend = std::string(built.backend->name());
+  card_.prompt_outputs = built.backend->supports_prompt_outputs();
   if (policy.speculative.enabled() && !built.backend->supports_speculation()) {
     // The CUDA backend samples one position per sequence; verify spans are not built there.
     // Info, not a warning: speculation is on by default, and this is the default's answer here.
@@ -348,10 +350,17 @@ EngineImpl::~EngineImpl() { shutdown(std::chrono::milliseconds(5000)); }
 RequestId EngineImpl::submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) {
   // A request of n choices is n sequences: ids id .. id + n - 1 are reserved for them, so that
   // every sequence the scheduler sees has an id of its own and choice i is id + i.
-  const auto num_ids = static_cast<RequestId>(std::max<int32_t>(request.n, 1));
+  // An embeddings request is one sequence per input, likewise.
+  const size_t num_sequences = request.embedding ? request.embedding->inputs.size()
+                                                 : static_cast<size_t>(std::max<int32_t>(request.n, 1));
+  const auto num_ids = static_cast<RequestId>(std::max<size_t>(num_sequences, 1));
   const RequestId id = next_request_id_.fetch_add(num_ids, std::memory_order_relaxed);
   if (draining_.load(std::memory_order_acquire)) {
     sink->on_error(id, RequestError{ErrorCode::kDraining, "the server is draining", ""});
+    return id;
+  }
+  if (auto refusal = refuse_prompt_outputs(request)) {
+    sink->on_error(id, std::move(*refusal));
     return id;
   }
   ingress::IngressMessage message{ingress::Submit{id, std::move(request), sink, Clock::now()}};
@@ -363,6 +372,20 @@ RequestId EngineImpl::submit(GenerateRequest request, std::shared_ptr<RequestSin
                            : RequestError{ErrorCode::kDraining, "the server is shutting down", ""});
   }
   return id;
+}
+
+// Embeddings and prompt logprobs need a backend that returns prompt outputs; on one that does
+// not, the request is refused naming it (never answered without them).
+std::optional<RequestError> EngineImpl::refuse_prompt_outputs(const GenerateRequest& request) const {
+  if (card_.prompt_outputs) return std::nullopt;
+  const char* what = request.embedding              ? "embeddings are"
+                     : request.prompt_logprobs >= 0 ? "prompt logprobs are"
+                     : request.prompt_only          ? "scoring a prompt (max_tokens 0) is"
+                                                    : nullptr;
+  if (what == nullptr) return std::nullopt;
+  return RequestError{ErrorCode::kInvalidRequest,
+                      fmt::format("{} not supported by the {} backend", what, card_.backend),
+                      request.embedding ? "input" : request.prompt_logprobs >= 0 ? "prompt_logprobs" : "max_tokens"};
 }
 
 // A cancel must not be lost when the mailbox is momentarily full (deliver waits for room).

@@ -146,15 +146,19 @@ void IngressActor::on_submit(Submit& submit) {
       .origin = request.origin,
       .sink = std::move(submit.sink),
       .submitted_at = submit.submitted_at,
-      .input_field = request.messages.empty() ? "prompt" : "messages",
-      .num_choices = std::max(request.n, 1),
+      .input_field = request.embedding ? "input" : request.messages.empty() ? "prompt" : "messages",
+      .num_choices = request.embedding ? static_cast<int32_t>(request.embedding->inputs.size())
+                                       : std::max(request.n, 1),
   };
   output_.add(submit.request_id,
               OutputOptions{.stop_strings = request.stop.stop_strings,
                             .include_stop_string = request.include_stop_string_in_output,
                             .want_logprobs = request.sampling.logprobs,
                             .min_tokens = request.sampling.min_tokens,
-                            .num_choices = live.num_choices},
+                            .num_choices = live.num_choices,
+                            .echo = request.echo,
+                            .prompt_logprobs = request.prompt_logprobs,
+                            .embedding = request.embedding.has_value()},
               submit.submitted_at);
   live_.emplace(submit.request_id, std::move(live));
   build_prompt(submit.request_id, std::move(request));
@@ -209,7 +213,18 @@ void IngressActor::end_before_start(LiveRequest& live, std::optional<RequestErro
 }
 
 void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::GenerateRequest& request) {
+  if (request.embedding) {
+    admit_embedding(live, prompt, request);
+    return;
+  }
+  if (request.echo || request.prompt_logprobs >= 0) {
+    // As given, or its ids' text; a chat prompt's rendering is what was tokenized.
+    std::string text = request.prompt_text ? *request.prompt_text : prompts_->tokenizer().decode(prompt.token_ids);
+    output_.set_prompt(live.request_id, prompt.token_ids, std::move(text));
+  }
   scheduler::NewRequest admit;
+  admit.prompt_logprobs = request.prompt_logprobs;
+  admit.prompt_only = request.prompt_only;
   admit.request_id = live.request_id;
   admit.prompt_token_ids = std::move(prompt.token_ids);
   admit.sampling = request.sampling;
@@ -228,6 +243,28 @@ void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::Generat
   send_admission(live, std::move(admit));
 }
 
+// One prompt-only sequence per input, ids request_id + i, admitted together like n choices.
+void IngressActor::admit_embedding(LiveRequest& live, BuiltPrompt& prompt,
+                                   const engine::GenerateRequest& request) {
+  scheduler::Admit group;
+  group.sequences.reserve(prompt.inputs.size());
+  int32_t num_prompt_tokens = 0;
+  for (size_t i = 0; i < prompt.inputs.size(); ++i) {
+    scheduler::NewRequest input;
+    input.request_id = live.request_id + static_cast<engine::RequestId>(i);
+    num_prompt_tokens += static_cast<int32_t>(prompt.inputs[i].size());
+    input.prompt_token_ids = std::move(prompt.inputs[i]);
+    input.stop.max_tokens = 0;
+    input.priority = request.priority;
+    input.client = request.client;
+    input.pooling = request.embedding->pooling;
+    input.prompt_only = true;
+    group.sequences.push_back(std::move(input));
+  }
+  output_.set_prompt_tokens(live.request_id, num_prompt_tokens);
+  send_group(live, std::move(group));
+}
+
 void IngressActor::send_admission(LiveRequest& live, scheduler::NewRequest admit) {
   scheduler::Admit group;
   group.sequences.reserve(static_cast<size_t>(live.num_choices));
@@ -238,6 +275,10 @@ void IngressActor::send_admission(LiveRequest& live, scheduler::NewRequest admit
     group.sequences.push_back(std::move(choice));
   }
   group.sequences.insert(group.sequences.begin(), std::move(admit));
+  send_group(live, std::move(group));
+}
+
+void IngressActor::send_group(LiveRequest& live, scheduler::Admit group) {
   const SendStatus status = scheduler_->try_send(scheduler::SchedulerMessage{std::move(group)});
   if (status != SendStatus::kAccepted) {
     ++num_refused_;
@@ -267,7 +308,7 @@ void IngressActor::on_cancel(engine::RequestId request_id) {
 void IngressActor::on_step_events(StepEvents& events) {
   output_.note_scheduled(events.scheduled, events.step_started_at);
   generated_tokens_.add(events.step_done_at, events.update.tokens.size());
-  deliver(output_.process(events.update.tokens, events.update.finished, events.step_done_at));
+  deliver(output_.process(events.update, events.step_done_at));
 }
 
 void IngressActor::deliver(OutputProcessor::Outputs outputs) {

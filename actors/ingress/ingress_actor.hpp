@@ -89,6 +89,7 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   void build_prompt(engine::RequestId request_id, engine::GenerateRequest request);
   void on_prompt_built(PromptBuilt& built);
   void admit(LiveRequest& live, BuiltPrompt& prompt, engine::GenerateRequest& request);
+  void admit_embedding(LiveRequest& live, BuiltPrompt& prompt, const engine::GenerateRequest& request);
   void on_cancel(engine::RequestId request_id);
   // Maps kv_transfer_params onto the admission; an error when this server cannot honour them.
   std::optional<engine::RequestError> apply_kv_transfer(scheduler::NewRequest& admit,
@@ -100,6 +101,7 @@ class IngressActor final : public actors::runtime::Actor<IngressMessage> {
   void on_peer_unusable(const disagg::PeerUnusable& unusable);
   // The request's n sequences (choice i: id + i, seed + i) go to the scheduler as one group.
   void send_admission(LiveRequest& live, scheduler::NewRequest admit);
+  void send_group(LiveRequest& live, scheduler::Admit group);
   void on_step_events(StepEvents& events);
   // Hands the output processor's results to the sinks and the scheduler.
   void deliver(OutputProcessor::Outputs outputs);

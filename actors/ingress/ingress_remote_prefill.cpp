@@ -32,6 +32,8 @@ scheduler::RemoteKvSource remote_source_of(const disagg::KvTransferParams& param
 // (no mask, no logprobs, one choice).
 bool first_token_must_be_sampled_here(const engine::GenerateRequest& request) {
   return request.kv_transfer || request.n > 1 ||
+         // Prompt outputs are computed where the prompt is: here.
+         request.embedding || request.prompt_logprobs >= 0 || request.prompt_only ||
          // A constrained request (a grammar, or tool calls under a structural tag): its first
          // token must be sampled under the mask.
          request.structured_output || request.parses_tool_calls() ||

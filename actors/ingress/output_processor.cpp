@@ -41,6 +41,62 @@ void OutputProcessor::set_prompt_tokens(engine::RequestId request_id, int32_t nu
   }
 }
 
+void OutputProcessor::set_prompt(engine::RequestId request_id, std::vector<int32_t> token_ids,
+                                 std::string text) {
+  if (auto it = requests_.find(request_id); it != requests_.end()) {
+    it->second.prompt_ids = std::move(token_ids);
+    it->second.prompt_text = std::move(text);
+  }
+}
+
+void OutputProcessor::on_prompt_scores(const scheduler::PromptLogprobs& scores) {
+  auto [request, choice] = find(scores.request_id);
+  if (request == nullptr || choice->ended || request->client_gone) return;
+  // Positions arrive in order, each once (the scheduler reports none twice).
+  for (const gpu::ScoredToken& scored : scores.tokens) {
+    engine::TokenInfo info;
+    info.token_id = scored.token_id;
+    info.text = tokenizer_.token_piece(scored.token_id);
+    info.logprob = scored.logprob;
+    info.rank = scored.rank;
+    for (const gpu::TokenLogprob& alt : scored.top_logprobs) info.top_logprobs.emplace_back(alt.token_id, alt.logprob);
+    choice->prompt_scores.push_back(std::move(info));
+  }
+}
+
+std::optional<engine::PromptEcho> OutputProcessor::take_echo(Request& request, Choice& choice) {
+  const OutputOptions& o = request.options;
+  if (choice.prompt_sent || (!o.echo && o.prompt_logprobs < 0)) return std::nullopt;
+  choice.prompt_sent = true;
+  engine::PromptEcho echo;
+  echo.text = request.prompt_text;
+  echo.scored = o.prompt_logprobs >= 0;
+  echo.tokens.reserve(request.prompt_ids.size());
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
+    if (echo.scored && i > 0 && i - 1 < choice.prompt_scores.size()) {
+      echo.tokens.push_back(std::move(choice.prompt_scores[i - 1]));
+      continue;
+    }
+    engine::TokenInfo info;
+    info.token_id = request.prompt_ids[i];
+    info.text = tokenizer_.token_piece(info.token_id);
+    info.has_logprob = false;
+    echo.tokens.push_back(std::move(info));
+  }
+  choice.prompt_scores.clear();
+  return echo;
+}
+
+OutputProcessor::Outputs OutputProcessor::process(const scheduler::StepUpdate& update,
+                                                  Clock::time_point now) {
+  for (const scheduler::PromptLogprobs& scores : update.prompt_logprobs) on_prompt_scores(scores);
+  for (const scheduler::Embedding& embedding : update.embeddings) {
+    auto [request, choice] = find(embedding.request_id);
+    if (request != nullptr) choice->embedding = embedding.values;
+  }
+  return process(update.tokens, update.finished, now);
+}
+
 void OutputProcessor::note_scheduled(std::span<const engine::RequestId> sequence_ids,
                                      Clock::time_point at) {
   for (const engine::RequestId id : sequence_ids) {
@@ -105,6 +161,7 @@ void OutputProcessor::on_token(engine::RequestId request_id, Request& request, C
   engine::TokenDelta delta;
   delta.index = static_cast<int32_t>(&choice - request.choices.data());
   delta.num_generated_tokens = token.num_generated_tokens;
+  delta.prompt = take_echo(request, choice);
   if (request.options.want_logprobs) {
     engine::TokenInfo info;
     info.token_id = token.token_id;
@@ -122,7 +179,7 @@ void OutputProcessor::on_token(engine::RequestId request_id, Request& request, C
                                     ? choice.stop.push(text)
                                     : StopMatcher::Result{text, false};
   delta.text = std::move(stopped.text);
-  if (!delta.text.empty() || !delta.tokens.empty()) {
+  if (!delta.text.empty() || !delta.tokens.empty() || delta.prompt) {
     out.outputs.push_back({request_id, std::move(delta), std::nullopt});
   }
   if (stopped.stopped) {
@@ -145,9 +202,16 @@ void OutputProcessor::on_sequence_end(engine::RequestId request_id, Request& req
   std::string text = std::move(last.text);
   if (!last.stopped) text += choice.stop.flush();
   if (last.stopped) choice.finish_reason = "stop";
-  if (text.empty()) return;
+  // A choice that generated nothing (echo with max_tokens 0) echoes its prompt here — but not
+  // one cancelled or failed before its prompt was computed.
+  std::optional<engine::PromptEcho> echo;
+  if (finished.reason == scheduler::FinishReason::kPromptDone || finished.num_generated_tokens > 0) {
+    echo = take_echo(request, choice);
+  }
+  if (text.empty() && !echo) return;
   engine::TokenDelta delta;
   delta.index = static_cast<int32_t>(&choice - request.choices.data());
+  delta.prompt = std::move(echo);
   delta.text = std::move(text);
   delta.num_generated_tokens = finished.num_generated_tokens;
   out.outputs.push_back({request_id, std::move(delta), std::nullopt});
@@ -193,6 +257,10 @@ engine::Completion OutputProcessor::completion_of(const Request& request,
     }
   }
   completion.finish_reason = reasons.size() == 1 ? reasons.front() : overall_finish_reason(reasons);
+  if (request.options.embedding) {
+    completion.embeddings.reserve(request.choices.size());
+    for (const Choice& choice : request.choices) completion.embeddings.push_back(choice.embedding);
+  }
   engine::Timings& t = completion.timings;
   if (request.first_scheduled_at) {
     t.queue_ms = milliseconds_between(request.submitted_at, *request.first_scheduled_at);

@@ -44,6 +44,11 @@ struct OutputOptions {
   bool want_logprobs = false;
   int32_t min_tokens = 0;  // stop strings count only once more tokens than this exist
   int32_t num_choices = 1;
+  // Issue 37: echo the prompt (GenerateRequest::echo) and/or its scores (prompt_logprobs >= 0)
+  // in each choice's first delta; an embeddings request (one vector per choice, no text).
+  bool echo = false;
+  int32_t prompt_logprobs = -1;
+  bool embedding = false;
 };
 
 // One call to make on a request's sink.
@@ -67,12 +72,16 @@ class OutputProcessor {
 
   void add(engine::RequestId request_id, OutputOptions options, Clock::time_point submitted_at);
   void set_prompt_tokens(engine::RequestId request_id, int32_t num_prompt_tokens);
+  // The prompt a request echoes or scores: its ids and text (the prompt as given).
+  void set_prompt(engine::RequestId request_id, std::vector<int32_t> token_ids, std::string text);
   // Stamps the first-scheduled time of the requests these sequences belong to.
   void note_scheduled(std::span<const engine::RequestId> sequence_ids, Clock::time_point at);
 
   // A step's tokens, then the sequences that ended in it (or outside a step: `tokens` empty).
   Outputs process(std::span<const scheduler::GeneratedToken> tokens,
                   std::span<const scheduler::FinishedSequence> finished, Clock::time_point now);
+  // A whole step update: its prompt outputs (scores, embeddings) first, then as above.
+  Outputs process(const scheduler::StepUpdate& update, Clock::time_point now);
 
   // The client is gone: no more deltas for it. Returns the sequences still generating, for
   // the caller to cancel; the Completion ("cancelled") follows their confirmed ends.
@@ -107,11 +116,18 @@ class OutputProcessor {
     bool confirmed = false;  // the scheduler reported the sequence's end
     std::string finish_reason;
     std::optional<scheduler::FinishedSequence> finished;  // the scheduler's report
+    // Echo: the prompt's scores so far (entry i: prompt token i + 1), and whether the choice's
+    // first delta (which carries the echo) went out.
+    std::vector<engine::TokenInfo> prompt_scores;
+    bool prompt_sent = false;
+    std::vector<float> embedding;
   };
   struct Request {
     OutputOptions options;
     std::vector<Choice> choices;
     int32_t num_prompt_tokens = 0;
+    std::vector<int32_t> prompt_ids;  // set_prompt(): echo and scores only
+    std::string prompt_text;
     Clock::time_point submitted_at;
     std::optional<Clock::time_point> first_scheduled_at;
     std::optional<Clock::time_point> first_token_at;
@@ -130,6 +146,10 @@ class OutputProcessor {
   void end_choice(engine::RequestId request_id, Request& request, Choice& choice,
                   std::string reason, Clock::time_point now, Outputs& out);
   engine::Completion completion_of(const Request& request, Clock::time_point now) const;
+  void on_prompt_scores(const scheduler::PromptLogprobs& scores);
+  // The echo a choice's first delta carries (nullopt: the request echoes nothing, or the
+  // choice's went out); marks it sent.
+  std::optional<engine::PromptEcho> take_echo(Request& request, Choice& choice);
 
   model::Tokenizer tokenizer_;
   std::unordered_map<engine::RequestId, Request> requests_;

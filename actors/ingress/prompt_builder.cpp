@@ -165,8 +165,48 @@ std::optional<RequestError> PromptBuilder::check_sampling(
   return std::nullopt;
 }
 
+std::variant<BuiltPrompt, RequestError> PromptBuilder::build_embedding(
+    const engine::EmbeddingSpec& spec) const {
+  if (spec.inputs.empty()) return invalid("'input' is empty", "input");
+  const auto limit = static_cast<size_t>(limits_.max_model_len);
+  const auto vocab = static_cast<int32_t>(tokenizer_.vocab_size());
+  BuiltPrompt built;
+  built.inputs.reserve(spec.inputs.size());
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const engine::EmbeddingInput& input = spec.inputs[i];
+    const std::string field = spec.inputs.size() == 1 ? "input" : fmt::format("input[{}]", i);
+    const auto too_long = [&](std::string_view at_least, size_t count) {
+      return RequestError{ErrorCode::kPromptTooLong,
+                          fmt::format("This model's maximum context length is {} tokens, but {} "
+                                      "has {}{} tokens",
+                                      limits_.max_model_len, field, at_least, count),
+                          field};
+    };
+    std::vector<int32_t> ids;
+    if (input.text) {
+      // As check_prompt_bytes(): a text too long to fit is refused before tokenizing it.
+      const size_t at_least = input.text->size() / tokenizer_.max_token_bytes();
+      if (at_least > limit) return too_long("at least ", at_least);
+      if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) ids.push_back(tokenizer_.bos_id());
+      const std::vector<int32_t> body = tokenizer_.encode(*input.text, true, limit + 1);
+      ids.insert(ids.end(), body.begin(), body.end());
+      if (tokenizer_.add_eos() && tokenizer_.eos_id() >= 0) ids.push_back(tokenizer_.eos_id());
+    } else {
+      ids = input.token_ids;
+      for (const int32_t id : ids) {
+        if (id < 0 || id >= vocab) return invalid(fmt::format("token id {} is not in the vocabulary", id), field);
+      }
+    }
+    if (ids.empty()) return invalid(fmt::format("'{}' is empty", field), field);
+    if (ids.size() > limit) return too_long(input.text && ids.size() > limit + 1 ? "more than " : "", ids.size());
+    built.inputs.push_back(std::move(ids));
+  }
+  return built;
+}
+
 std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
     const engine::GenerateRequest& request) const {
+  if (request.embedding) return build_embedding(*request.embedding);
   if (auto error = check_sampling(request)) return *error;
   if (auto error = check_prompt_bytes(request)) return *error;
   if (auto error = check_tools(request)) return *error;
@@ -189,6 +229,11 @@ std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
   if (prompt.token_ids.empty()) return invalid("the prompt is empty", request.messages.empty() ? "prompt" : "messages");
 
   const auto prompt_length = static_cast<int32_t>(prompt.token_ids.size());
+  if (request.prompt_only && prompt_length <= limits_.max_model_len) {
+    // Scored, not continued: the whole context may be prompt, and nothing is generated.
+    prompt.max_tokens = 0;
+    return prompt;
+  }
   if (prompt_length >= limits_.max_model_len) {
     const bool stopped_early = request.prompt_token_ids.empty() && prompt.token_ids.size() > limit;
     return RequestError{ErrorCode::kPromptTooLong,

@@ -13,6 +13,9 @@
 // a compiler (xgrammar not built, or a backend with no mask) every constrained request is a 400
 // with the reason given to set_structured_output().
 //
+// Embeddings (issue 37): each input is tokenized on its own, and may fill the whole context
+// (nothing is generated after it).
+//
 // Tool calling (issue 19): `tools` are rendered by the chat template (a family without a tool
 // format: 400 naming `tools`), and unless tool_choice is "none" the grammar enforcing it
 // (model/tool_calling.hpp) is compiled here like any structured output; a parameters schema that
@@ -62,6 +65,10 @@ class PromptBuilder {
                                      size_t max_tokens) const;
   std::optional<engine::RequestError> check_prompt_bytes(const engine::GenerateRequest& request) const;
   std::optional<engine::RequestError> check_sampling(const engine::GenerateRequest& request) const;
+  // An embeddings request's inputs, each tokenized as llama-server's /v1/embeddings does (BOS
+  // and EOS where the tokenizer adds them, special tokens parsed); errors name `input[i]`.
+  std::variant<BuiltPrompt, engine::RequestError> build_embedding(
+      const engine::EmbeddingSpec& spec) const;
 
   std::optional<engine::RequestError> check_tools(const engine::GenerateRequest& request) const;
   std::optional<model::grammar::GrammarSpec> grammar_spec(const engine::GenerateRequest& request,

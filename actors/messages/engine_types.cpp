@@ -11,6 +11,13 @@ static_assert(kRequestOriginNames.dense());
 
 std::string_view to_string(RequestOrigin origin) { return kRequestOriginNames.name(origin); }
 
+constexpr EnumNames<RequestKind, 3> kRequestKindNames{{{
+    {RequestKind::kGenerate, "generate"}, {RequestKind::kEmbedding, "embedding"},
+    {RequestKind::kScore, "score"}}}, "generate"};
+static_assert(kRequestKindNames.dense());
+
+std::string_view to_string(RequestKind kind) { return kRequestKindNames.name(kind); }
+
 constexpr EnumNames<ErrorCode, 5> kErrorCodeNames{{{
     {ErrorCode::kInvalidRequest, "invalid_request"},
     {ErrorCode::kPromptTooLong, "context_length_exceeded"},

@@ -16,6 +16,7 @@
 #include "model/chat_template.hpp"
 #include "model/grammar/grammar_spec.hpp"
 #include "model/model_info.hpp"
+#include "model/pooling.hpp"
 #include "model/sampling_params.hpp"
 
 namespace troupe::engine {
@@ -24,6 +25,27 @@ using RequestId = uint64_t;
 
 enum class RequestOrigin : uint8_t { kHttp, kWebSocket, kBatch, kCli };
 std::string_view to_string(RequestOrigin origin);
+
+// What a request computes, for metrics and the access log: text (chat or completion), an
+// embedding, or a prompt's scores alone (echo with max_tokens 0: nothing generated).
+enum class RequestKind : uint8_t { kGenerate, kEmbedding, kScore };
+std::string_view to_string(RequestKind kind);
+
+// One input of an embeddings request: text (tokenized as llama-server does for /v1/embeddings:
+// BOS and EOS as the model's tokenizer adds them, special tokens parsed) or token ids as given.
+struct EmbeddingInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> token_ids;
+};
+
+// An embeddings request (issue 37). Each input is its own prefill-only sequence (input i is
+// choice i, as with `n`): admitted together, cancelled together, sharing the step and token
+// budgets, fairness and priorities with generation; none samples, none enters the prefix cache.
+// The Completion carries one raw pooled vector per input; net truncates and normalizes.
+struct EmbeddingSpec {
+  model::Pooling pooling = model::Pooling::kMean;
+  std::vector<EmbeddingInput> inputs;
+};
 
 // A generation request after the wire codec checked its types. Exactly one input is set:
 // chat messages (ingress applies the model's chat template), prompt text, or prompt token ids.
@@ -61,6 +83,22 @@ struct GenerateRequest {
   bool parses_tool_calls() const {
     return !tools.empty() && tool_choice.mode != model::ToolChoiceMode::kNone;
   }
+  // Completions' `echo`: every choice's first delta carries the prompt (engine::PromptEcho).
+  bool echo = false;
+  // Prompt logprobs (echo with logprobs, vLLM's `prompt_logprobs`): -1 off; else every prompt
+  // token after the first gets its logprob, rank and this many top alternatives. The prompt is
+  // then computed whole (no prefix-cache hit: every position's logits are needed).
+  int32_t prompt_logprobs = -1;
+  // Set: an embeddings request (the prompt fields, sampling and stop are unused; n = inputs).
+  std::optional<EmbeddingSpec> embedding;
+  // Scoring without generating: echo with max_tokens 0 (the prompt is computed, nothing sampled;
+  // each choice ends "length" with 0 completion tokens).
+  bool prompt_only = false;
+
+  RequestKind kind() const {
+    if (embedding) return RequestKind::kEmbedding;
+    return prompt_only ? RequestKind::kScore : RequestKind::kGenerate;
+  }
 };
 
 enum class ErrorCode : uint8_t {
@@ -84,12 +122,26 @@ struct TokenInfo {
   std::string text;  // this token's bytes (may be part of a UTF-8 character)
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top_logprobs;  // (token id, logprob), best first
+  int32_t rank = 0;  // prompt tokens: 1 + tokens with a higher logit (vLLM's rank); 0: unknown
+  bool has_logprob = true;  // false: an echoed prompt token that was not scored (the first one)
+};
+
+// A choice's prompt, echoed (GenerateRequest::echo) or scored (prompt_logprobs >= 0): its text
+// (the prompt as given, or its ids detokenized) and tokens. When scored, tokens[i] for i >= 1
+// holds the logprob of prompt token i given tokens [0, i); tokens[0] has none (null on the wire,
+// as OpenAI and vLLM answer).
+struct PromptEcho {
+  std::string text;
+  std::vector<TokenInfo> tokens;
+  bool scored = false;
 };
 
 // New output of one step for one request. `text` is whole UTF-8 characters only; it may be empty
 // while a multi-byte character or a possible stop string is held back.
 struct TokenDelta {
   int32_t index = 0;  // the choice it belongs to (GenerateRequest::n)
+  // Echo: in the choice's first delta only, before any generated token.
+  std::optional<PromptEcho> prompt;
   std::string text;
   std::vector<TokenInfo> tokens;     // filled when the request asked for logprobs
   int32_t num_generated_tokens = 0;  // so far, including this delta
@@ -125,6 +177,9 @@ struct Completion {
   Timings timings;
   // A do_remote_decode request: where a decode server finds its KV (do_remote_prefill set).
   std::optional<disagg::KvTransferParams> kv_transfer;
+  // An embeddings request: one pooled vector per input, in input order, as pooled (not
+  // normalized). usage.prompt_tokens sums the inputs' tokens.
+  std::vector<std::vector<float>> embeddings;
 };
 
 // Implemented by net per request (an HTTP stream, a WS generation, a batch item, ...).
@@ -160,6 +215,9 @@ struct KvCapacity {
 struct ModelCard {
   model::ModelInfo info;
   std::string backend;  // "cpu" | "cuda"
+  // Whether the backend computes prompt outputs: embeddings and prompt logprobs (gpu::Backend::
+  // supports_prompt_outputs). Without, those requests are refused naming the backend.
+  bool prompt_outputs = false;
   KvCapacity kv;
   // How the chat template writes tool calls (kNone: `tools` is refused).
   model::ToolCallFormat tool_call_format = model::ToolCallFormat::kNone;

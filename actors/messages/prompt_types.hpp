@@ -19,6 +19,8 @@ struct BuiltPrompt {
   int32_t max_tokens = 0;  // effective: the request's, or the default, clamped to the context
   // The request's structured output, compiled (shared by its n choices); null: unconstrained.
   std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
+  // An embeddings request: each input's tokens (token_ids is then empty).
+  std::vector<std::vector<int32_t>> inputs;
 };
 
 }  // namespace troupe::ingress

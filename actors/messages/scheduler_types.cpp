@@ -5,11 +5,11 @@
 
 namespace troupe::scheduler {
 
-constexpr EnumNames<FinishReason, 7> kFinishReasonNames{{{
+constexpr EnumNames<FinishReason, 8> kFinishReasonNames{{{
     {FinishReason::kEos, "eos"}, {FinishReason::kStopToken, "stop_token"},
     {FinishReason::kStopString, "stop_string"}, {FinishReason::kMaxTokens, "max_tokens"},
     {FinishReason::kMaxModelLen, "max_model_len"}, {FinishReason::kCancelled, "cancelled"},
-    {FinishReason::kGrammarEnd, "grammar_end"}}}};
+    {FinishReason::kGrammarEnd, "grammar_end"}, {FinishReason::kPromptDone, "prompt_done"}}}};
 static_assert(kFinishReasonNames.dense());
 
 std::string_view to_string(FinishReason reason) { return kFinishReasonNames.name(reason); }
@@ -21,7 +21,9 @@ std::string_view openai_finish_reason(FinishReason reason) {
     case FinishReason::kStopString:
     case FinishReason::kGrammarEnd: return "stop";
     case FinishReason::kMaxTokens:
-    case FinishReason::kMaxModelLen: return "length";
+    case FinishReason::kMaxModelLen:
+    // As vLLM answers echo with max_tokens 0: the length limit (zero tokens) was reached.
+    case FinishReason::kPromptDone: return "length";
     case FinishReason::kCancelled: return "cancelled";
   }
   return "stop";

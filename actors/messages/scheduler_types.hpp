@@ -16,6 +16,7 @@
 #include "actors/messages/kv_types.hpp"
 #include "actors/messages/priority.hpp"
 #include "gpu/step.hpp"
+#include "model/pooling.hpp"
 #include "model/sampling_params.hpp"
 
 namespace troupe::model::grammar {
@@ -61,6 +62,13 @@ struct NewRequest {
   // the scheduler actor's StructuredOutput reads it (the policy never does); ingress keeps such
   // requests local (no remote prefill, no KV transfer).
   std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
+  // Prompt outputs (issue 37). prompt_logprobs >= 0: score every prompt token after the first,
+  // with that many alternatives. pooling: an embedding of the prompt's final-norm hidden states.
+  // Either computes the whole prompt (no prefix-cache hit). prompt_only: nothing is sampled; the
+  // sequence finishes (kPromptDone) once its prompt is computed (max_tokens may then be 0).
+  int32_t prompt_logprobs = -1;
+  std::optional<model::Pooling> pooling;
+  bool prompt_only = false;
 };
 
 enum class FinishReason : uint8_t {
@@ -71,6 +79,7 @@ enum class FinishReason : uint8_t {
   kMaxModelLen,  // prompt + generated reached max_model_len
   kCancelled,    // cancel(): client went away, admin cancel, ...
   kGrammarEnd,   // structured output: the grammar accepted its end (or, a bug, refused a token)
+  kPromptDone,   // a prompt-only sequence (embedding, echo with max_tokens 0) computed its prompt
 };
 
 std::string_view to_string(FinishReason reason);
@@ -117,10 +126,27 @@ struct FinishedSequence {
   std::optional<HeldKv> held_kv;  // set when the KV stays held until release_transferred()
 };
 
+// Prompt logprobs of one sequence: prompt tokens [first_position + 1, ...) scored by the
+// logits of positions [first_position, ...) (gpu::PromptScores).
+struct PromptLogprobs {
+  RequestId request_id = 0;
+  int32_t first_position = 0;
+  std::vector<gpu::ScoredToken> tokens;
+};
+
+// A prompt-only sequence's embedding, pooled (not normalized), sent with its finish.
+struct Embedding {
+  RequestId request_id = 0;
+  std::vector<float> values;
+};
+
 // Result of on_step_complete(): every token sampled this step, then who finished and why.
-// The engine turns it into one TokenEvents message per step.
+// The engine turns it into one TokenEvents message per step. Prompt logprobs come before the
+// tokens of the same sequence (a sequence's prompt is scored before its first sample).
 struct StepUpdate {
   uint64_t step_id = 0;
+  std::vector<PromptLogprobs> prompt_logprobs;
+  std::vector<Embedding> embeddings;
   std::vector<GeneratedToken> tokens;
   std::vector<FinishedSequence> finished;
   // kPrefillOnly: sequences parked this step, ready for take_completed_prefill().

@@ -70,13 +70,19 @@ AddResult Scheduler::check_admissible(const NewRequest& request, size_t group_si
     return AddResult::kDuplicateId;
   }
   if (request.prompt_token_ids.empty()) return AddResult::kEmptyPrompt;
-  if (request.stop.max_tokens < 1) return AddResult::kInvalidMaxTokens;
+  if (request.stop.max_tokens < (request.prompt_only ? 0 : 1)) return AddResult::kInvalidMaxTokens;
   const auto num_prompt = static_cast<int64_t>(request.prompt_token_ids.size());
-  if (num_prompt >= config_.max_model_len) return AddResult::kPromptTooLong;
+  // A prompt-only sequence generates nothing, so its whole context may be prompt.
+  if (num_prompt > config_.max_model_len ||
+      (num_prompt == config_.max_model_len && !request.prompt_only)) {
+    return AddResult::kPromptTooLong;
+  }
   // The last token of a finished sequence is never computed, so its KV peaks one below its
-  // final length. A sequence that cannot fit alone would preempt itself forever.
+  // final length; a prompt-only sequence computes every prompt token. A sequence that cannot
+  // fit alone would preempt itself forever.
   const int64_t final_len =
-      std::min<int64_t>(num_prompt + request.stop.max_tokens, config_.max_model_len);
+      request.prompt_only ? num_prompt + 1
+                          : std::min<int64_t>(num_prompt + request.stop.max_tokens, config_.max_model_len);
   const int64_t max_blocks = (final_len - 1 + config_.block_size - 1) / config_.block_size;
   if (max_blocks > config_.num_blocks) return AddResult::kNeverFits;
   if (config_.max_waiting_per_client > 0 &&
@@ -127,7 +133,10 @@ void Scheduler::admit(NewRequest request) {
   seq->remote_kv = std::move(request.remote_kv);
   // No drafts for a grammar's rows (each token must pass the matcher before the next is
   // masked) nor for KV another server will take (its length must be what was generated).
-  seq->may_draft = request.grammar == nullptr && !request.hold_kv_when_finished;
+  seq->may_draft = request.grammar == nullptr && !request.hold_kv_when_finished && !request.prompt_only;
+  seq->prompt_logprobs = request.prompt_logprobs;
+  seq->pooling = request.pooling;
+  seq->prompt_only = request.prompt_only;
   waiting_.push_back(seq.get());
   ++num_requests_accepted_;
   num_prompt_tokens_ += static_cast<uint64_t>(seq->num_prompt_tokens);

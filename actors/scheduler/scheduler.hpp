@@ -259,6 +259,9 @@ class Scheduler {
   StepPlan build_plan(Draft& draft);
   // `row` of the step's `num_rows` block-table rows (per KV group).
   void append_slice(StepPlan& plan, const Scheduled& entry, int32_t row, size_t num_rows);
+  void add_prompt_outputs(gpu::StepBatch& batch, const Sequence& seq, int32_t begin, int32_t end,
+                          gpu::SequenceSlice& slice) const;
+  void take_prompt_outputs(StepUpdate& update, Sequence& seq, const gpu::StepResult& result);
   // `sampled`: the step's tokens for the sequence (empty when its span did not sample).
   void complete_sequence(StepUpdate& update, Sequence& seq, std::span<const gpu::SampledToken> sampled,
                          int32_t num_draft_tokens, uint64_t step_id);

@@ -142,8 +142,13 @@ void Scheduler::schedule_waiting(Draft& draft) {
       // of blocks it may preempt below, as an ordinary admission would.
       if (admit_remote(*head)) continue;
     } else if (has_slot) {
-      const kv_cache::PrefixMatch match = kv().find_cached_prefix(head->token_ids);
-      if (deferred.size() < kMaxPrefixDeferralsPerStep && next_block_in_progress(*head, match)) {
+      // Prompt outputs need every position computed: such a sequence takes no cached prefix
+      // (vLLM turns prefix caching off for prompt logprobs the same way).
+      const kv_cache::PrefixMatch match = head->computes_whole_prompt()
+                                              ? kv_cache::PrefixMatch{}
+                                              : kv().find_cached_prefix(head->token_ids);
+      if (!head->computes_whole_prompt() && deferred.size() < kMaxPrefixDeferralsPerStep &&
+          next_block_in_progress(*head, match)) {
         waiting_.pop_front();
         deferred.push_back(head);
         ++num_prefix_deferrals_;
@@ -193,7 +198,8 @@ bool Scheduler::try_admit(Draft& draft, Sequence& seq, const kv_cache::PrefixMat
   if (!kv().allocate_slots(seq.kv, match, match.num_tokens + num_tokens)) return false;
   const uint64_t planned_step = num_steps_ + 1;
   waiting_.pop_front();
-  kv().record_prefix_query(seq.num_tokens(), match.num_tokens);
+  // Whoever may not use the cache did not ask it: the hit rate counts real queries only.
+  if (!seq.computes_whole_prompt()) kv().record_prefix_query(seq.num_tokens(), match.num_tokens);
   seq.num_computed_tokens = match.num_tokens;
   if (seq.first_scheduled_step == 0) {
     seq.first_scheduled_step = planned_step;

@@ -30,6 +30,16 @@ std::vector<int32_t> end_token_ids(const Sequence& seq, std::span<const int32_t>
 }
 
 
+// kMean: the sum over the positions divided by their count (llama.cpp's mean pooling, up to
+// the rounding of its 1/n-weighted sum); kLast, kCls: the row itself.
+std::vector<float> pooled_embedding(const Sequence& seq) {
+  std::vector<float> values = seq.pooled;
+  if (seq.pooling == model::Pooling::kMean && seq.num_pooled > 0) {
+    for (float& v : values) v /= static_cast<float>(seq.num_pooled);
+  }
+  return values;
+}
+
 }  // namespace
 
 StepPlan Scheduler::build_plan(Draft& draft) {
@@ -101,8 +111,9 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
   slice.num_tokens = entry.num_tokens;
   slice.context_len = end;
   slice.block_table_row = row;
-  slice.sample = end_of_known == seq.num_tokens();
+  slice.sample = end_of_known == seq.num_tokens() && !seq.prompt_only;
   slice.num_prompt_tokens = seq.num_prompt_tokens;
+  if (seq.computes_whole_prompt()) add_prompt_outputs(batch, seq, begin, end, slice);
   slice.num_draft_tokens = entry.num_draft_tokens;
   const auto drafts = std::span<const int32_t>(seq.draft_token_ids).first(
       static_cast<size_t>(entry.num_draft_tokens));
@@ -152,6 +163,63 @@ void Scheduler::append_slice(StepPlan& plan, const Scheduled& entry, int32_t row
   batch.seqs.push_back(slice);
 }
 
+// Outputs only for prompt positions not reported yet: a span recomputed after a preemption
+// asks for none twice.
+void Scheduler::add_prompt_outputs(gpu::StepBatch& batch, const Sequence& seq, int32_t begin,
+                                   int32_t end, gpu::SequenceSlice& slice) const {
+  const int32_t from = std::max(begin, seq.num_prompt_outputs);
+  if (seq.prompt_logprobs >= 0) {
+    // Position p scores prompt token p + 1; the last prompt position predicts a generated token,
+    // whose logprob comes with its sample.
+    const int32_t scored_end = std::min(end, seq.num_prompt_tokens - 1);
+    if (scored_end > from) {
+      slice.scored_begin = from;
+      slice.num_scored = scored_end - from;
+      slice.score_offset = static_cast<int32_t>(batch.score_targets.size());
+      slice.score_top_n = seq.prompt_logprobs;
+      batch.score_targets.insert(batch.score_targets.end(), seq.token_ids.begin() + from + 1,
+                                 seq.token_ids.begin() + scored_end + 1);
+    }
+  }
+  if (!seq.pooling) return;
+  const int32_t prompt_end = std::min(end, seq.num_prompt_tokens);
+  int32_t first = from;
+  int32_t last = prompt_end;  // exclusive
+  if (*seq.pooling == model::Pooling::kLast) first = seq.num_prompt_tokens - 1;
+  if (*seq.pooling == model::Pooling::kCls) last = 1;
+  first = std::max(first, from);
+  last = std::min(last, prompt_end);
+  if (last > first) {
+    slice.hidden_begin = first;
+    slice.num_hidden = last - first;
+  }
+}
+
+// The step's prompt outputs for `seq`: scores go out as they are, hidden rows are pooled; a
+// prompt-only sequence whose prompt is now computed finishes with its embedding.
+void Scheduler::take_prompt_outputs(StepUpdate& update, Sequence& seq, const gpu::StepResult& result) {
+  for (const gpu::PromptScores& scores : result.scores) {
+    if (scores.seq_id != seq.request_id) continue;
+    update.prompt_logprobs.push_back({seq.request_id, scores.first_position, scores.tokens});
+  }
+  for (const gpu::HiddenRows& rows : result.hidden) {
+    if (rows.seq_id != seq.request_id || !seq.pooling) continue;
+    const auto width = static_cast<size_t>(rows.width);
+    for (int32_t r = 0; r < rows.num_rows(); ++r) {
+      const float* row = rows.values.data() + static_cast<size_t>(r) * width;
+      if (*seq.pooling == model::Pooling::kMean && !seq.pooled.empty()) {
+        // In position order, one row at a time: the sum does not depend on the chunking.
+        for (size_t j = 0; j < width; ++j) seq.pooled[j] += row[j];
+      } else {
+        seq.pooled.assign(row, row + width);
+      }
+      ++seq.num_pooled;
+    }
+  }
+  seq.num_prompt_outputs = std::max(seq.num_prompt_outputs,
+                                    std::min(seq.num_computed_tokens, seq.num_prompt_tokens));
+}
+
 std::span<const gpu::SampledToken> Scheduler::find_sampled(const gpu::StepResult& result,
                                                           size_t& cursor, RequestId request_id,
                                                           int32_t num_draft_tokens) const {
@@ -198,6 +266,7 @@ StepUpdate Scheduler::on_step_complete(const gpu::StepResult& result) {
       throw std::logic_error(fmt::format("step {} result has no token for request {}",
                                          flight.step_id, entry.request_id));
     }
+    if (seq.computes_whole_prompt()) take_prompt_outputs(update, seq, result);
     complete_sequence(update, seq, sampled, entry.num_draft_tokens, flight.step_id);
   }
   return update;
@@ -228,8 +297,12 @@ void Scheduler::complete_sequence(StepUpdate& update, Sequence& seq,
   if (sampled.empty()) {
     // A prefill chunk: its KV now exists, so every block it filled goes to the prefix cache;
     // sliding-window groups give back the pages the next token's window no longer reaches.
-    kv().cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
+    if (seq.publishes_prefix()) kv().cache_full_blocks(seq.kv, seq.token_ids, seq.num_computed_tokens);
     kv().release_out_of_window(seq.kv, seq.num_computed_tokens);
+    if (seq.prompt_only && seq.num_computed_tokens >= seq.num_prompt_tokens) {
+      if (seq.pooling) update.embeddings.push_back({seq.request_id, pooled_embedding(seq)});
+      update.finished.push_back(retire(seq, FinishReason::kPromptDone));
+    }
     return;
   }
   // Verify span: the backend kept draft i only if its own sample there equals it.

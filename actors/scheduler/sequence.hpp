@@ -67,6 +67,16 @@ struct Sequence {
   // spans are accepted, shrinks on each rejection (scheduler_speculative.cpp).
   int32_t draft_length = kMaxSpeculativeTokens;
 
+  // Prompt outputs (issue 37; NewRequest's fields). num_prompt_outputs: prompt positions whose
+  // outputs were reported (a recompute after preemption reports none twice). pooled: kMean's
+  // running sum of hidden rows (num_pooled of them), or kLast/kCls's row.
+  int32_t prompt_logprobs = -1;
+  std::optional<model::Pooling> pooling;
+  bool prompt_only = false;
+  int32_t num_prompt_outputs = 0;
+  std::vector<float> pooled;
+  int32_t num_pooled = 0;
+
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
   // Scheduler step counters (no clocks here; the actor stamps wall time on these events).
@@ -78,6 +88,10 @@ struct Sequence {
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_generated_tokens() const { return num_tokens() - num_prompt_tokens; }
   int32_t num_remaining_tokens() const { return num_tokens() - num_computed_tokens; }
+  // Every position's output is needed: a prefix-cache hit would skip them.
+  bool computes_whole_prompt() const { return prompt_logprobs >= 0 || pooling.has_value(); }
+  // An embedding's KV is no decode state: it never enters the prefix cache.
+  bool publishes_prefix() const { return !pooling.has_value(); }
 };
 
 }  // namespace troupe::scheduler

@@ -1,6 +1,7 @@
 // CpuBackend: step execution, sampling, and the compute thread behind launch().
 #include "gpu/cpu/cpu_backend.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <span>
 #include <stdexcept>
@@ -174,7 +175,46 @@ StepOutcome CpuBackend::run_locked(const StepBatch& batch) {
     }
     result.tokens.resize(kept);
   }
+  prompt_outputs(batch, result);
   return outcome;
+}
+
+void CpuBackend::prompt_outputs(const StepBatch& batch, StepResult& result) {
+  const std::vector<LlamaForward::PromptRows>& rows = forward_.prompt_rows();
+  const int64_t E = forward_.config().n_embd;
+  const int64_t V = forward_.config().n_vocab;
+  // Scored rows' logits a chunk at a time: a 512-token prompt's rows at once would be 100 MB of
+  // logits for a 49k vocabulary (and half a GB for Gemma's 262k).
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t{8} << 20) / V);
+  for (size_t i = 0; i < batch.seqs.size() && i < rows.size(); ++i) {
+    const SequenceSlice& s = batch.seqs[i];
+    if (!s.has_prompt_outputs()) continue;
+    const LlamaForward::PromptRows& r = rows[i];
+    const float* base = forward_.prompt_hidden() + r.first_row * E;
+    if (s.num_hidden > 0) {
+      HiddenRows hidden{s.seq_id, s.hidden_begin, static_cast<int32_t>(E), {}};
+      const float* first = base + static_cast<int64_t>(s.hidden_begin - r.first_position) * E;
+      hidden.values.assign(first, first + static_cast<int64_t>(s.num_hidden) * E);
+      result.hidden.push_back(std::move(hidden));
+    }
+    if (s.num_scored == 0) continue;
+    PromptScores scores{s.seq_id, s.scored_begin, std::vector<ScoredToken>(static_cast<size_t>(s.num_scored))};
+    for (int64_t done = 0; done < s.num_scored; done += chunk_rows) {
+      const int64_t n = std::min<int64_t>(chunk_rows, s.num_scored - done);
+      score_logits_.resize(static_cast<size_t>(n * V));
+      const float* hidden = base + (s.scored_begin - r.first_position + done) * E;
+      forward_.project_output(hidden, n, score_logits_.data(), pool_);
+      pool_.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+        for (int64_t k = b; k < e; ++k) {
+          const int32_t target = batch.score_targets[static_cast<size_t>(s.score_offset + done + k)];
+          scores.tokens[static_cast<size_t>(done + k)] = samplers_[t].score(
+              std::span<const float>(score_logits_.data() + k * V, static_cast<size_t>(V)), target,
+              s.score_top_n);
+        }
+      });
+    }
+    result.scores.push_back(std::move(scores));
+  }
 }
 
 StepResult CpuBackend::run_step(const StepBatch& batch) {

@@ -58,6 +58,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   bool supports_speculation() const override { return true; }
   bool supports_interrupts() const override { return true; }
+  bool supports_prompt_outputs() const override { return true; }
   KvCacheGeometry kv_geometry() const override;
   std::optional<KvHostMemory> kv_host_memory() override;
   void launch(StepBatch batch, Completion done) override;
@@ -80,12 +81,15 @@ class CpuBackend final : public Backend {
   // Never an error (exceptions are the caller's to turn into one); interrupted when the batch's
   // interrupt was honoured.
   StepOutcome run_locked(const StepBatch& batch);
+  // The step's prompt outputs (scores, hidden rows) after its forward pass and sampling.
+  void prompt_outputs(const StepBatch& batch, StepResult& result);
   void dispatcher_loop();
 
   IsaLevel isa_;
   LlamaForward forward_;
   ThreadPool pool_;
   std::vector<Sampler> samplers_;  // one per pool thread
+  std::vector<float> score_logits_;  // a chunk of scored rows' logits
   std::mutex compute_mutex_;
 
   struct Job {

@@ -248,12 +248,33 @@ void LlamaForward::validate(const StepBatch& b) const {
         bad_batch(who + "drafts missing from the penalty window");
       }
     }
+    validate_prompt_outputs(b, q, who);
   }
   if (covered != T) bad_batch("sequence spans do not cover token_ids exactly");
   for (const SamplingSlot& slot : b.sampling) {
     if (slot.recent_offset < 0 || slot.recent_count < 0 ||
         static_cast<size_t>(slot.recent_offset) + slot.recent_count > b.recent_tokens.size()) {
       bad_batch("sampling slot recent window out of range");
+    }
+  }
+}
+
+void LlamaForward::validate_prompt_outputs(const StepBatch& b, const SequenceSlice& q,
+                                           const std::string& who) const {
+  const int32_t first = q.context_len - q.num_tokens;
+  const auto inside = [&](int32_t begin, int32_t count) {
+    return count == 0 || (count > 0 && begin >= first && begin + count <= q.context_len);
+  };
+  if (!inside(q.scored_begin, q.num_scored)) bad_batch(who + "scored positions outside the span");
+  if (!inside(q.hidden_begin, q.num_hidden)) bad_batch(who + "hidden positions outside the span");
+  if (q.num_scored > 0 && (q.num_draft_tokens > 0 || q.score_top_n < 0 || q.score_offset < 0 ||
+                           static_cast<size_t>(q.score_offset) + q.num_scored > b.score_targets.size())) {
+    bad_batch(who + "score targets out of range");
+  }
+  for (int32_t i = 0; i < q.num_scored; ++i) {
+    const int32_t target = b.score_targets[static_cast<size_t>(q.score_offset + i)];
+    if (target < 0 || target >= weights_.config().n_vocab) {
+      bad_batch(who + "score target " + std::to_string(target) + " out of vocabulary");
     }
   }
 }
@@ -488,7 +509,49 @@ const std::vector<float>& LlamaForward::logits(const StepBatch& b, ThreadPool& p
   logits_.resize(S * c.n_vocab);
   observe("result_norm", -1, h_.data(), S, E, E);
   if (S > 0) project(output_, h_.data(), E, S, logits_.data(), c.n_vocab, pool);
+  prompt_output_rows(b);
   return logits_;
+}
+
+// The same final norm as the sampling rows', so a scored position's logits (project_output())
+// are bit for bit those a sampling step at that position would compute.
+void LlamaForward::prompt_output_rows(const StepBatch& b) {
+  const model::LlamaConfig& c = weights_.config();
+  const int64_t E = c.n_embd;
+  prompt_rows_.assign(b.seqs.size(), PromptRows{});
+  int64_t total = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const SequenceSlice& s = b.seqs[i];
+    if (!s.has_prompt_outputs()) continue;
+    int32_t begin = s.context_len;
+    int32_t end = s.context_len - s.num_tokens;
+    if (s.num_scored > 0) {
+      begin = std::min(begin, s.scored_begin);
+      end = std::max(end, s.scored_begin + s.num_scored);
+    }
+    if (s.num_hidden > 0) {
+      begin = std::min(begin, s.hidden_begin);
+      end = std::max(end, s.hidden_begin + s.num_hidden);
+    }
+    prompt_rows_[i] = PromptRows{begin, end - begin, total};
+    total += end - begin;
+  }
+  prompt_hidden_.resize(static_cast<size_t>(total * E));
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const PromptRows& rows = prompt_rows_[i];
+    const SequenceSlice& s = b.seqs[i];
+    const int64_t first_token = s.token_offset + (rows.first_position - (s.context_len - s.num_tokens));
+    for (int32_t r = 0; r < rows.num_rows; ++r) {
+      rmsnorm(x_.data() + (first_token + r) * E, weights_.output_norm().as_f32(),
+              prompt_hidden_.data() + (rows.first_row + r) * E, E, c.rms_eps, config_.isa);
+    }
+  }
+}
+
+void LlamaForward::project_output(const float* hidden, int64_t rows, float* logits,
+                                  ThreadPool& pool) {
+  const model::LlamaConfig& c = weights_.config();
+  if (rows > 0) project(output_, hidden, c.n_embd, rows, logits, c.n_vocab, pool);
 }
 
 const std::vector<float>* LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gpu/cpu/attention.hpp"
@@ -78,6 +79,20 @@ class LlamaForward {
   // The sampling rows' logits ([rows][n_vocab]), or nullptr when the batch's interrupt was
   // honoured (gpu::StepInterrupt: it is checked before each layer of the first half).
   const std::vector<float>* forward(const StepBatch& batch, ThreadPool& pool);
+
+  // Prompt outputs (issue 37): after forward(), the final-norm hidden rows of every position a
+  // slice asked scores or hidden rows for — per slice (StepBatch::seqs order) its positions
+  // [first_position, first_position + num_rows), at row first_row of prompt_hidden(), each
+  // n_embd floats. project_output() turns such rows into logits ([rows][n_vocab]) exactly as
+  // the sampling rows' are computed.
+  struct PromptRows {
+    int32_t first_position = 0;
+    int32_t num_rows = 0;
+    int64_t first_row = 0;
+  };
+  const std::vector<PromptRows>& prompt_rows() const { return prompt_rows_; }
+  const float* prompt_hidden() const { return prompt_hidden_.data(); }
+  void project_output(const float* hidden, int64_t rows, float* logits, ThreadPool& pool);
 
   // Query heads [first_head, first_head + num_heads) of one KV head for the plan's
   // singles[single]: one attention_group call, which converts the KV head's K/V rows once for
@@ -176,8 +191,12 @@ class LlamaForward {
   void attention_block(const StepBatch& batch, int32_t layer, ThreadPool& pool);
   // RMSNorm -> gate|up -> SwiGLU -> down (+ residual).
   void feed_forward_block(int64_t num_tokens, int32_t layer, ThreadPool& pool);
-  // The final norm and the vocabulary projection, for the sampling rows only.
+  // The final norm and the vocabulary projection, for the sampling rows only; then the final
+  // norm of the prompt-output rows (prompt_output_rows()).
   const std::vector<float>& logits(const StepBatch& batch, ThreadPool& pool);
+  void prompt_output_rows(const StepBatch& batch);
+  void validate_prompt_outputs(const StepBatch& batch, const SequenceSlice& slice,
+                               const std::string& who) const;
   // Runs fn(i) for every token row, on the pool when there are enough rows.
   template <typename Fn>
   void for_each_row(int64_t num_rows, ThreadPool& pool, const Fn& fn);
@@ -200,6 +219,8 @@ class LlamaForward {
   std::vector<float> x_, h_, qkv_, attn_, gu_, act_, tmp_, logits_, rope_cos_, rope_sin_;
   // The sliding-window layers' RoPE tables (their own base), when the model has such layers.
   std::vector<float> rope_cos_sliding_, rope_sin_sliding_;
+  std::vector<PromptRows> prompt_rows_;  // per slice of the last forward()
+  std::vector<float> prompt_hidden_;
   std::vector<int32_t> token_seq_;  // seq index of each token
   std::vector<int32_t> tables_;     // the step's block tables, freed pages -> the zero page
   std::vector<Q8KOrder> q8k_orders_;  // llama.cpp's K-quant order of each token (forward.cpp)

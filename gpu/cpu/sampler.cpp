@@ -272,6 +272,21 @@ int32_t Sampler::draw(const SamplingSlot& slot, int32_t ahead) {
   return ids_[count - 1];
 }
 
+ScoredToken Sampler::score(std::span<const float> logits, int32_t token, int32_t top_n) {
+  SampledToken scored;
+  scored.token_id = token;
+  fill_logprobs(logits, top_n, scored);
+  const float mine = logits[static_cast<size_t>(token)];
+  int32_t higher = 0;
+  for (const float v : logits) higher += v > mine ? 1 : 0;
+  ScoredToken out;
+  out.token_id = token;
+  out.logprob = scored.logprob;
+  out.rank = 1 + higher;
+  out.top_logprobs = std::move(scored.top_logprobs);
+  return out;
+}
+
 void Sampler::fill_logprobs(std::span<const float> logits, int32_t top_logprobs,
                             SampledToken& out) {
   const int32_t n = static_cast<int32_t>(logits.size());

@@ -55,6 +55,11 @@ class Sampler {
                           std::span<const uint32_t> bitmask, std::span<const int32_t> drafts,
                           std::span<SampledToken> out);
 
+  // Prompt logprobs (issue 37): `token`'s logprob in the raw distribution of one logits row —
+  // the same arithmetic as a sampled token's logprob — its rank (1 + tokens with a strictly
+  // higher logit) and the top_n best alternatives.
+  ScoredToken score(std::span<const float> logits, int32_t token, int32_t top_n);
+
  private:
   void apply_penalties(const model::SamplingParams& params, std::span<const int32_t> recent);
   int32_t draw(const SamplingSlot& slot, int32_t ahead);  // over work_, after penalties

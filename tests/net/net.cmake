@@ -9,4 +9,7 @@ troupe_add_test(NAME net_openai_test
     openai_routes_test.cpp
     openai_server_test.cpp
   LIBS troupe_net LABELS "unit;net")
+# /v1/embeddings (issue 37): its codec, output shaping and route against a synchronous fake engine.
+troupe_add_test(NAME net_openai_embeddings_test SOURCES openai_embeddings_test.cpp
+  LIBS troupe_net LABELS "unit;net")
 troupe_add_tests(LIBS troupe_api_keys LABELS "unit;net" TESTS api_keys_test)
