@@ -247,6 +247,20 @@ void add_api_settings(std::vector<Setting>& s) {
       "unsent streamed bytes (SSE, WebSocket chat) before a slow reader is dropped and its "
       "generations cancelled",
       [](auto& c) -> auto& { return c.api.max_stream_buffer_bytes; }));
+  add(enum_setting(
+      "embeddings.pooling",
+      {{"mean", model::Pooling::kMean}, {"last", model::Pooling::kLast}, {"cls", model::Pooling::kCls}},
+      "how `/v1/embeddings` pools an input's final hidden states when the request names none "
+      "(its `pooling` field)",
+      [](auto& c) -> auto& { return c.api.embedding_pooling; }, "--pooling"));
+  add(bool_setting(
+      "embeddings.matryoshka",
+      "allow `dimensions` on `/v1/embeddings` (truncate, then renormalize): only for a model "
+      "trained for it, which a GGUF does not say",
+      [](auto& c) -> auto& { return c.api.embedding_matryoshka; }));
+  add(uint_setting(
+      "embeddings.max_inputs", 1, 1 << 20, "inputs per `/v1/embeddings` request",
+      [](auto& c) -> auto& { return c.api.max_embedding_inputs; }));
   add(uint_setting(
       "api.max_waiting_per_client", 0, 1 << 20,
       "waiting requests one client may have; more get 429 (others are still served); `0`: no cap",

@@ -8,4 +8,4 @@ troupe_add_tests(LIBS troupe_actors LABELS "unit;actors"
   TESTS block_pool_test prefix_cache_test scheduler_test scheduler_simulation_test
         waiting_queue_test step_cost_model_test scheduler_fairness_test
         scheduler_time_budget_test scheduler_remote_kv_test scheduler_kv_groups_test
-        kv_capacity_test)
+        kv_capacity_test scheduler_prompt_outputs_test)

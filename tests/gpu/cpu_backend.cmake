@@ -6,6 +6,8 @@ troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS cpu_backend_test)
 troupe_add_test(NAME cpu_model_test SOURCES cpu_model_test.cpp LIBS troupe_gpu simdjson::simdjson
   LABELS "unit;gpu" SLOW RealModel.MatchesLlamaCppGreedyReference)
 troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS cpu_llama32_dummy_test)
+# Issue 37: prompt logprobs and hidden rows (embeddings) on the real default model.
+troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS cpu_prompt_outputs_test)
 # A q8_0 KV cache against llama.cpp's (-ctk q8_0 -ctv q8_0 -fa on); the 64-token decode is SLOW.
 troupe_add_test(NAME cpu_kv_q8_model_test SOURCES cpu_kv_q8_model_test.cpp LIBS troupe_gpu
   simdjson::simdjson LABELS "unit;gpu" SLOW KvQ8Model.MatchesLlamaCppGreedyReference)

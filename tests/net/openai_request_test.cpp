@@ -202,16 +202,55 @@ TEST(OpenAiRequest, MessagesAreCheckedAsOpenAiChecksThem) {
 
 // Completions' `echo` was ignored whatever it held: the client asked for its prompt back and
 // silently did not get it.
-TEST(OpenAiRequest, EchoIsABooleanAndTrueIsRefused) {
-  for (const char* body : {R"({"prompt":"x","echo":"yes"})", R"({"prompt":"x","echo":1})",
-                           R"({"prompt":"x","echo":true})"}) {
+TEST(OpenAiRequest, EchoIsABoolean) {
+  for (const char* body : {R"({"prompt":"x","echo":"yes"})", R"({"prompt":"x","echo":1})"}) {
     const ApiError e = error_of(completion(body));
     EXPECT_EQ(e.status, 400) << body;
     EXPECT_EQ(e.param, "echo") << body;
   }
   EXPECT_EQ(error_of(completion(R"({"prompt":"x","echo":"yes"})")).code, "invalid_type");
   for (const char* body : {R"({"prompt":"x","echo":false})", R"({"prompt":"x","echo":null})"}) {
-    EXPECT_TRUE(std::holds_alternative<CompletionRequest>(completion(body))) << body;
+    const auto parsed = completion(body);
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(parsed)) << body;
+    EXPECT_FALSE(std::get<CompletionRequest>(parsed).generate.echo) << body;
+  }
+}
+
+// Issue 37: echo repeats the prompt; with logprobs the prompt is scored with as many
+// alternatives; max_tokens 0 (echo only) scores without generating.
+TEST(OpenAiRequest, EchoWithLogprobsScoresThePrompt) {
+  const CompletionRequest echoed = std::get<CompletionRequest>(completion(R"({"prompt":"x","echo":true})"));
+  EXPECT_TRUE(echoed.generate.echo);
+  EXPECT_EQ(echoed.generate.prompt_logprobs, -1);
+  EXPECT_FALSE(echoed.generate.prompt_only);
+  const CompletionRequest scored =
+      std::get<CompletionRequest>(completion(R"({"prompt":"x","echo":true,"logprobs":3,"max_tokens":0})"));
+  EXPECT_EQ(scored.generate.prompt_logprobs, 3);
+  EXPECT_TRUE(scored.generate.prompt_only);
+  EXPECT_EQ(scored.generate.stop.max_tokens, 0);
+  EXPECT_EQ(scored.generate.kind(), engine::RequestKind::kScore);
+  const ApiError no_echo = error_of(completion(R"({"prompt":"x","max_tokens":0})"));
+  EXPECT_EQ(no_echo.status, 400);
+  EXPECT_EQ(no_echo.param, "max_tokens");
+  EXPECT_EQ(error_of(chat(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":0})")).param,
+            "max_tokens");
+}
+
+TEST(OpenAiRequest, PromptLogprobsIsVllmsField) {
+  const CompletionRequest c =
+      std::get<CompletionRequest>(completion(R"({"prompt":"x","prompt_logprobs":2})"));
+  EXPECT_EQ(c.prompt_logprobs, 2);
+  EXPECT_EQ(c.generate.prompt_logprobs, 2);
+  const CompletionRequest h = std::get<CompletionRequest>(
+      chat(R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":0})"));
+  EXPECT_EQ(h.generate.prompt_logprobs, 0);
+  const CompletionRequest none =
+      std::get<CompletionRequest>(completion(R"({"prompt":"x","prompt_logprobs":null})"));
+  EXPECT_FALSE(none.prompt_logprobs);
+  EXPECT_EQ(none.generate.prompt_logprobs, -1);
+  for (const char* body : {R"({"prompt":"x","prompt_logprobs":-1})", R"({"prompt":"x","prompt_logprobs":21})",
+                           R"({"prompt":"x","prompt_logprobs":"2"})"}) {
+    EXPECT_EQ(error_of(completion(body)).param, "prompt_logprobs") << body;
   }
 }
 
