@@ -299,5 +299,81 @@ TEST_F(OutputProcessorTest, UnknownSequencesAreIgnored) {
   EXPECT_TRUE(out.forgotten.empty());
 }
 
+// Issue 37: an echoed, scored prompt rides on each choice's first delta, before its text; the
+// first prompt token carries no logprob.
+TEST_F(OutputProcessorTest, AScoredPromptComesFirstInEachChoice) {
+  add({.num_choices = 2, .echo = true, .prompt_logprobs = 1});
+  processor_.set_prompt(kId, {id_of("H"), id_of("i"), id_of("H")}, "HiH");
+  scheduler::StepUpdate update;
+  for (engine::RequestId sequence : {kId, kId + 1}) {
+    update.prompt_logprobs.push_back(
+        {sequence, 0, {{id_of("i"), -1.5f, 3, {{id_of("H"), -0.5f}}}, {id_of("H"), -0.25f, 1, {}}}});
+  }
+  update.tokens = {token(kId, "i")};
+  now_ += std::chrono::milliseconds(10);
+  OutputProcessor::Outputs out = processor_.process(update, now_);
+  ASSERT_EQ(out.outputs.size(), 1u);
+  const auto& delta = std::get<TokenDelta>(out.outputs[0].event);
+  EXPECT_EQ(delta.text, "i");
+  ASSERT_TRUE(delta.prompt.has_value());
+  EXPECT_EQ(delta.prompt->text, "HiH");
+  EXPECT_TRUE(delta.prompt->scored);
+  ASSERT_EQ(delta.prompt->tokens.size(), 3u);
+  EXPECT_FALSE(delta.prompt->tokens[0].has_logprob);
+  EXPECT_EQ(delta.prompt->tokens[1].logprob, -1.5f);
+  EXPECT_EQ(delta.prompt->tokens[1].rank, 3);
+  EXPECT_EQ(delta.prompt->tokens[1].top_logprobs.size(), 1u);
+  EXPECT_EQ(delta.prompt->tokens[2].text, "H");
+  // Later deltas of that choice carry no prompt; the other choice's first one does.
+  out = step({token(kId, "H"), token(kId + 1, "H")});
+  ASSERT_EQ(out.outputs.size(), 2u);
+  EXPECT_FALSE(std::get<TokenDelta>(out.outputs[0].event).prompt.has_value());
+  EXPECT_TRUE(std::get<TokenDelta>(out.outputs[1].event).prompt.has_value());
+}
+
+// Echo with max_tokens 0: nothing generated, the prompt goes out with the choice's end, which
+// reads "length" (vLLM's answer).
+TEST_F(OutputProcessorTest, APromptOnlyChoiceEchoesAtItsEnd) {
+  add({.echo = true, .prompt_logprobs = 0});
+  processor_.set_prompt(kId, {id_of("H"), id_of("i")}, "Hi");
+  scheduler::StepUpdate update;
+  update.prompt_logprobs.push_back({kId, 0, {{id_of("i"), -2.0f, 7, {}}}});
+  update.finished.push_back(ended(kId, FinishReason::kPromptDone));
+  now_ += std::chrono::milliseconds(10);
+  const OutputProcessor::Outputs out = processor_.process(update, now_);
+  ASSERT_EQ(out.outputs.size(), 3u);
+  const auto& delta = std::get<TokenDelta>(out.outputs[0].event);
+  EXPECT_TRUE(delta.text.empty());
+  ASSERT_TRUE(delta.prompt.has_value());
+  EXPECT_EQ(delta.prompt->tokens[1].logprob, -2.0f);
+  EXPECT_EQ(std::get<ChoiceEnd>(out.outputs[1].event).finish_reason, "length");
+  EXPECT_EQ(std::get<Completion>(out.outputs[2].event).usage.completion_tokens, 0);
+}
+
+// A cancelled echo request never had its prompt computed: nothing is echoed.
+TEST_F(OutputProcessorTest, ACancelledEchoEchoesNothing) {
+  add({.echo = true, .prompt_logprobs = 0});
+  processor_.set_prompt(kId, {id_of("H"), id_of("i")}, "Hi");
+  const OutputProcessor::Outputs out = step({}, {ended(kId, FinishReason::kCancelled)});
+  for (const RequestOutput& o : out.outputs) EXPECT_FALSE(std::holds_alternative<TokenDelta>(o.event));
+}
+
+// An embeddings request: one vector per input, in input order, in the Completion.
+TEST_F(OutputProcessorTest, EmbeddingsArriveInTheCompletionInInputOrder) {
+  add({.num_choices = 2, .embedding = true});
+  scheduler::StepUpdate update;
+  update.embeddings = {{kId + 1, {3.0f, 4.0f}}, {kId, {1.0f, 2.0f}}};
+  update.finished = {ended(kId + 1, FinishReason::kPromptDone), ended(kId, FinishReason::kPromptDone)};
+  now_ += std::chrono::milliseconds(10);
+  const OutputProcessor::Outputs out = processor_.process(update, now_);
+  const Completion* done = completion(out);
+  ASSERT_NE(done, nullptr);
+  ASSERT_EQ(done->embeddings.size(), 2u);
+  EXPECT_EQ(done->embeddings[0], (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(done->embeddings[1], (std::vector<float>{3.0f, 4.0f}));
+  EXPECT_EQ(done->usage.prompt_tokens, 4);
+  EXPECT_EQ(done->usage.completion_tokens, 0);
+}
+
 }  // namespace
 }  // namespace troupe::ingress
