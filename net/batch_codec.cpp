@@ -52,9 +52,11 @@ BatchItem decode_item(dom::element entry, std::string_view served_model_id,
   std::string_view url;
   if (object["url"].get(url) != simdjson::SUCCESS) url = {};
   const auto kind = kind_for_url(url);
-  if (!kind) {
+  const bool embeddings = url == "/v1/embeddings";
+  if (!kind && !embeddings) {
     item.response_error = item_error(
-        400, fmt::format("'url' must be /v1/chat/completions or /v1/completions, not '{}'", url),
+        400,
+        fmt::format("'url' must be /v1/chat/completions, /v1/completions or /v1/embeddings, not '{}'", url),
         "url", "invalid_value");
     return item;
   }
@@ -62,6 +64,17 @@ BatchItem decode_item(dom::element entry, std::string_view served_model_id,
   if (object["body"].get(body) != simdjson::SUCCESS || !body.is_object()) {
     item.response_error = item_error(400, "'body' (an object) is required.", "body",
                                      "missing_required_parameter");
+    return item;
+  }
+  if (embeddings) {
+    ParsedEmbedding parsed = parse_embedding_request(simdjson::minify(body), served_model_id, config);
+    if (auto* error = std::get_if<ApiError>(&parsed)) {
+      item.response_error = std::move(*error);
+      return item;
+    }
+    item.embedding = std::move(std::get<EmbeddingRequest>(parsed));
+    item.embedding->generate.origin = engine::RequestOrigin::kBatch;
+    item.embedding->generate.client_label = item.custom_id;
     return item;
   }
   ParsedCompletion parsed =

@@ -12,13 +12,15 @@
 #include <variant>
 #include <vector>
 
+#include "net/openai_embeddings.hpp"
 #include "net/openai_request.hpp"
 
 namespace troupe::net {
 
 struct BatchItem {
   std::string custom_id;
-  std::optional<CompletionRequest> request;  // set when the item is valid
+  std::optional<CompletionRequest> request;  // set when the item is a valid completion
+  std::optional<EmbeddingRequest> embedding;  // ... or a valid /v1/embeddings request
   // Invalid items: an HTTP-level error (status_code + error body) ...
   std::optional<ApiError> response_error;
   // ... or a line that is not a request at all (bad JSON, no custom_id): OpenAI's `error`.

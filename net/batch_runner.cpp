@@ -102,7 +102,10 @@ std::shared_ptr<RequestRecord> item_record(const OpenAiContext& context, std::st
   return std::make_shared<RequestRecord>(
       context.metrics,
       RequestLabel{"batch", "/v1/batch", std::move(id),
-                   fmt::format("custom_id={}", item.custom_id), std::move(key_name)});
+                   fmt::format("custom_id={}", item.custom_id), std::move(key_name),
+                   item.embedding ? engine::RequestKind::kEmbedding
+                   : item.request ? item.request->generate.kind()
+                                  : engine::RequestKind::kGenerate});
 }
 
 // One item's sink: collects the whole answer, then hands its output line to the run.
@@ -115,7 +118,8 @@ class BatchItemSink final : public engine::RequestSink {
         index_(index),
         item_(std::move(item)),
         token_text_(context_->token_text()),
-        collected_(item_.request->n, logprobs_output(*item_.request), tool_format) {
+        collected_(item_.request->n, logprobs_output(*item_.request), tool_format,
+                   item_.request->echo, item_.request->prompt_logprobs) {
     identity_.kind = item_.request->kind;
     identity_.id = make_response_id(identity_.kind);
     identity_.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -155,6 +159,64 @@ class BatchItemSink final : public engine::RequestSink {
   CollectedChoices collected_;
 };
 
+// An embeddings item's sink: the vectors, shaped as the item asked, in its output line.
+class BatchEmbeddingSink final : public engine::RequestSink {
+ public:
+  // num_inputs: the item's (its request was moved into the engine).
+  BatchEmbeddingSink(std::shared_ptr<OpenAiContext> context, std::shared_ptr<BatchRun> run,
+                     size_t index, BatchItem item, size_t num_inputs, std::string key_name)
+      : context_(std::move(context)),
+        run_(std::move(run)),
+        index_(index),
+        item_(std::move(item)),
+        num_inputs_(num_inputs) {
+    record_ = item_record(*context_, "-", item_, std::move(key_name));
+  }
+
+  bool on_delta(engine::RequestId, engine::TokenDelta) override { return !run_->out().client_gone(); }
+  void on_finish(engine::RequestId request_id, engine::Completion completion) override {
+    record_->note_request_id(request_id);
+    record_->finish(completion, run_->out().client_gone());
+    if (completion.embeddings.size() != num_inputs_) {
+      // Cancelled (the client left): no vectors to write.
+      const ApiError api{500, "the request ended before its embeddings were computed", "server_error",
+                         "", "cancelled"};
+      run_->complete(index_, batch_result_json(item_, api.status, "", error_response(api).body));
+      return;
+    }
+    run_->complete(index_, batch_result_json(item_, 200, "",
+                                             encode_embedding_response(context_->state.model.id,
+                                                                       item_.embedding->output,
+                                                                       completion)));
+  }
+  void on_error(engine::RequestId request_id, engine::RequestError error) override {
+    const ApiError api = api_error_for_embedding(error);
+    record_->note_request_id(request_id);
+    record_->fail(api, run_->out().client_gone());
+    run_->complete(index_, batch_result_json(item_, api.status, "", error_response(api).body));
+  }
+
+ private:
+  std::shared_ptr<OpenAiContext> context_;
+  std::shared_ptr<BatchRun> run_;
+  size_t index_;
+  BatchItem item_;
+  size_t num_inputs_;
+  std::shared_ptr<RequestRecord> record_;
+};
+
+// Embedding items the served model cannot answer (no backend support, too many dimensions)
+// fail like any other invalid item.
+void check_embedding_items(const OpenAiContext& context, ParsedBatch& batch) {
+  for (BatchItem& item : batch.items) {
+    if (!item.embedding) continue;
+    if (auto error = check_embedding_support(*item.embedding, context.engine.model_card())) {
+      item.response_error = std::move(*error);
+      item.embedding.reset();
+    }
+  }
+}
+
 }  // namespace
 
 void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpRequest& request,
@@ -167,6 +229,7 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
     return;
   }
   ParsedBatch& batch = std::get<ParsedBatch>(parsed);
+  check_embedding_items(*context, batch);
   const size_t num_items = batch.items.size();
   auto run = std::make_shared<BatchRun>(out, batch.jsonl, num_items);
   if (batch.jsonl) {
@@ -177,7 +240,7 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   // Failed items first, so that only the engine's thread completes items afterwards.
   std::vector<size_t> valid;
   for (size_t i = 0; i < num_items; ++i) {
-    if (batch.items[i].request) {
+    if (batch.items[i].request || batch.items[i].embedding) {
       valid.push_back(i);
     } else {
       const BatchItem& item = batch.items[i];
@@ -191,6 +254,17 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   auto ids = std::make_shared<std::vector<engine::RequestId>>();
   ids->reserve(valid.size());
   for (const size_t i : valid) {
+    if (batch.items[i].embedding) {
+      engine::GenerateRequest generate = std::move(batch.items[i].embedding->generate);
+      const size_t num_inputs = generate.embedding->inputs.size();
+      generate.client = client_key(request.api_key_name, request.header("Authorization"),
+                                   batch.items[i].embedding->user,
+                                   http_connection_label(request.connection_id));
+      auto sink = std::make_shared<BatchEmbeddingSink>(context, run, i, std::move(batch.items[i]),
+                                                       num_inputs, request.api_key_name);
+      ids->push_back(context->engine.submit(std::move(generate), std::move(sink)));
+      continue;
+    }
     // Before the move: the sink parses the answer for tool calls when the item asks for them.
     const model::ToolCallFormat tool_format = context->tool_format(batch.items[i].request->generate);
     engine::GenerateRequest generate = std::move(batch.items[i].request->generate);

@@ -211,6 +211,18 @@ void render_serving(PrometheusText& p, const ServingMetrics& serving,
   p.counter("troupe:request_failure_total",
             "Requests that ended in an error or were refused (HTTP, WebSocket, batch items).",
             double(serving.failed.load()));
+  {
+    std::vector<std::pair<PrometheusText::Labels, double>> kinds;
+    for (const engine::RequestKind kind :
+         {engine::RequestKind::kGenerate, engine::RequestKind::kEmbedding, engine::RequestKind::kScore}) {
+      kinds.push_back({{{"kind", std::string(engine::to_string(kind))}},
+                       double(serving.by_kind[static_cast<size_t>(kind)].load())});
+    }
+    p.counter("troupe:requests_by_kind_total",
+              "Requests ended (finished or failed), by what they computed: text, an embedding, or "
+              "a prompt's scores alone (echo with max_tokens 0).",
+              kinds);
+  }
   p.histogram("troupe:time_to_first_token_seconds", "Time to first token.",
               serving.time_to_first_token_s.snapshot());
   p.histogram("troupe:inter_token_latency_seconds", "Time between streamed tokens.",

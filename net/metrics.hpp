@@ -51,6 +51,7 @@ struct ServingMetrics {
   std::atomic<uint64_t> finished_length{0};
   std::atomic<uint64_t> finished_cancelled{0};
   std::atomic<uint64_t> failed{0};
+  std::array<std::atomic<uint64_t>, 3> by_kind{};  // engine::RequestKind, finished or failed
 
   // The latency histograms of one finished engine request.
   void observe_latencies(const engine::Completion& completion);
@@ -58,6 +59,9 @@ struct ServingMetrics {
   // each request is counted exactly once.
   void count_finished(std::string_view finish_reason);
   void count_failed() { failed.fetch_add(1, std::memory_order_relaxed); }
+  void count_kind(engine::RequestKind kind) {
+    by_kind[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
+  }
 };
 
 // Prometheus text exposition format 0.0.4.

@@ -461,7 +461,7 @@ void handle_embeddings(const std::shared_ptr<OpenAiContext>& context, const Http
         check_embedding_support(std::get<EmbeddingRequest>(parsed), context->engine.model_card());
   }
   if (refusal) {
-    context->record(route, "-", {}, request.api_key_name)->fail(*refusal);
+    context->record(route, "-", {}, request.api_key_name, engine::RequestKind::kEmbedding)->fail(*refusal);
     out->respond(error_response(*refusal));
     return;
   }
@@ -472,7 +472,8 @@ void handle_embeddings(const std::shared_ptr<OpenAiContext>& context, const Http
   const auto num_inputs = static_cast<size_t>(embedding.generate.n);
   // The body has no id (OpenAI's shape), so the access line goes by the engine's request id.
   auto record =
-      context->record(route, "-", fmt::format("inputs={}", num_inputs), request.api_key_name);
+      context->record(route, "-", fmt::format("inputs={}", num_inputs), request.api_key_name,
+                      engine::RequestKind::kEmbedding);
   auto sink = std::make_shared<EmbeddingSink>(context, out, embedding.output, num_inputs,
                                               std::move(record));
   const engine::RequestId id = context->engine.submit(std::move(embedding.generate), sink);

@@ -49,7 +49,7 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
                       completion.prompt_logprobs};
   auto record = context->record(route, identity.id,
                                 completion.n > 1 ? fmt::format("n={}", completion.n) : std::string(),
-                                request.api_key_name);
+                                request.api_key_name, completion.generate.kind());
   auto sink = std::make_shared<CompletionSink>(context, out, std::move(identity), options,
                                                std::move(record), completion.n);
   const engine::RequestId id = context->engine.submit(std::move(completion.generate), sink);

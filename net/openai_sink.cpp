@@ -17,11 +17,11 @@ model::ToolCallFormat OpenAiContext::tool_format(const engine::GenerateRequest& 
 }
 
 std::shared_ptr<RequestRecord> OpenAiContext::record(std::string_view route, std::string id,
-                                                    std::string detail,
-                                                    std::string key_name) const {
+                                                    std::string detail, std::string key_name,
+                                                    engine::RequestKind kind) const {
   return std::make_shared<RequestRecord>(
       metrics, RequestLabel{"http", std::string(route), std::move(id), std::move(detail),
-                            std::move(key_name)});
+                            std::move(key_name), kind});
 }
 
 HttpResponse engine_error_response(const ApiError& error) {

@@ -48,8 +48,8 @@ struct OpenAiContext {
   // A record for one request of `route` (id "-" until it has one).
   // `key_name`: the API key that authenticated it (HttpRequest::api_key_name).
   std::shared_ptr<RequestRecord> record(std::string_view route, std::string id,
-                                        std::string detail = {},
-                                        std::string key_name = {}) const;
+                                        std::string detail = {}, std::string key_name = {},
+                                        engine::RequestKind kind = engine::RequestKind::kGenerate) const;
 };
 
 struct SinkOptions {

@@ -35,6 +35,7 @@ bool RequestRecord::finish(std::string_view finish_reason, const engine::Usage& 
                            bool client_gone) {
   if (ended_.exchange(true, std::memory_order_acq_rel)) return false;
   metrics_->count_finished(finish_reason);
+  metrics_->count_kind(label_.kind);
   write_line(200, finish_reason, usage, nullptr, client_gone);
   return true;
 }
@@ -48,6 +49,7 @@ bool RequestRecord::finish(const engine::Completion& completion, bool client_gon
 bool RequestRecord::fail(const ApiError& error, bool client_gone) {
   if (ended_.exchange(true, std::memory_order_acq_rel)) return false;
   metrics_->count_failed();
+  metrics_->count_kind(label_.kind);
   write_line(error.status, error.code.empty() ? std::string_view("error") : error.code, {}, &error,
              client_gone);
   return true;
@@ -60,10 +62,10 @@ void RequestRecord::write_line(int status, std::string_view finish, const engine
           .count();
   const bool has_param = error != nullptr && !error->param.empty();
   spdlog::info(
-      "{} {} id={}{}{}{}{} request={} status={} prompt_tokens={} completion_tokens={} ttft_ms={:.1f} "
-      "total_ms={:.1f} finish={}{}{}{}{}",
+      "{} {} id={}{}{}{}{} kind={} request={} status={} prompt_tokens={} completion_tokens={} "
+      "ttft_ms={:.1f} total_ms={:.1f} finish={}{}{}{}{}",
       label_.surface, label_.route, label_.id, label_.detail.empty() ? "" : " ", label_.detail,
-      label_.key_name.empty() ? "" : " key=", label_.key_name,
+      label_.key_name.empty() ? "" : " key=", label_.key_name, engine::to_string(label_.kind),
       request_id_.load(std::memory_order_relaxed), status, usage.prompt_tokens,
       usage.completion_tokens, first_token_ms_.load(std::memory_order_relaxed), total_ms, finish,
       has_param ? " param=" : "", has_param ? std::string_view(error->param) : "",

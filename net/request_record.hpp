@@ -5,7 +5,8 @@
 //       cancelled it (the client by a cancel message or by going away, before or after its first
 //       token; the admin socket; the server draining);
 //   troupe:request_failure_total  an error or a refusal (invalid request, queue full, draining,
-//       a failed step).
+//       a failed step);
+// and one count of its kind, troupe:requests_by_kind_total{kind="generate"|"embedding"|"score"}.
 // A surface creates one RequestRecord per request as soon as it knows it has one, and ends it
 // from the sink's final call (the engine makes exactly one, even after the client left) or from
 // its own refusal before the engine saw the request. The first end counts; later ones are
@@ -13,7 +14,7 @@
 // counted as a failure rather than lost.
 //
 // Access line (spdlog info):
-//   <surface> <route> id=<id>[ <detail>][ key=<key name>] request=<engine id> status=<s> prompt_tokens=<n>
+//   <surface> <route> id=<id>[ <detail>][ key=<key name>] kind=<kind> request=<engine id> status=<s> prompt_tokens=<n>
 //   completion_tokens=<n> ttft_ms=<ms> total_ms=<ms> finish=<reason or error code>
 //   [ param=<field>][ client_gone][: <error message>]
 //
@@ -39,6 +40,8 @@ struct RequestLabel {
   std::string id;       // what the client knows it by: response id, chat id ("-": none yet)
   std::string detail;   // pre-formatted extra fields ("n=2", "custom_id=x"), or empty
   std::string key_name;  // the API key's name (never the key), or empty when none was needed
+  // What the request computes (issue 37): counted per kind, named on the access line.
+  engine::RequestKind kind = engine::RequestKind::kGenerate;
 };
 
 class RequestRecord {

@@ -146,7 +146,7 @@ TEST(BatchCodec, ParsesJsonlWithBadItemsInOrder) {
       "\n"
       R"(not json)"
       "\n"
-      R"({"custom_id":"d","url":"/v1/embeddings","body":{}})"
+      R"({"custom_id":"d","url":"/v1/moderations","body":{}})"
       "\r\n"
       R"({"url":"/v1/completions","body":{"prompt":"x"}})"
       "\n"
@@ -175,6 +175,29 @@ TEST(BatchCodec, ParsesJsonlWithBadItemsInOrder) {
   root = parse(parser, batch_result_json(batch.items[0], 200, "chatcmpl-x", R"({"ok":1})"));
   EXPECT_EQ(int64_t(root["response"]["body"]["ok"]), 1);
   EXPECT_TRUE(root["error"].is_null());
+}
+
+// Issue 37: /v1/embeddings items are embeddings requests, checked like the route checks them.
+TEST(BatchCodec, EmbeddingItems) {
+  const OpenAiApiConfig config;
+  const std::string body =
+      R"({"custom_id":"e","url":"/v1/embeddings","body":{"input":["a","b"],"encoding_format":"base64"}})"
+      "\n"
+      R"({"custom_id":"f","url":"/v1/embeddings","body":{"input":""}})"
+      "\n"
+      R"({"custom_id":"g","url":"/v1/embeddings","body":{"input":"a","truncate_prompt_tokens":3}})";
+  const auto parsed = parse_batch(body, "application/jsonl", "M", config);
+  ASSERT_TRUE(std::holds_alternative<ParsedBatch>(parsed));
+  const ParsedBatch& batch = std::get<ParsedBatch>(parsed);
+  ASSERT_EQ(batch.items.size(), 3u);
+  ASSERT_TRUE(batch.items[0].embedding);
+  EXPECT_FALSE(batch.items[0].request);
+  EXPECT_EQ(batch.items[0].embedding->generate.embedding->inputs.size(), 2u);
+  EXPECT_EQ(batch.items[0].embedding->generate.origin, engine::RequestOrigin::kBatch);
+  EXPECT_EQ(batch.items[0].embedding->generate.client_label, "e");
+  EXPECT_EQ(batch.items[0].embedding->output.encoding, EmbeddingEncoding::kBase64);
+  EXPECT_EQ(batch.items[1].response_error->param, "input");
+  EXPECT_EQ(batch.items[2].response_error->param, "truncate_prompt_tokens");
 }
 
 TEST(BatchCodec, JsonFormLimitsAndEmpty) {
