@@ -96,6 +96,46 @@ TEST(OpenAiResponse, TextCompletionWithLogprobs) {
   EXPECT_NE(with_offset.find(R"("text_offset":[5])"), std::string::npos) << with_offset;
 }
 
+// Issue 37: echo puts the prompt first in the text and the logprobs (its first token's null);
+// vLLM's prompt_logprobs list names each scored token, its rank and the alternatives.
+TEST(OpenAiResponse, EchoedPromptComesFirstWithANullFirstLogprob) {
+  simdjson::dom::parser parser;
+  const ResponseIdentity id{ApiKind::kCompletion, "cmpl-1", 1, "M"};
+  engine::TokenDelta delta;
+  delta.text = "c";
+  delta.tokens = {{3, "c", -0.5f, {{3, -0.5f}}}};
+  engine::PromptEcho prompt;
+  prompt.text = "ab";
+  prompt.scored = true;
+  prompt.tokens = {{1, "a", 0.0f, {}, 0, false}, {2, "b", -2.0f, {{7, -1.0f}}, 3}};
+  delta.prompt = prompt;
+  CollectedChoices collected(1, LogprobsOutput::kText, model::ToolCallFormat::kNone, /*echo=*/true,
+                             /*prompt_logprobs=*/1);
+  collected.add(delta);
+  engine::Completion done;
+  done.finish_reason = "length";
+  const std::string whole = collected.body_json(id, done, token_text);
+  parse(parser, whole);
+  EXPECT_NE(whole.find(R"("text":"abc","logprobs":{"tokens":["a","b","c"],)"
+                       R"("token_logprobs":[null,-2,-0.5],"top_logprobs":[null,{"t7":-1},{"t3":-0.5}],)"
+                       R"("text_offset":[0,1,2]})"),
+            std::string::npos)
+      << whole;
+  EXPECT_NE(whole.find(R"("prompt_logprobs":[null,{"2":{"logprob":-2,"rank":3,"decoded_token":"b"},)"
+                       R"("7":{"logprob":-1,"rank":1,"decoded_token":"t7"}}])"),
+            std::string::npos)
+      << whole;
+  // A stream sends the prompt as its own first chunk.
+  const std::optional<std::string> chunk =
+      prompt_chunk_json(id, prompt, 0, true, LogprobsOutput::kText, std::nullopt, token_text);
+  ASSERT_TRUE(chunk.has_value());
+  parse(parser, *chunk);
+  EXPECT_NE(chunk->find(R"("text":"ab","logprobs":{"tokens":["a","b"],"token_logprobs":[null,-2])"),
+            std::string::npos)
+      << *chunk;
+  EXPECT_FALSE(prompt_chunk_json(id, prompt, 0, false, LogprobsOutput::kText, std::nullopt, token_text));
+}
+
 // Issue 14: distinct tokens holding parts of UTF-8 characters all became U+FFFD, so one
 // position's top_logprobs object repeated a key (a client keeps one entry and loses the rest).
 TEST(OpenAiResponse, CompletionTopLogprobsKeysAreUniqueForByteTokens) {
