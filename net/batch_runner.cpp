@@ -119,7 +119,7 @@ class BatchItemSink final : public engine::RequestSink {
         item_(std::move(item)),
         token_text_(context_->token_text()),
         collected_(item_.request->n, logprobs_output(*item_.request), tool_format,
-                   item_.request->echo, item_.request->prompt_logprobs) {
+                   echo_options(*item_.request)) {
     identity_.kind = item_.request->kind;
     identity_.id = make_response_id(identity_.kind);
     identity_.created = std::chrono::duration_cast<std::chrono::seconds>(

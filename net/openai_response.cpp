@@ -239,22 +239,32 @@ std::string chunk_json(const ResponseIdentity& identity, const ChunkContent& con
   return w.take();
 }
 
+std::vector<engine::TokenInfo> echoed_tokens(const engine::PromptEcho& prompt, int32_t top_logprobs) {
+  std::vector<engine::TokenInfo> tokens = prompt.tokens;
+  const auto keep = static_cast<size_t>(std::max(top_logprobs, 0));
+  for (engine::TokenInfo& token : tokens) {
+    if (token.top_logprobs.size() > keep) token.top_logprobs.resize(keep);
+  }
+  return tokens;
+}
+
 std::optional<std::string> prompt_chunk_json(const ResponseIdentity& identity,
                                              const engine::PromptEcho& prompt, int32_t index,
-                                             bool echo, LogprobsOutput logprobs,
-                                             std::optional<int32_t> prompt_logprobs,
+                                             const EchoOptions& echo, LogprobsOutput logprobs,
                                              const TokenTextFn& token_text) {
-  if (!echo && !prompt_logprobs) return std::nullopt;
+  if (!echo.echo && !echo.prompt_logprobs) return std::nullopt;
   ChunkContent content;
   content.index = index;
-  if (echo) {
+  std::vector<engine::TokenInfo> tokens;
+  if (echo.echo) {
     content.text = prompt.text;
-    content.tokens = prompt.tokens;
+    tokens = echoed_tokens(prompt, echo.top_logprobs);
+    content.tokens = tokens;
     content.logprobs = logprobs;
   }
-  if (prompt_logprobs) {
+  if (echo.prompt_logprobs) {
     content.prompt_logprobs = &prompt;
-    content.prompt_logprobs_n = *prompt_logprobs;
+    content.prompt_logprobs_n = *echo.prompt_logprobs;
   }
   return chunk_json(identity, content, /*first=*/true, std::nullopt, token_text);
 }
@@ -286,13 +296,15 @@ void CollectedChoices::add(engine::TokenDelta& delta) {
   Choice& choice = at(delta.index);
   if (delta.prompt) {
     // The choice's first delta: its prompt comes before anything generated.
-    if (echo_) {
+    if (echo_.echo) {
       choice.text.insert(0, delta.prompt->text);
       if (logprobs_ != LogprobsOutput::kNone) {
-        choice.tokens.insert(choice.tokens.begin(), delta.prompt->tokens.begin(), delta.prompt->tokens.end());
+        std::vector<engine::TokenInfo> tokens = echoed_tokens(*delta.prompt, echo_.top_logprobs);
+        choice.tokens.insert(choice.tokens.begin(), std::make_move_iterator(tokens.begin()),
+                             std::make_move_iterator(tokens.end()));
       }
     }
-    if (prompt_logprobs_) choice.prompt = std::move(delta.prompt);
+    if (echo_.prompt_logprobs) choice.prompt = std::move(delta.prompt);
   }
   choice.text += delta.text;
   if (logprobs_ == LogprobsOutput::kNone) return;
@@ -311,9 +323,9 @@ std::string CollectedChoices::body_json(const ResponseIdentity& identity,
     const Choice& choice = choices_[i];
     ChunkContent content{choice.text, choice.tokens, logprobs_, 0};
     content.index = static_cast<int32_t>(i);
-    if (choice.prompt && prompt_logprobs_) {
+    if (choice.prompt && echo_.prompt_logprobs) {
       content.prompt_logprobs = &*choice.prompt;
-      content.prompt_logprobs_n = *prompt_logprobs_;
+      content.prompt_logprobs_n = *echo_.prompt_logprobs;
     }
     std::string_view finish_reason = choice.finish_reason.empty()
                                          ? std::string_view(completion.finish_reason)

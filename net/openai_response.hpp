@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/messages/engine_types.hpp"
 #include "net/openai_request.hpp"
@@ -76,6 +77,13 @@ struct ChunkContent {
   int32_t prompt_logprobs_n = 0;
 };
 
+// What a request shows of its prompt (issue 37).
+struct EchoOptions {
+  bool echo = false;       // completions' echo: the prompt first in text (and logprobs)
+  int32_t top_logprobs = 0;  // ... each prompt token with this many alternatives (`logprobs`)
+  std::optional<int32_t> prompt_logprobs;  // vLLM's list, with this many alternatives
+};
+
 // One finished choice of a non-streamed response.
 struct ChoiceOutput {
   ChunkContent content;
@@ -103,16 +111,14 @@ class CollectedChoices {
  public:
   // tool_format other than kNone: each choice's text is parsed for tool calls
   // (net/openai_tool_calls.hpp) before it is written.
-  // echo: a choice's text (and logprobs) start with its prompt's; prompt_logprobs: the vLLM
-  // list is written, with that many alternatives.
+  // echo: what each choice shows of its prompt (EchoOptions).
   CollectedChoices(int32_t num_choices, LogprobsOutput logprobs,
                    model::ToolCallFormat tool_format = model::ToolCallFormat::kNone,
-                   bool echo = false, std::optional<int32_t> prompt_logprobs = std::nullopt)
+                   EchoOptions echo = {})
       : choices_(static_cast<size_t>(num_choices < 1 ? 1 : num_choices)),
         logprobs_(logprobs),
         tool_format_(tool_format),
-        echo_(echo),
-        prompt_logprobs_(prompt_logprobs) {}
+        echo_(echo) {}
   void add(engine::TokenDelta& delta);
   void end(const engine::ChoiceEnd& end);
   std::string body_json(const ResponseIdentity& identity, const engine::Completion& completion,
@@ -129,17 +135,18 @@ class CollectedChoices {
   std::vector<Choice> choices_;
   LogprobsOutput logprobs_;
   model::ToolCallFormat tool_format_;
-  bool echo_ = false;
-  std::optional<int32_t> prompt_logprobs_;
+  EchoOptions echo_;
 };
 
 // A stream's echo: the chunk a choice's prompt goes out in, before its first generated text
 // (text and logprobs when `echo`; the prompt_logprobs list when asked). nullopt: nothing to send.
 std::optional<std::string> prompt_chunk_json(const ResponseIdentity& identity,
                                              const engine::PromptEcho& prompt, int32_t index,
-                                             bool echo, LogprobsOutput logprobs,
-                                             std::optional<int32_t> prompt_logprobs,
+                                             const EchoOptions& echo, LogprobsOutput logprobs,
                                              const TokenTextFn& token_text);
+// The prompt's tokens as echoed in legacy logprobs: `top_logprobs` alternatives each (the engine
+// scored the prompt with as many as the widest of echo and prompt_logprobs asked).
+std::vector<engine::TokenInfo> echoed_tokens(const engine::PromptEcho& prompt, int32_t top_logprobs);
 
 // An error inside a stream that already sent its headers: {"error":{...}}.
 std::string error_json(const ApiError& error);

@@ -45,8 +45,7 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
                       completion.include_usage,
                       logprobs_output(completion),
                       context->tool_format(completion.generate),
-                      completion.echo,
-                      completion.prompt_logprobs};
+                      echo_options(completion)};
   auto record = context->record(route, identity.id,
                                 completion.n > 1 ? fmt::format("n={}", completion.n) : std::string(),
                                 request.api_key_name, completion.generate.kind());

@@ -49,8 +49,7 @@ CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,
       record_(std::move(record)),
       token_text_(context_->token_text()),
       choices_(static_cast<size_t>(std::max(num_choices, 1))),
-      collected_(num_choices, options_.logprobs, options_.tool_format, options_.echo,
-                 options_.prompt_logprobs) {}
+      collected_(num_choices, options_.logprobs, options_.tool_format, options_.echo) {}
 
 bool CompletionSink::start_stream() {
   if (stream_started_) return true;
@@ -95,9 +94,9 @@ bool CompletionSink::on_delta(engine::RequestId request_id, engine::TokenDelta d
   if (delta.prompt) {
     const std::optional<std::string> chunk =
         prompt_chunk_json(identity_, *delta.prompt, delta.index, options_.echo, options_.logprobs,
-                          options_.prompt_logprobs, token_text_);
+                          token_text_);
     if (chunk) {
-      if (options_.echo) c.text_offset += delta.prompt->text.size();
+      if (options_.echo.echo) c.text_offset += delta.prompt->text.size();
       if (!out_->write(sse_event(*chunk))) return false;
       first = false;
     }

@@ -58,9 +58,13 @@ struct SinkOptions {
   bool include_usage = false;
   LogprobsOutput logprobs = LogprobsOutput::kNone;
   model::ToolCallFormat tool_format = model::ToolCallFormat::kNone;  // OpenAiContext::tool_format
-  bool echo = false;                       // CompletionRequest::echo
-  std::optional<int32_t> prompt_logprobs;  // CompletionRequest::prompt_logprobs
+  EchoOptions echo;  // echo_options(): what the answer shows of the prompt
 };
+
+// What a parsed request asked to see of its prompt.
+inline EchoOptions echo_options(const CompletionRequest& request) {
+  return {request.echo, request.generate.sampling.top_logprobs, request.prompt_logprobs};
+}
 
 // What the request asked of logprobs (none, by text, or by token id).
 inline LogprobsOutput logprobs_output(const CompletionRequest& request) {

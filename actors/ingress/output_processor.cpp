@@ -139,8 +139,11 @@ OutputProcessor::Outputs OutputProcessor::process(
     const engine::RequestId request_id = *request_of(f.request_id);
     on_sequence_end(request_id, *request, *choice, f, out);
     if (!choice->ended) {
+      // An embedding ends as vLLM's pooling requests do: "stop" (it was asked for nothing more).
+      const bool embedded = request->options.embedding && f.reason == scheduler::FinishReason::kPromptDone;
       end_choice(request_id, *request, *choice,
-                 std::string(scheduler::openai_finish_reason(f.reason)), now, out);
+                 embedded ? std::string("stop") : std::string(scheduler::openai_finish_reason(f.reason)),
+                 now, out);
     }
     if (request->num_confirmed == static_cast<int32_t>(request->choices.size())) {
       forget(request_id);

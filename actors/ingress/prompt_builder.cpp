@@ -198,7 +198,11 @@ std::variant<BuiltPrompt, RequestError> PromptBuilder::build_embedding(
       }
     }
     if (ids.empty()) return invalid(fmt::format("'{}' is empty", field), field);
-    if (ids.size() > limit) return too_long(input.text && ids.size() > limit + 1 ? "more than " : "", ids.size());
+    // Tokenizing stops past limit + 1 ids: a count beyond that is only "more than the context".
+    if (ids.size() > limit) {
+      const bool stopped_early = input.text && ids.size() > limit + 1;
+      return too_long(stopped_early ? "more than " : "", stopped_early ? limit : ids.size());
+    }
     built.inputs.push_back(std::move(ids));
   }
   return built;

@@ -8,6 +8,8 @@ Tokens are compared by id (vLLM's `return_tokens_as_token_ids`). Nothing waits o
 on speed."""
 import json
 import math
+import re
+import time
 
 import openai
 import pytest
@@ -44,6 +46,21 @@ def score(client, prompt, n=TOP_N, **kwargs):
 
 def prompt_id(i):
     return f"{PROMPTS[i]['kind']}{i}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_a_backend_with_prompt_outputs(server):
+    """Only the CPU backend scores prompts so far; a server on another one (a CUDA device present)
+    must refuse with its 400 naming that backend, and then this module skips. Any other answer
+    goes on to the tests, so a broken CPU server can never pass for that."""
+    r = requests.post(server.base_url + "/v1/completions",
+                      json={"prompt": "x y", "echo": True, "logprobs": 1, "max_tokens": 0},
+                      timeout=WAIT_S)
+    if r.status_code == 400:
+        message = r.json()["error"]["message"]
+        m = re.search(r"not supported by the (\S+) backend", message)
+        if m and m.group(1) != "cpu":
+            pytest.skip(f"the server's backend has no prompt outputs: {message}")
 
 
 @pytest.fixture(scope="module")
@@ -237,13 +254,7 @@ def test_prompt_logprobs_on_chat_are_top_level(server, scored):
                           scored[0].choices[0].logprobs, reference)
 
 
-ECHO_WIDTH_BUG = pytest.mark.xfail(
-    strict=True, reason="server bug (issue 37): with prompt_logprobs > logprobs, echo's prompt "
-    "top_logprobs hold max(logprobs, prompt_logprobs) alternatives, its generated ones logprobs")
-
-
-@pytest.mark.parametrize("logprobs,prompt_logprobs",
-                         [pytest.param(2, 4, marks=ECHO_WIDTH_BUG), (4, 2), (3, 3)])
+@pytest.mark.parametrize("logprobs,prompt_logprobs", [(2, 4), (4, 2), (3, 3)])
 def test_prompt_logprobs_with_echo_and_logprobs_together(server, logprobs, prompt_logprobs):
     """Both asked for: echo's logprobs hold `logprobs` alternatives at every token, prompt and
     generated alike (as vLLM's do), and the list `prompt_logprobs` (plus the prompt token)."""
@@ -355,3 +366,29 @@ def test_lm_eval_loglikelihood_request(server, client):
         assert lp["top_logprobs"][i] == {lp["tokens"][i]: lp["token_logprobs"][i]}
     assert not bad_greedy
     assert bad < good
+
+
+# --- /metrics ------------------------------------------------------------------------------------
+
+def requests_by_kind(server):
+    counts = {}
+    for line in requests.get(server.base_url + "/metrics", timeout=30).text.splitlines():
+        m = re.match(r'^troupe:requests_by_kind_total\{[^}]*kind="([a-z]+)"[^}]*\} (\S+)$', line)
+        if m:
+            counts[m.group(1)] = float(m.group(2))
+    return counts
+
+
+def test_metrics_count_scoring_apart_from_generation(start_server):
+    """echo with max_tokens 0 ends as kind "score" in troupe:requests_by_kind_total; echo that
+    generates is a "generate". (Its own server: the counters hold only these.)"""
+    server = start_server().wait_ready()
+    for max_tokens in (0, 2):
+        r = requests.post(server.base_url + "/v1/completions",
+                          json={"model": MODEL_ID, "prompt": PLAIN, "echo": True, "logprobs": 1,
+                                "max_tokens": max_tokens, "temperature": 0}, timeout=WAIT_S)
+        assert r.status_code == 200, r.text
+    deadline = time.time() + WAIT_S
+    while sum(requests_by_kind(server).values()) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    assert requests_by_kind(server) == {"generate": 1, "embedding": 0, "score": 1}

@@ -109,8 +109,8 @@ TEST(OpenAiResponse, EchoedPromptComesFirstWithANullFirstLogprob) {
   prompt.scored = true;
   prompt.tokens = {{1, "a", 0.0f, {}, 0, false}, {2, "b", -2.0f, {{7, -1.0f}}, 3}};
   delta.prompt = prompt;
-  CollectedChoices collected(1, LogprobsOutput::kText, model::ToolCallFormat::kNone, /*echo=*/true,
-                             /*prompt_logprobs=*/1);
+  CollectedChoices collected(1, LogprobsOutput::kText, model::ToolCallFormat::kNone,
+                             EchoOptions{.echo = true, .top_logprobs = 1, .prompt_logprobs = 1});
   collected.add(delta);
   engine::Completion done;
   done.finish_reason = "length";
@@ -127,13 +127,19 @@ TEST(OpenAiResponse, EchoedPromptComesFirstWithANullFirstLogprob) {
       << whole;
   // A stream sends the prompt as its own first chunk.
   const std::optional<std::string> chunk =
-      prompt_chunk_json(id, prompt, 0, true, LogprobsOutput::kText, std::nullopt, token_text);
+      prompt_chunk_json(id, prompt, 0, EchoOptions{.echo = true, .top_logprobs = 1},
+                        LogprobsOutput::kText, token_text);
   ASSERT_TRUE(chunk.has_value());
   parse(parser, *chunk);
   EXPECT_NE(chunk->find(R"("text":"ab","logprobs":{"tokens":["a","b"],"token_logprobs":[null,-2])"),
             std::string::npos)
       << *chunk;
-  EXPECT_FALSE(prompt_chunk_json(id, prompt, 0, false, LogprobsOutput::kText, std::nullopt, token_text));
+  EXPECT_FALSE(prompt_chunk_json(id, prompt, 0, EchoOptions{}, LogprobsOutput::kText, token_text));
+  // Echo's alternatives are its `logprobs` many, whatever prompt_logprobs asked of the engine.
+  const std::optional<std::string> narrow = prompt_chunk_json(
+      id, prompt, 0, EchoOptions{.echo = true, .top_logprobs = 0, .prompt_logprobs = 1},
+      LogprobsOutput::kText, token_text);
+  EXPECT_NE(narrow->find(R"("top_logprobs":[null,{}])"), std::string::npos) << *narrow;
 }
 
 // Issue 14: distinct tokens holding parts of UTF-8 characters all became U+FFFD, so one
