@@ -185,6 +185,23 @@ def test_echo_with_generation_is_prompt_then_the_plain_text(client):
         assert echoed.choices[0].text[offset:offset + len(token)] == token
 
 
+def test_stop_strings_look_at_the_generation_only(client):
+    """A stop string the prompt contains does not end an echoed request; one in the generated
+    text cuts it there, after the prompt."""
+    plain = client.completions.create(model=MODEL_ID, prompt=PLAIN, max_tokens=12, temperature=0)
+    generated = plain.choices[0].text
+    assert len(generated) > 4
+    stop = generated[2:4]
+    in_prompt = PLAIN[:3]
+    echoed = client.completions.create(model=MODEL_ID, prompt=PLAIN, max_tokens=12, temperature=0,
+                                       echo=True, stop=[stop, in_prompt])
+    kept = generated[:generated.find(stop)] if in_prompt not in generated[:generated.find(stop)] \
+        else None
+    assert kept is not None, "pick another stop string: the prompt's comes first"
+    assert echoed.choices[0].text == PLAIN + kept
+    assert echoed.choices[0].finish_reason == "stop"
+
+
 def test_max_tokens_zero_without_echo_is_400_naming_it(client):
     with pytest.raises(openai.BadRequestError) as bad:
         client.completions.create(model=MODEL_ID, prompt=PLAIN, max_tokens=0)
