@@ -70,12 +70,7 @@ Error check_fields(dom::object o) {
 // The 404 of parse_completion_request, for the same reason: one served model.
 Error read_model(dom::object o, std::string_view served_model_id, std::string& model) {
   if (auto err = read_string(o, "model", model)) return err;
-  if (model.empty() || model == served_model_id) return std::nullopt;
-  ApiError e =
-      invalid("model", fmt::format("The model '{}' does not exist.", model), "model_not_found");
-  e.status = 404;
-  e.type = "not_found_error";
-  return e;
+  return openai_fields::unknown_model(model, served_model_id);
 }
 
 Error read_text(dom::element e, const std::string& param,

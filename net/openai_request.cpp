@@ -505,13 +505,7 @@ Error check_structured_output(const engine::GenerateRequest& g) {
 Error read_request(dom::object o, ApiKind kind, std::string_view served_model_id,
                    const OpenAiApiConfig& config, CompletionRequest& request) {
   if (auto err = read_string(o, "model", request.model)) return err;
-  if (!request.model.empty() && request.model != served_model_id) {
-    ApiError e = invalid("model", fmt::format("The model '{}' does not exist.", request.model),
-                         "model_not_found");
-    e.status = 404;
-    e.type = "not_found_error";
-    return e;
-  }
+  if (auto err = openai_fields::unknown_model(request.model, served_model_id)) return err;
   engine::GenerateRequest& g = request.generate;
   if (auto err = kind == ApiKind::kChat ? read_messages(o, g.messages) : read_prompt(o, g)) {
     return err;

@@ -1,6 +1,7 @@
 """Shared fixtures for the end-to-end tests: a real `troupe serve` on a free port with the
 default model, driven by real clients."""
 import os
+import re
 import pathlib
 import signal
 import socket
@@ -113,6 +114,19 @@ def _skip_without_structured_output(request):
     if not request.getfixturevalue("structured_output_built"):
         pytest.skip(f"this server is built without xgrammar: '{NOT_BUILT}' "
                     "(test_schema_suite.py checks that 400)")
+
+
+def skip_unless_prompt_outputs(response):
+    """Only the CPU backend computes prompt outputs (embeddings, prompt logprobs) so far: a
+    server on another one (a CUDA device present) refuses them with a 400 naming that backend,
+    and the calling module skips. Any other answer goes on to the tests, so a broken CPU server
+    can never pass for that."""
+    if response.status_code != 400:
+        return
+    message = response.json()["error"]["message"]
+    m = re.search(r"not supported by the (\S+) backend", message)
+    if m and m.group(1) != "cpu":
+        pytest.skip(f"the server's backend has no prompt outputs: {message}")
 
 
 @pytest.fixture

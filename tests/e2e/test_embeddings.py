@@ -16,7 +16,7 @@ import openai
 import pytest
 import requests
 
-from conftest import BINARY, ROOT
+from conftest import BINARY, ROOT, skip_unless_prompt_outputs
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 REFERENCE = json.loads((ROOT / "tests" / "reference" / "smollm2_embeddings.json").read_text())
@@ -60,15 +60,7 @@ def error_of(r, status=400):
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_a_backend_with_prompt_outputs(server):
-    """Only the CPU backend computes embeddings so far; a server on another one (a CUDA device
-    present) must refuse them with its 400 naming that backend, and then this module skips. Any
-    other answer goes on to the tests, so a broken CPU server can never pass for that."""
-    r = post(server, {"input": "x"})
-    if r.status_code == 400:
-        message = r.json()["error"]["message"]
-        m = re.search(r"not supported by the (\S+) backend", message)
-        if m and m.group(1) != "cpu":
-            pytest.skip(f"the server's backend has no prompt outputs: {message}")
+    skip_unless_prompt_outputs(post(server, {"input": "x"}))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import openai
 import pytest
 import requests
 
-from conftest import ROOT
+from conftest import ROOT, skip_unless_prompt_outputs
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 REFERENCE = json.loads((ROOT / "tests" / "reference" / "smollm2_prompt_logprobs.json")
@@ -50,17 +50,9 @@ def prompt_id(i):
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_a_backend_with_prompt_outputs(server):
-    """Only the CPU backend scores prompts so far; a server on another one (a CUDA device present)
-    must refuse with its 400 naming that backend, and then this module skips. Any other answer
-    goes on to the tests, so a broken CPU server can never pass for that."""
-    r = requests.post(server.base_url + "/v1/completions",
-                      json={"prompt": "x y", "echo": True, "logprobs": 1, "max_tokens": 0},
-                      timeout=WAIT_S)
-    if r.status_code == 400:
-        message = r.json()["error"]["message"]
-        m = re.search(r"not supported by the (\S+) backend", message)
-        if m and m.group(1) != "cpu":
-            pytest.skip(f"the server's backend has no prompt outputs: {message}")
+    skip_unless_prompt_outputs(requests.post(
+        server.base_url + "/v1/completions",
+        json={"prompt": "x y", "echo": True, "logprobs": 1, "max_tokens": 0}, timeout=WAIT_S))
 
 
 @pytest.fixture(scope="module")
