@@ -2,7 +2,9 @@
 // with its AVX2 form (attention_q8_simd.cpp) giving the same bits, and the table the driver
 // picks per isa. cpu_attention_q8_test checks every pair.
 //
-//   scores          s[i] = dot(K row i, Q) * scale for n keys (ggml_vec_dot_q8_0_q8_0's order)
+//   scores          s[h][i] = dot(K row i, Q_h) * scale for n keys and each of `heads` query
+//                   heads (ggml_vec_dot_q8_0_q8_0's order per pair; a key's blocks are read
+//                   once for all the heads)
 //   softmax         llama.cpp's online softmax over the chunk's scores, for several query rows
 //                   (items) that see the same keys: each item's running maximum and sum, and per
 //                   key its factors ms (the accumulator's rescale, 1 unless a new maximum) and
@@ -32,8 +34,9 @@ struct Q8Kernels {
   void (*quantize)(const float* x, BlockQ8_0& out);
   float (*dot)(const BlockQ8_0* x, const BlockQ8_0* y, int32_t blocks);
   void (*scale)(float* acc, int32_t n, float by);
-  void (*scores)(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q, int32_t blocks,
-                 float scale, float* s);
+  // q: heads x blocks; s: [head][kQ8KeyChunk].
+  void (*scores)(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q, int32_t heads,
+                 int32_t blocks, float scale, float* s);
   void (*dequantize_rows)(const BlockQ8_0* const* rows, int32_t n, int32_t blocks, float* out);
   // states[item]: its running maximum and sum; s, ms, vs: [item][kQ8KeyChunk].
   void (*softmax)(float* const* states, int32_t items, const float* s, int32_t n, float* ms,

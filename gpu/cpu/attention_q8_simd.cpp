@@ -67,26 +67,46 @@ TROUPE_TARGET_AVX2 void scale_avx2(float* acc, int32_t n, float by) {
   for (int32_t i = 0; i < n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), b));
 }
 
-// dot_avx2 for up to 8 keys at once: their lane sums reduced together (hsum8_x8 gives each one
-// hsum8's order), then scaled.
+// dot_avx2 for up to 8 keys and up to 4 query heads at once: a key block is loaded, and its
+// |K| and scale taken, once for all the heads; each (key, head) pair still sums its blocks in
+// dot_avx2's lanes and order, and the 8 keys' lane sums of a head are reduced together (hsum8_x8
+// gives each one hsum8's order), then scaled.
 TROUPE_TARGET_AVX2 void scores_avx2(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q,
-                                    int32_t blocks, float scale, float* s) {
+                                    int32_t heads, int32_t blocks, float scale, float* s) {
+  constexpr int32_t kHeads = 4;
   const __m256 by = _mm256_set1_ps(scale);
-  for (int32_t i0 = 0; i0 < n; i0 += 8) {
-    const int32_t m = std::min(8, n - i0);
-    __m256 acc[8];
-    for (int32_t j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int32_t b = 0; b < blocks; ++b) {
-      const float dq = _cvtsh_ss(q[b].d);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int32_t h0 = 0; h0 < heads; h0 += kHeads) {
+    const int32_t hn = std::min(kHeads, heads - h0);
+    for (int32_t i0 = 0; i0 < n; i0 += 8) {
+      const int32_t m = std::min(8, n - i0);
+      alignas(32) float lanes[kHeads][8][8];
       for (int32_t j = 0; j < m; ++j) {
-        const BlockQ8_0& x = rows[i0 + j][b];
-        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * dq), products_avx2(x.qs, q[b].qs),
-                                 acc[j]);
+        __m256 acc[kHeads];
+        for (int32_t h = 0; h < kHeads; ++h) acc[h] = _mm256_setzero_ps();
+        const BlockQ8_0* row = rows[i0 + j];
+        for (int32_t b = 0; b < blocks; ++b) {
+          const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[b].qs));
+          const __m256i ax = _mm256_sign_epi8(qx, qx);
+          const float dk = _cvtsh_ss(row[b].d);
+          for (int32_t h = 0; h < hn; ++h) {
+            const BlockQ8_0& qb = q[(h0 + h) * blocks + b];
+            const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb.qs));
+            const __m256i pairs = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx));
+            const __m256 products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+            acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(dk * _cvtsh_ss(qb.d)), products, acc[h]);
+          }
+        }
+        for (int32_t h = 0; h < hn; ++h) _mm256_store_ps(lanes[h][j], acc[h]);
+      }
+      for (int32_t h = 0; h < hn; ++h) {
+        __m256 acc[8];
+        for (int32_t j = 0; j < 8; ++j) acc[j] = j < m ? _mm256_load_ps(lanes[h][j]) : _mm256_setzero_ps();
+        float out[8];
+        _mm256_storeu_ps(out, _mm256_mul_ps(hsum8_x8(acc), by));
+        std::copy_n(out, m, s + (h0 + h) * kQ8KeyChunk + i0);
       }
     }
-    float out[8];
-    _mm256_storeu_ps(out, _mm256_mul_ps(hsum8_x8(acc), by));
-    std::copy_n(out, m, s + i0);
   }
 }
 
