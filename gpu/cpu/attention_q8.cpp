@@ -209,24 +209,6 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
   // Every key of [first_key(0), last position] is visible to some row (windows slide with the
   // rows), so each chunk's V rows are dequantized once for all of them.
   const int32_t end = rows.first_position + rows.num_rows;
-  const auto row_bytes = static_cast<int64_t>(blocks) * static_cast<int64_t>(sizeof(BlockQ8_0));
-  // The next chunk's K and V rows are asked for while this one computes: a block's rows are
-  // contiguous, but blocks lie anywhere in the pool, and a key's compute is too short to hide a
-  // miss (perf put the K loads' stalls at ~30% of the scores at 4k context).
-  const auto prefetch_chunk = [&](int32_t from) {
-    const int32_t to = std::min(from + kQ8KeyChunk, end);
-    for (int32_t t = from; t < to; t += kv.block_size - t % kv.block_size) {
-      const int32_t keys = std::min(kv.block_size - t % kv.block_size, to - t);
-      const size_t at = kv.offset(block_table[t / kv.block_size], kv_head, t % kv.block_size);
-      const auto* k_bytes = reinterpret_cast<const char*>(kv.k + at);
-      const auto* v_bytes = reinterpret_cast<const char*>(kv.v + at);
-      for (int64_t b = 0; b < keys * row_bytes; b += 64) {
-        __builtin_prefetch(k_bytes + b);
-        __builtin_prefetch(v_bytes + b);
-      }
-    }
-  };
-  prefetch_chunk(first_key(0));
   for (int32_t t0 = first_key(0); t0 < end; t0 += kQ8KeyChunk) {
     const int32_t n = std::min(kQ8KeyChunk, end - t0);
     for (int32_t i = 0; i < n; ++i) {
@@ -235,7 +217,6 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
       k_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.k + at);
       v_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.v + at);
     }
-    if (t0 + kQ8KeyChunk < end) prefetch_chunk(t0 + kQ8KeyChunk);
     // A generated token (one row) accumulates its heads together from the V rows as they are;
     // a prompt tile dequantizes the chunk's V rows once for all its rows.
     if (rows.num_rows > 1) k.dequantize_rows(v_rows, n, blocks, scratch.values.data());
