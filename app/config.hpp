@@ -17,6 +17,7 @@
 #include "net/admin_server.hpp"
 #include "actors/disagg/disagg_config.hpp"
 #include "net/http_server.hpp"
+#include "net/files_routes.hpp"
 #include "net/openai_request.hpp"
 
 namespace troupe::app {
@@ -58,6 +59,9 @@ struct ServerConfig {
   disagg::DisaggConfig disagg;   // disaggregated prefill/decode (role, prefill peers, leases)
   std::string kv_transport_tls;  // disagg.ucx_tls: UCX transports for KV pulls ("" = UCX's)
   kv_cache::KvEventsConfig kv_events;  // KV-cache events for prefix-aware routers (issue 20)
+  // Durable files (issue 40): where the database and the files live, and an upload's limit.
+  std::filesystem::path storage_dir = "troupe-storage";
+  net::FilesConfig files;
 };
 
 // "host:port" or "http://host:port[/]" as --prefill-url and disagg.prefill_urls give a prefill

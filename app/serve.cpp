@@ -166,12 +166,14 @@ bool start_admin(const ServerConfig& config, const ServeOptions& options, engine
 // The HTTP server with every route and the WebSocket chat (not started).
 std::unique_ptr<net::HttpServer> make_http_server(const ServerConfig& config,
                                                   engine::Engine& engine, net::ServerState& state,
-                                                  std::shared_ptr<const net::AccessPolicy> access) {
+                                                  std::shared_ptr<const net::AccessPolicy> access,
+                                                  std::shared_ptr<batch::FileStore> files) {
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, state);
   // One set of request counters for every surface: /metrics counts WebSocket chats too.
   auto serving_metrics = std::make_shared<net::ServingMetrics>();
   net::add_openai_routes(*router, engine, state, config.api, serving_metrics);
+  net::add_files_routes(*router, engine, std::move(files), config.files);
   net::add_web_page_routes(*router);
   auto server =
       std::make_unique<net::HttpServer>(http_server_config_of(config), router, state.connections);
@@ -229,6 +231,14 @@ int run_serve(const ServeOptions& options) {
   state->created_unix_seconds = std::chrono::duration_cast<std::chrono::seconds>(
                                     std::chrono::system_clock::now().time_since_epoch())
                                     .count();
+  // Before the model loads: a server that cannot keep files fails at once, naming storage.dir.
+  std::shared_ptr<batch::FileStore> files;
+  try {
+    files = batch::FileStore::open(config.storage_dir);
+  } catch (const batch::StorageOpenError& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
   std::unique_ptr<engine::Engine> engine = start_engine(config);
   if (!engine) return 1;
   state->api_key_required = access->keys_required();
@@ -242,7 +252,8 @@ int run_serve(const ServeOptions& options) {
   boost::asio::io_context signals_io;
   std::unique_ptr<net::AdminServer> admin;
   if (!start_admin(config, options, *engine, signals_io, admin)) return 1;
-  std::unique_ptr<net::HttpServer> server = make_http_server(config, *engine, *state, access);
+  std::unique_ptr<net::HttpServer> server =
+      make_http_server(config, *engine, *state, access, std::move(files));
   try {
     server->start();
   } catch (const std::exception& e) {  // std::system_error (bind), TlsConfigError

@@ -261,6 +261,16 @@ void add_api_settings(std::vector<Setting>& s) {
   add(uint_setting(
       "embeddings.max_inputs", 1, 1 << 20, "inputs per `/v1/embeddings` request",
       [](auto& c) -> auto& { return c.api.max_embedding_inputs; }));
+  add(text_setting(
+      "storage.dir",
+      "where uploaded files (`/v1/files`) and batches live: a SQLite database and the files "
+      "beside it; created at start, which fails naming it when it cannot be written",
+      [](auto& c) -> auto& { return c.storage_dir; }, "--storage-dir"));
+  add(uint_setting(
+      "storage.max_file_bytes", 1, uint64_t{1} << 40,
+      "largest upload to `/v1/files` (413 above); an upload is also one HTTP body, so "
+      "`http.max_body_bytes` must be at least as large",
+      [](auto& c) -> auto& { return c.files.max_file_bytes; }));
   add(uint_setting(
       "api.max_waiting_per_client", 0, 1 << 20,
       "waiting requests one client may have; more get 429 (others are still served); `0`: no cap",

@@ -12,8 +12,8 @@
 //
 // (padding: spaces and tabs, RFC 2046's transport-padding). A part's body is returned as a view
 // into the request body, never copied; only names, filenames and content types are copied.
-// Delimiters are found with one forward string search per part, so the time is linear in the
-// body's size (a 100 MB upload is one pass).
+// Delimiters are found with one forward Boyer-Moore search per part, so the time is linear in
+// the body's size whatever bytes and boundary a client picks (a 100 MB upload is one pass).
 //
 // Thread-safety: pure functions; any thread may call them.
 #pragma once

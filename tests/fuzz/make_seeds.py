@@ -347,6 +347,36 @@ def disagg_codec_seeds():
     return ([b"\x00" + s.encode() for s in base64] + [b"\x01" + s.encode() for s in params] +
             [b"\x02" + s.encode() for s in metadata] + [b"\x03" + s.encode() for s in prefill])
 
+def form(parts, boundary="abc", close="--\r\n"):
+    """A multipart/form-data body as httpx writes it: each part's header lines, an empty line,
+    its body, then CRLF and the next delimiter."""
+    return "".join(f"--{boundary}\r\n{part}\r\n" for part in parts) + f"--{boundary}{close}"
+
+
+def multipart_seeds():
+    # Input: a byte choosing the Content-Type (0: boundary=abc, 1: "a b:c", 2: --x, 3: -,
+    # 4: no boundary, 5: not multipart), then the body.
+    purpose = 'Content-Disposition: form-data; name="purpose"\r\n\r\nbatch'
+    jsonl = "\r\n".join(j(item) for item in batch_items()[:2]) + "\r\n--abd\r\n--ab\r\n"
+    file = ('Content-Disposition: form-data; name="file"; filename="batch.jsonl"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n" + jsonl)
+    unicode_file = ('content-disposition: form-data; name="file"; filename="a\\\\b.txt"; '
+                    "filename*=UTF-8''%E2%82%AC%20rates.jsonl\r\nContent-Type: application/jsonl"
+                    "\r\n\r\n{}")
+    seeds = [
+        "\x00" + form([purpose, file]),
+        "\x01preamble\r\n" + form([purpose, file], "a b:c", "-- \r\nepilogue"),
+        "\x02" + form([unicode_file, 'Content-Disposition: form-data; name=x\r\n\r\n'], "--x"),
+        "\x03" + form(["Content-Disposition: form-data; name=\"e\"\r\n"], "-", "--"),
+        "\x00--abc\r\n" + purpose,
+        "\x00" + form(["Content-Type: text/plain\r\n\r\nno disposition"]),
+        "\x00" + form(['Content-Disposition: form-data; name="a"\nX-Bare-LF: 1\r\n\r\n1']),
+        "\x00" + form([purpose] * 5),
+        "\x04" + form([purpose]),
+        "\x05" + form([purpose]),
+    ]
+    return seeds
+
 # --- dictionaries (libFuzzer -dict: one quoted token per line) ----------------------------------
 JSON_TOKENS = ['{', '}', '[', ']', ':', ',', '"', '\\', '\\u', '\\ud800', '\\u0000', 'true',
                'false', 'null', '-0', '1e309', '-1', '18446744073709551616', '0.5', ' ']
@@ -391,6 +421,11 @@ DISAGG_KEYS = ["kv_transfer_params", "do_remote_decode", "do_remote_prefill", "r
                "kv_stride", "layer_stride", "compatibility_hash", "ucx", "f16", "=", "==",
                "2147483647", "2147483648", "65535", "65536", "9223372036854775807",
                "9223372036854775808", "18446744073709551615"]
+MULTIPART_TOKENS = ["\r\n", "\r\n\r\n", "--", "--abc", "\r\n--abc", "--abc--", "--a b:c",
+                    "----x", "Content-Disposition: ", "form-data", "; name=", "; filename=",
+                    "; filename*=", "UTF-8''", "ISO-8859-1'en'", "%E2%82%AC", "%", "\"", "\\",
+                    "Content-Type: ", "application/octet-stream", "Content-Transfer-Encoding: ",
+                    "binary", "base64", "purpose", "file", "batch.jsonl", " ", "\t"]
 TEXT_TOKENS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<repo_name>", "<file_sep>",
                "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "[INST]", "[/INST]",
                "<<SYS>>", "<</SYS>>", "</s>", "<s>", "\x1e", "\x1f", "system", "user", "assistant",
@@ -421,6 +456,7 @@ def main():
     write_dict("pretokenizer", TEXT_TOKENS[14:])
     write_dict("chat_template", TEXT_TOKENS)
     write_dict("disagg_codec", JSON_TOKENS + DISAGG_KEYS)
+    write_dict("multipart", MULTIPART_TOKENS)
     write("json_input", json_input_seeds())
     write("openai_request", openai_request_seeds())
     write("batch_codec", batch_codec_seeds())
@@ -432,6 +468,7 @@ def main():
     write("pretokenizer", pretokenizer_seeds())
     write("chat_template", chat_template_seeds())
     write("disagg_codec", disagg_codec_seeds())
+    write("multipart", multipart_seeds())
 
 
 if __name__ == "__main__":

@@ -13,3 +13,4 @@ troupe_add_test(NAME net_openai_test
 troupe_add_test(NAME net_openai_embeddings_test SOURCES openai_embeddings_test.cpp
   LIBS troupe_net LABELS "unit;net")
 troupe_add_tests(LIBS troupe_api_keys LABELS "unit;net" TESTS api_keys_test)
+troupe_add_test(NAME net_multipart_test SOURCES multipart_test.cpp LIBS troupe_net LABELS "unit;net")
