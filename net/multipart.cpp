@@ -14,6 +14,7 @@ namespace {
 
 constexpr size_t kMaxBoundaryBytes = 70;       // RFC 2046 §5.1.1
 constexpr size_t kMaxHeaderBlockBytes = 8192;  // a part's header lines, each with its CRLF
+constexpr size_t kMaxParameters = 16;          // of one header value; form-data uses 1..3
 constexpr size_t kMaxShownBytes = 100;         // of client text quoted in an error message
 constexpr std::string_view kCrlf = "\r\n";
 
@@ -106,7 +107,8 @@ std::optional<std::string> read_quoted_string(std::string_view& text) {
 
 // `type *( OWS ";" OWS name "=" ( token / quoted-string ) ) OWS`, empty parameters (";;", a
 // trailing ';') allowed; a message saying what is malformed otherwise. A parameter named twice
-// is malformed: which one counts would be a guess.
+// is malformed: which one counts would be a guess. At most kMaxParameters, which also bounds
+// the search for a repeated name (8 KiB of `;a=b` would otherwise cost ~10^6 comparisons).
 std::variant<ParameterizedValue, std::string> parse_parameterized(std::string_view text) {
   ParameterizedValue parsed;
   const size_t semicolon = text.find(';');
@@ -121,6 +123,9 @@ std::variant<ParameterizedValue, std::string> parse_parameterized(std::string_vi
     const std::string_view name = text.substr(0, equals);
     if (equals == std::string_view::npos || !is_token(name)) {
       return fmt::format("parameter '{}' is not name=value", shown(text.substr(0, text.find(';'))));
+    }
+    if (parsed.parameters.size() == kMaxParameters) {
+      return fmt::format("more than {} parameters", kMaxParameters);
     }
     text.remove_prefix(equals + 1);
     Parameter parameter{.name = name, .value = {}};

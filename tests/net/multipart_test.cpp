@@ -357,6 +357,20 @@ TEST(Multipart, PartWithoutFormDataDispositionIsRefused) {
             "quoted value");
 }
 
+TEST(Multipart, HeaderValuesHaveAtMostSixteenParameters) {
+  const std::string ct = content_type_for("abc");
+  std::string parameters = "; name=a";
+  for (int i = 1; i < 16; ++i) parameters += "; p" + std::to_string(i) + "=v";
+  EXPECT_EQ(
+      parts_of(form_body({"Content-Disposition: form-data" + parameters + "\r\n\r\n1"}, "abc"), ct)
+          .size(),
+      1u);
+  EXPECT_EQ(error_of(form_body({"Content-Disposition: form-data" + parameters + "; p16=v\r\n\r\n1"},
+                               "abc"),
+                     ct),
+            "part 1's Content-Disposition is malformed: more than 16 parameters");
+}
+
 TEST(Multipart, MalformedHeaderLinesAreRefused) {
   const std::string ct = content_type_for("abc");
   const std::string disposition = "Content-Disposition: form-data; name=\"a\"";
