@@ -105,8 +105,8 @@ TEST(Multipart, BodiesAreViewsIntoTheRequestBody) {
 }
 
 TEST(Multipart, EmptyPartBodyIsAnEmptyView) {
-  const std::vector<MultipartPart> parts =
-      parts_of(form_body({text_field("purpose", "")}), content_type_for(kBoundary));
+  const std::string body = form_body({text_field("purpose", "")});  // the views point into it
+  const std::vector<MultipartPart> parts = parts_of(body, content_type_for(kBoundary));
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].body, "");
 }
@@ -225,8 +225,8 @@ TEST(Multipart, BoundaryLookalikesInsideABodyStayInTheBody) {
       "\r--abc\r\n"      // CR without LF
       "x--abc--\r\n"     // not at a line start
       "\r\r\n\n\r\n\r";  // stray line ends, ending in a CR just before the delimiter's CRLF
-  const std::vector<MultipartPart> parts =
-      parts_of(form_body({text_field("file", content)}, "abc"), content_type_for("abc"));
+  const std::string body = form_body({text_field("file", content)}, "abc");  // the views' bytes
+  const std::vector<MultipartPart> parts = parts_of(body, content_type_for("abc"));
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].body, content);
 }
@@ -251,13 +251,14 @@ TEST(Multipart, BodiesChosenAgainstTheSearchStillParse) {
   // A body of CRs (a candidate delimiter start at every byte), and a boundary of 70 'a's over a
   // body of 'a's (the worst case of Boyer-Moore-Horspool's skips).
   const std::string crs(10 << 20, '\r');
-  std::vector<MultipartPart> parts =
-      parts_of(form_body({text_field("file", crs)}), content_type_for(kBoundary));
+  const std::string cr_body = form_body({text_field("file", crs)});
+  std::vector<MultipartPart> parts = parts_of(cr_body, content_type_for(kBoundary));
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].body.size(), crs.size());
   const std::string boundary(70, 'a');
   const std::string as(10 << 20, 'a');
-  parts = parts_of(form_body({text_field("file", as)}, boundary), content_type_for(boundary));
+  const std::string a_body = form_body({text_field("file", as)}, boundary);
+  parts = parts_of(a_body, content_type_for(boundary));
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].body.size(), as.size());
 }
