@@ -116,6 +116,17 @@ def _skip_without_structured_output(request):
                     "(test_schema_suite.py checks that 400)")
 
 
+def wait_until(predicate, what, timeout=120):
+    """Polls `predicate` (an event the test cannot be told of) until it holds; fails naming
+    `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
 def skip_unless_prompt_outputs(response):
     """Only the CPU backend computes prompt outputs (embeddings, prompt logprobs) so far: a
     server on another one (a CUDA device present) refuses them with a 400 naming that backend,

@@ -9,14 +9,13 @@ import json
 import re
 import subprocess
 import threading
-import time
 
 import numpy as np
 import openai
 import pytest
 import requests
 
-from conftest import BINARY, ROOT, skip_unless_prompt_outputs
+from conftest import BINARY, ROOT, skip_unless_prompt_outputs, wait_until
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 REFERENCE = json.loads((ROOT / "tests" / "reference" / "smollm2_embeddings.json").read_text())
@@ -335,15 +334,6 @@ def test_concurrent_embedding_requests_match_the_sequential_ones(server):
 
 
 # --- /metrics ------------------------------------------------------------------------------------
-
-def wait_until(predicate, what, timeout=WAIT_S):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
-
 
 def test_metrics_count_embedding_requests(start_server):
     """/metrics renders with embeddings served; an embeddings request counts once in

@@ -9,13 +9,14 @@ import asyncio
 import json
 import re
 import socket
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
 import requests
 from websockets.asyncio.client import connect
+
+from conftest import wait_until
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 NUM_STREAMS = 10
@@ -42,15 +43,6 @@ def counts(server):
         "cancelled": s[("troupe:request_success_total", "cancelled")],
         "failed": s[("troupe:request_failure_total", None)],
     }
-
-
-def wait_until(predicate, what, timeout=WAIT_S):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def wait_idle(server):
