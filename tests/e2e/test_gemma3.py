@@ -124,3 +124,37 @@ def test_disaggregation_is_refused_for_a_sliding_window_model(tmp_path):
     """KV transfer moves one block table per sequence; Gemma 3's KV has six: refused, named."""
     log = refused_at_start(tmp_path, "prefill", "--role", "prefill", "--kv-transport", "tcp")
     assert "sliding-window KV groups" in log and "gemma3" in log
+
+
+def test_prompt_scores_past_the_window_equal_the_engines_own_sampling(gemma):
+    """Issue 37 on the sliding-window model and its 262k vocabulary: a 700-token prompt scored by
+    echo (max_tokens 0) gives, at position 600 (past the 512-token window), exactly the top
+    logprob a request whose prompt stops there samples with."""
+    ids = [2] + [100 + i for i in range(700)]
+    url = gemma.base_url + "/v1/completions"
+    common = {"logprobs": 1, "return_tokens_as_token_ids": True}
+    scored = requests.post(url, json={"prompt": ids, "echo": True, "max_tokens": 0, **common},
+                           timeout=300)
+    assert scored.status_code == 200, scored.text
+    logprobs = scored.json()["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"][0] is None and len(logprobs["token_logprobs"]) == len(ids)
+    for j in (300, 600):
+        sampled = requests.post(url, json={"prompt": ids[:j], "max_tokens": 1, "temperature": 0,
+                                           **common}, timeout=300)
+        assert sampled.status_code == 200, sampled.text
+        assert sampled.json()["choices"][0]["logprobs"]["top_logprobs"][0] == \
+            logprobs["top_logprobs"][j], j
+
+
+def test_embeddings_pool_gemmas_hidden_states(gemma):
+    """/v1/embeddings on Gemma 3: 640 values, unit length, one input's vector the same alone and
+    beside a long one (1,200 tokens: its KV crosses the window)."""
+    url = gemma.base_url + "/v1/embeddings"
+    alone = requests.post(url, json={"input": "The cat sat on the mat."}, timeout=300)
+    both = requests.post(url, json={"input": ["The cat sat on the mat.", "A long text " * 400]},
+                         timeout=300)
+    assert alone.status_code == 200 and both.status_code == 200, both.text
+    vector = alone.json()["data"][0]["embedding"]
+    assert len(vector) == 640
+    assert abs(sum(v * v for v in vector) - 1.0) < 1e-5
+    assert both.json()["data"][0]["embedding"] == vector
