@@ -108,6 +108,15 @@ std::shared_ptr<RequestRecord> item_record(const OpenAiContext& context, std::st
                                   : engine::RequestKind::kGenerate});
 }
 
+// An item the engine refused or failed: its record and its output line.
+void complete_with_error(BatchRun& run, size_t index, const BatchItem& item, RequestRecord& record,
+                         engine::RequestId request_id, const ApiError& api,
+                         std::string_view response_id) {
+  record.note_request_id(request_id);
+  record.fail(api, run.out().client_gone());
+  run.complete(index, batch_result_json(item, api.status, response_id, error_response(api).body));
+}
+
 // One item's sink: collects the whole answer, then hands its output line to the run.
 class BatchItemSink final : public engine::RequestSink {
  public:
@@ -141,11 +150,8 @@ class BatchItemSink final : public engine::RequestSink {
                                              collected_.body_json(identity_, completion, token_text_)));
   }
   void on_error(engine::RequestId request_id, engine::RequestError error) override {
-    const ApiError api = api_error_for(identity_.kind, error);
-    record_->note_request_id(request_id);
-    record_->fail(api, run_->out().client_gone());
-    run_->complete(index_, batch_result_json(item_, api.status, identity_.id,
-                                             error_response(api).body));
+    complete_with_error(*run_, index_, item_, *record_, request_id,
+                        api_error_for(identity_.kind, error), identity_.id);
   }
 
  private:
@@ -190,10 +196,7 @@ class BatchEmbeddingSink final : public engine::RequestSink {
                                                                        completion)));
   }
   void on_error(engine::RequestId request_id, engine::RequestError error) override {
-    const ApiError api = api_error_for_embedding(error);
-    record_->note_request_id(request_id);
-    record_->fail(api, run_->out().client_gone());
-    run_->complete(index_, batch_result_json(item_, api.status, "", error_response(api).body));
+    complete_with_error(*run_, index_, item_, *record_, request_id, api_error_for_embedding(error), "");
   }
 
  private:

@@ -10,6 +10,7 @@
 
 #include "net/json_writer.hpp"
 #include "net/multipart.hpp"
+#include "net/openai_routes.hpp"
 
 namespace troupe::net {
 namespace {
@@ -205,23 +206,15 @@ HttpResponse one_file(batch::FileStore& store, const HttpRequest& request) {
 
 void add_files_routes(Router& router, engine::Engine& engine,
                       std::shared_ptr<batch::FileStore> store, FilesConfig config) {
-  // Off the io thread: uploads and downloads move whole files.
-  auto off_io = [&engine](auto work) {
-    return [&engine, work](HttpRequest request, std::shared_ptr<ResponseStream> out) {
-      engine.post_tokenizer_work([work, request = std::move(request), out = std::move(out)] {
-        if (out->client_gone()) return;
-        out->respond(work(request));
-      });
-    };
-  };
-  router.add_async("POST", std::string(kFilesPath), off_io([store, config](const HttpRequest& r) {
+  // Off the io threads: uploads and downloads move whole files.
+  router.add_async("POST", std::string(kFilesPath), on_engine_worker(engine, [store, config](const HttpRequest& r) {
                      return upload(*store, config, r);
                    }));
-  router.add_async("GET", std::string(kFilesPath), off_io([store](const HttpRequest& r) {
+  router.add_async("GET", std::string(kFilesPath), on_engine_worker(engine, [store](const HttpRequest& r) {
                      return list(*store, r);
                    }));
   for (const char* method : {"GET", "DELETE"}) {
-    router.add_async(method, std::string(kFilesPath) + "/*", off_io([store](const HttpRequest& r) {
+    router.add_async(method, std::string(kFilesPath) + "/*", on_engine_worker(engine, [store](const HttpRequest& r) {
                        return one_file(*store, r);
                      }));
   }

@@ -24,9 +24,11 @@ namespace {
 
 namespace dom = simdjson::dom;
 using Error = std::optional<ApiError>;
+using openai_fields::as_integer;
 using openai_fields::bad_type;
 using openai_fields::field;
 using openai_fields::invalid;
+using openai_fields::read_string;
 
 constexpr std::string_view kRoute = "/v1/embeddings";
 
@@ -35,22 +37,6 @@ constexpr std::string_view kKnownFields[] = {
     "input",   "model",     "encoding_format", "dimensions", "user",
     "pooling", "normalize", "embd_normalize",  "priority",
 };
-
-std::optional<int64_t> as_integer(dom::element e) {
-  switch (e.type()) {
-    case dom::element_type::INT64: return int64_t(e);
-    case dom::element_type::UINT64: return std::numeric_limits<int64_t>::max();  // out of range
-    default: return std::nullopt;
-  }
-}
-
-Error read_string(dom::object o, std::string_view key, std::string& out) {
-  const auto e = field(o, key);
-  if (!e) return std::nullopt;
-  if (!e->is_string()) return bad_type(key, "a string");
-  out = std::string(std::string_view(*e));
-  return std::nullopt;
-}
 
 // A field that is not ours. A null one asks for nothing (see the NOTE above), so it passes.
 Error check_fields(dom::object o) {
@@ -77,13 +63,8 @@ Error read_text(dom::element e, const std::string& param,
                 std::vector<engine::EmbeddingInput>& out) {
   std::string text{std::string_view(e)};
   if (text.empty()) return invalid(param, fmt::format("'{}' must not be an empty string.", param));
-  // Decoded text must be UTF-8 too, whatever escapes the JSON parser lets through (the
-  // tokenizer and the access log assume it), as openai_request.cpp checks its prompts.
-  if (const auto bad = first_invalid_utf8(text)) {
-    return invalid(param,
-                   fmt::format("'{}' is not valid UTF-8 (invalid byte at offset {}).", param, *bad),
-                   "invalid_utf8");
-  }
+  // The tokenizer and the access log assume UTF-8, whatever escapes the JSON parser let through.
+  if (auto err = openai_fields::check_text(param, text)) return err;
   out.push_back(engine::EmbeddingInput{.text = std::move(text), .token_ids = {}});
   return std::nullopt;
 }
@@ -379,9 +360,7 @@ std::string encode_embedding_response(std::string_view model_id, const Embedding
 }
 
 ApiError api_error_for_embedding(const engine::RequestError& error) {
-  ApiError api = api_error_from(error);
-  if (api.param.empty() && error.code == engine::ErrorCode::kPromptTooLong) api.param = "input";
-  return api;
+  return api_error_for(error, "input");
 }
 
 EmbeddingSink::EmbeddingSink(std::shared_ptr<OpenAiContext> context,

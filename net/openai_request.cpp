@@ -25,26 +25,16 @@ namespace dom = simdjson::dom;
 using Error = std::optional<ApiError>;
 using openai_fields::bad_type;
 using openai_fields::field;
+using openai_fields::as_integer;
+using openai_fields::check_text;
 using openai_fields::invalid;
+using openai_fields::read_string;
 
 std::optional<double> as_number(dom::element e) {
   switch (e.type()) {
     case dom::element_type::INT64: return static_cast<double>(int64_t(e));
     case dom::element_type::UINT64: return static_cast<double>(uint64_t(e));
     case dom::element_type::DOUBLE: return double(e);
-    default: return std::nullopt;
-  }
-}
-
-std::optional<int64_t> as_integer(dom::element e) {
-  switch (e.type()) {
-    case dom::element_type::INT64: return int64_t(e);
-    case dom::element_type::UINT64: {
-      const uint64_t v = uint64_t(e);
-      return v > uint64_t(std::numeric_limits<int64_t>::max())
-                 ? std::numeric_limits<int64_t>::max()
-                 : static_cast<int64_t>(v);
-    }
     default: return std::nullopt;
   }
 }
@@ -93,24 +83,6 @@ Error read_bool(dom::object o, std::string_view key, bool& out) {
   if (!e) return std::nullopt;
   if (!e->is_bool()) return bad_type(key, "a boolean");
   out = bool(*e);
-  return std::nullopt;
-}
-
-Error read_string(dom::object o, std::string_view key, std::string& out) {
-  const auto e = field(o, key);
-  if (!e) return std::nullopt;
-  if (!e->is_string()) return bad_type(key, "a string");
-  out = std::string(std::string_view(*e));
-  return std::nullopt;
-}
-
-// Decoded strings must be UTF-8 too (a "\ud800" escape decodes to a lone surrogate).
-Error check_text(std::string_view param, std::string_view text) {
-  if (const auto bad = first_invalid_utf8(text)) {
-    return invalid(std::string(param),
-                   fmt::format("'{}' is not valid UTF-8 (invalid byte at offset {}).", param, *bad),
-                   "invalid_utf8");
-  }
   return std::nullopt;
 }
 

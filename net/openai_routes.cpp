@@ -134,17 +134,6 @@ HttpResponse handle_detokenize(const OpenAiContext& context, const HttpRequest& 
   return json_response(200, w.take());
 }
 
-using TokenizerHandler = HttpResponse (*)(const OpenAiContext&, const HttpRequest&);
-
-void on_tokenizer_thread(const std::shared_ptr<OpenAiContext>& context, HttpRequest request,
-                         std::shared_ptr<ResponseStream> out, TokenizerHandler handler) {
-  context->engine.post_tokenizer_work(
-      [context, request = std::move(request), out = std::move(out), handler] {
-        if (out->client_gone()) return;  // nobody to answer: skip the work
-        out->respond(handler(*context, request));
-      });
-}
-
 // Disaggregated prefill/decode: the handshake a decode server makes before pulling KV.
 HttpResponse handle_kv_metadata(const OpenAiContext& context) {
   const std::optional<disagg::KvMetadata> metadata = context.engine.kv_metadata();
@@ -179,6 +168,16 @@ HttpResponse handle_metrics(const OpenAiContext& context) {
 
 }  // namespace
 
+Router::AsyncHandler on_engine_worker(engine::Engine& engine,
+                                      std::function<HttpResponse(const HttpRequest&)> handler) {
+  return [&engine, handler = std::move(handler)](HttpRequest request, std::shared_ptr<ResponseStream> out) {
+    engine.post_tokenizer_work([handler, request = std::move(request), out = std::move(out)] {
+      if (out->client_gone()) return;  // nobody to answer: skip the work
+      out->respond(handler(request));
+    });
+  };
+}
+
 void add_openai_routes(Router& router, engine::Engine& engine, const ServerState& state,
                        const OpenAiApiConfig& config, std::shared_ptr<ServingMetrics> metrics) {
   if (!metrics) metrics = std::make_shared<ServingMetrics>();
@@ -201,18 +200,18 @@ void add_openai_routes(Router& router, engine::Engine& engine, const ServerState
                    });
   // Tokenizing megabytes takes seconds: the engine's tokenizer thread does it, never an io
   // thread (which would stall every other client of that thread, /health included).
-  router.add_async("POST", "/tokenize", [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
-    on_tokenizer_thread(context, std::move(request), std::move(out), handle_tokenize);
-  });
-  router.add_async("POST", "/detokenize", [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
-    on_tokenizer_thread(context, std::move(request), std::move(out), handle_detokenize);
-  });
+  router.add_async("POST", "/tokenize", on_engine_worker(engine, [context](const HttpRequest& r) {
+                     return handle_tokenize(*context, r);
+                   }));
+  router.add_async("POST", "/detokenize", on_engine_worker(engine, [context](const HttpRequest& r) {
+                     return handle_detokenize(*context, r);
+                   }));
   router.add("GET", "/metrics", [context](const HttpRequest&) { return handle_metrics(*context); });
   router.add("GET", "/v1/kv/metadata", [context](const HttpRequest&) { return handle_kv_metadata(*context); });
   // The release waits for the kv-cache actor's answer: off the io thread, like /tokenize.
-  router.add_async("POST", "/v1/kv/release", [context](HttpRequest request, std::shared_ptr<ResponseStream> out) {
-    on_tokenizer_thread(context, std::move(request), std::move(out), handle_kv_release);
-  });
+  router.add_async("POST", "/v1/kv/release", on_engine_worker(engine, [context](const HttpRequest& r) {
+                     return handle_kv_release(*context, r);
+                   }));
 }
 
 }  // namespace troupe::net

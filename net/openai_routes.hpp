@@ -6,6 +6,7 @@
 // refers to them).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "actors/engine/engine.hpp"
@@ -15,6 +16,12 @@
 #include "net/server_state.hpp"
 
 namespace troupe::net {
+
+// `handler` run on the engine's tokenizer thread, never an io thread (tokenizing megabytes, moving
+// whole files, waiting on an actor's answer would stall every connection of that thread); skipped
+// when the client has left by then. `engine` must outlive the router.
+Router::AsyncHandler on_engine_worker(engine::Engine& engine,
+                                      std::function<HttpResponse(const HttpRequest&)> handler);
 
 // `metrics`: the request counters and latency histograms /metrics shows, shared with the other
 // surfaces (the WebSocket chat) so that it counts every request; null: the routes' own.

@@ -30,12 +30,16 @@ HttpResponse engine_error_response(const ApiError& error) {
   return response;
 }
 
-ApiError api_error_for(ApiKind kind, const engine::RequestError& error) {
+ApiError api_error_for(const engine::RequestError& error, std::string_view input_field) {
   ApiError api = api_error_from(error);
   if (api.param.empty() && error.code == engine::ErrorCode::kPromptTooLong) {
-    api.param = kind == ApiKind::kChat ? "messages" : "prompt";
+    api.param = std::string(input_field);
   }
   return api;
+}
+
+ApiError api_error_for(ApiKind kind, const engine::RequestError& error) {
+  return api_error_for(error, kind == ApiKind::kChat ? "messages" : "prompt");
 }
 
 CompletionSink::CompletionSink(std::shared_ptr<OpenAiContext> context,

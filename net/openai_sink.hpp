@@ -114,8 +114,10 @@ class CompletionSink final : public engine::RequestSink {
 // The response for an engine error (429 carries Retry-After).
 HttpResponse engine_error_response(const ApiError& error);
 
-// An engine error as the client sees it; a prompt-too-long error that names no field names the
-// one holding the prompt ("messages" on chat, "prompt" on completions).
+// An engine error as the client sees it; a prompt-too-long error that names no field names
+// `input_field`, the one holding the prompt.
+ApiError api_error_for(const engine::RequestError& error, std::string_view input_field);
+// ... "messages" on chat, "prompt" on completions.
 ApiError api_error_for(ApiKind kind, const engine::RequestError& error);
 
 }  // namespace troupe::net

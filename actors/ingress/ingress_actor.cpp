@@ -218,9 +218,7 @@ void IngressActor::admit(LiveRequest& live, BuiltPrompt& prompt, engine::Generat
     return;
   }
   if (request.echo || request.prompt_logprobs >= 0) {
-    // As given, or its ids' text; a chat prompt's rendering is what was tokenized.
-    std::string text = request.prompt_text ? *request.prompt_text : prompts_->tokenizer().decode(prompt.token_ids);
-    output_.set_prompt(live.request_id, prompt.token_ids, std::move(text));
+    output_.set_prompt(live.request_id, prompt.token_ids, std::move(prompt.echo_text));
   }
   scheduler::NewRequest admit;
   admit.prompt_logprobs = request.prompt_logprobs;

@@ -231,6 +231,9 @@ std::variant<BuiltPrompt, RequestError> PromptBuilder::build(
     }
   }
   if (prompt.token_ids.empty()) return invalid("the prompt is empty", request.messages.empty() ? "prompt" : "messages");
+  if (request.echo || request.prompt_logprobs >= 0) {
+    prompt.echo_text = request.prompt_text ? *request.prompt_text : tokenizer_.decode(prompt.token_ids);
+  }
 
   const auto prompt_length = static_cast<int32_t>(prompt.token_ids.size());
   if (request.prompt_only && prompt_length <= limits_.max_model_len) {

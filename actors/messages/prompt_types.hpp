@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace troupe::model::grammar {
@@ -21,6 +22,9 @@ struct BuiltPrompt {
   std::shared_ptr<const model::grammar::CompiledGrammar> grammar;
   // An embeddings request: each input's tokens (token_ids is then empty).
   std::vector<std::vector<int32_t>> inputs;
+  // A request that echoes or scores its prompt (issue 37): the prompt's text as given, or its ids
+  // detokenized — here on the prompt worker, not on the ingress thread every stream waits on.
+  std::string echo_text;
 };
 
 }  // namespace troupe::ingress
