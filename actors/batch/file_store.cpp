@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "actors/batch/sqlite_statement.hpp"
+
 namespace troupe::batch {
 namespace {
 
@@ -27,46 +29,10 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE INDEX IF NOT EXISTS files_by_owner ON files (owner, seq);
 )sql";
 
-// A prepared statement, finalized on scope exit.
-class Statement {
- public:
-  Statement(sqlite3* db, std::string_view sql) {
-    if (sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr) != SQLITE_OK) {
-      throw StorageOpenError(fmt::format("sqlite: {} (in: {})", sqlite3_errmsg(db), sql));
-    }
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Statement& bind(int i, std::string_view text) {
-    sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& bind(int i, int64_t value) {
-    sqlite3_bind_int64(stmt_, i, value);
-    return *this;
-  }
-  int step() { return sqlite3_step(stmt_); }
-  std::string text(int column) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
-    return p == nullptr ? std::string() : std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
-  }
-  int64_t integer(int column) const { return sqlite3_column_int64(stmt_, column); }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
 constexpr std::string_view kColumns = "id, owner, purpose, filename, bytes, created_at";
 
 StoredFile file_of(const Statement& s) {
   return StoredFile{s.text(0), s.text(1), s.text(2), s.text(3), s.integer(4), s.integer(5)};
-}
-
-std::string new_file_id() {
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  return fmt::format("file-{:016x}{:08x}", random(), static_cast<uint32_t>(random()));
 }
 
 // Writes `content` to `path` durably: a temporary file, fsync, rename, fsync of the directory.
@@ -141,6 +107,11 @@ std::unique_ptr<FileStore> FileStore::open(const std::filesystem::path& dir) {
   return store;
 }
 
+std::string FileStore::new_id() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  return fmt::format("file-{:016x}{:08x}", random(), static_cast<uint32_t>(random()));
+}
+
 FileStore::FileStore(std::filesystem::path dir, sqlite3* db) : dir_(std::move(dir)), db_(db) {}
 
 FileStore::~FileStore() { sqlite3_close(db_); }
@@ -169,7 +140,7 @@ std::variant<StoredFile, StorageError> FileStore::create(std::string_view owner,
                                                         std::string_view purpose,
                                                         std::string_view filename,
                                                         std::string_view content, int64_t now) {
-  StoredFile file{new_file_id(), std::string(owner), std::string(purpose), std::string(filename),
+  StoredFile file{new_id(), std::string(owner), std::string(purpose), std::string(filename),
                   static_cast<int64_t>(content.size()), now};
   if (auto error = write_durably(content_path(file.id), content)) return *error;
   std::lock_guard lock(mutex_);

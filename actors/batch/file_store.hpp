@@ -79,10 +79,13 @@ class FileStore {
   bool remove(std::string_view owner, std::string_view id);
 
   const std::filesystem::path& dir() const { return dir_; }
+  // Where file `id`'s bytes live; a fresh id. For the batch store, which records a batch's output
+  // files and its own state in one transaction (actors/batch/batch_store.hpp).
+  std::filesystem::path content_path(std::string_view id) const;
+  static std::string new_id();
 
  private:
   FileStore(std::filesystem::path dir, sqlite3* db);
-  std::filesystem::path content_path(std::string_view id) const;
   void sweep_orphans();
 
   std::filesystem::path dir_;

@@ -52,7 +52,9 @@ def start_long_stream(server, max_tokens):
 
 def test_a_full_queue_answers_429_with_retry_after(start_server, tmp_path):
     config = tmp_path / "tight.json"
-    config.write_text(json.dumps({"scheduler": {"max_num_seqs": 1, "max_queue": 1}}))
+    # A short drain: stopping the server must not wait for the 4000-token stream to end.
+    config.write_text(json.dumps({"scheduler": {"max_num_seqs": 1, "max_queue": 1},
+                                  "drain_timeout_ms": 500}))
     server = start_server("--config", str(config)).wait_ready()
     start_long_stream(server, 4000)                            # the one running slot
     def wait_in_queue():
