@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/batch/batch_actor.hpp"
 #include "actors/engine/engine_config.hpp"
 #include "net/admin_server.hpp"
 #include "actors/disagg/disagg_config.hpp"
@@ -62,6 +63,7 @@ struct ServerConfig {
   // Durable files (issue 40): where the database and the files live, and an upload's limit.
   std::filesystem::path storage_dir = "troupe-storage";
   net::FilesConfig files;
+  batch::BatchActorConfig batches;  // /v1/batches: items in flight, items per batch
 };
 
 // "host:port" or "http://host:port[/]" as --prefill-url and disagg.prefill_urls give a prefill

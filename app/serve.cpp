@@ -11,7 +11,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/batch/batch_actor.hpp"
+#include "actors/batch/batch_store.hpp"
 #include "actors/engine/engine.hpp"
+#include "actors/runtime/executor_threads.hpp"
 #include "app/file_limit.hpp"
 #include "app/settings.hpp"
 #include "app/version.hpp"
@@ -19,6 +22,8 @@
 #include "model/model_info.hpp"
 #include "net/admin_server.hpp"
 #include "net/api_routes.hpp"
+#include "net/batch_item_runner.hpp"
+#include "net/batches_routes.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_routes.hpp"
 #include "net/http_peer_client.hpp"
@@ -163,17 +168,54 @@ bool start_admin(const ServerConfig& config, const ServeOptions& options, engine
   return true;
 }
 
-// The HTTP server with every route and the WebSocket chat (not started).
+// The durable stores (issue 40) and the batch actor on a thread of its own (it blocks on fsync).
+struct Storage {
+  std::shared_ptr<batch::FileStore> files;
+  std::shared_ptr<batch::BatchStore> batches;
+  std::unique_ptr<actors::runtime::ExecutorThreads> batch_thread;
+  std::shared_ptr<batch::BatchActor> batch_actor;
+
+  // Stops feeding batch items to the engine (it is about to drain).
+  void stop_feeding() {
+    if (batch_actor) batch_actor->stop_feeding();
+  }
+  // After the engine drained: the completions it delivered are committed, then the actor ends.
+  void shut_down() {
+    if (!batch_actor) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const actors::runtime::ShutdownOutcome outcome = batch_actor->shutdown(deadline);
+    if (outcome != actors::runtime::ShutdownOutcome::kDrained) {
+      spdlog::warn("batch actor: {} ({})", actors::runtime::to_string(outcome),
+                   batch_actor->lifecycle().failure());
+    }
+    batch_thread->join(deadline + std::chrono::seconds(2));
+  }
+};
+
+// The HTTP server with every route and the WebSocket chat (not started); the batch actor started.
 std::unique_ptr<net::HttpServer> make_http_server(const ServerConfig& config,
                                                   engine::Engine& engine, net::ServerState& state,
                                                   std::shared_ptr<const net::AccessPolicy> access,
-                                                  std::shared_ptr<batch::FileStore> files) {
+                                                  Storage& storage) {
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, state);
   // One set of request counters for every surface: /metrics counts WebSocket chats too.
   auto serving_metrics = std::make_shared<net::ServingMetrics>();
-  net::add_openai_routes(*router, engine, state, config.api, serving_metrics);
-  net::add_files_routes(*router, engine, std::move(files), config.files);
+  auto openai = net::add_openai_routes(*router, engine, state, config.api, serving_metrics);
+  net::add_files_routes(*router, engine, storage.files, config.files);
+  storage.batch_thread = std::make_unique<actors::runtime::ExecutorThreads>("batch", 1);
+  storage.batch_actor = std::make_shared<batch::BatchActor>(
+      storage.batches, storage.files, std::make_shared<net::OpenAiItemRunner>(openai), config.batches, [] {
+        return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+      });
+  storage.batch_actor->start(storage.batch_thread->executor());
+  serving_metrics->set_batch_stats([actor = std::weak_ptr(storage.batch_actor)] {
+    auto live = actor.lock();
+    return live ? live->stats() : batch::BatchStats{};
+  });
+  net::add_batches_routes(*router, engine, storage.files, storage.batches, storage.batch_actor);
   net::add_web_page_routes(*router);
   auto server =
       std::make_unique<net::HttpServer>(http_server_config_of(config), router, state.connections);
@@ -193,7 +235,8 @@ std::unique_ptr<net::HttpServer> make_http_server(const ServerConfig& config,
 // engine shuts down. WebSocket sessions close with 1001 as soon as their own generations have
 // ended (idle ones at once), while the engine still drains; new upgrades get 503.
 void serve_until_stopped(const ServerConfig& config, boost::asio::io_context& signals_io,
-                         net::ServerState& state, net::HttpServer& server, engine::Engine& engine) {
+                         net::ServerState& state, net::HttpServer& server, engine::Engine& engine,
+                         Storage& storage) {
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
     if (!ec) spdlog::info("received signal {}, shutting down", signal_number);
@@ -201,11 +244,13 @@ void serve_until_stopped(const ServerConfig& config, boost::asio::io_context& si
   signals_io.run();
   state.phase.store(net::ServerPhase::kDraining, std::memory_order_release);
   server.begin_shutdown();
+  storage.stop_feeding();  // batch items in flight finish; no new ones start
   spdlog::info("draining: new requests get 503; in-flight ones have {} ms to finish",
                config.drain_timeout.count());
   if (!engine.drain(config.drain_timeout)) {
     spdlog::warn("drain timed out after {} ms; cancelled what was left", config.drain_timeout.count());
   }
+  storage.shut_down();  // unfinished batch items stay pending in the database for the restart
   server.stop();
 }
 
@@ -232,9 +277,10 @@ int run_serve(const ServeOptions& options) {
                                     std::chrono::system_clock::now().time_since_epoch())
                                     .count();
   // Before the model loads: a server that cannot keep files fails at once, naming storage.dir.
-  std::shared_ptr<batch::FileStore> files;
+  Storage storage;
   try {
-    files = batch::FileStore::open(config.storage_dir);
+    storage.files = batch::FileStore::open(config.storage_dir);
+    storage.batches = batch::BatchStore::open(storage.files);
   } catch (const batch::StorageOpenError& e) {
     spdlog::error("{}", e.what());
     return 1;
@@ -253,11 +299,12 @@ int run_serve(const ServeOptions& options) {
   std::unique_ptr<net::AdminServer> admin;
   if (!start_admin(config, options, *engine, signals_io, admin)) return 1;
   std::unique_ptr<net::HttpServer> server =
-      make_http_server(config, *engine, *state, access, std::move(files));
+      make_http_server(config, *engine, *state, access, storage);
   try {
     server->start();
   } catch (const std::exception& e) {  // std::system_error (bind), TlsConfigError
     spdlog::error("{}", e.what());
+    storage.shut_down();  // before the engine its items would reach goes
     return 1;
   }
   log_access(*access, config);
@@ -266,7 +313,7 @@ int run_serve(const ServeOptions& options) {
                config.http.ssl_cert_file.empty() ? "http" : "https", config.http.host,
                server->port(), state->backend);
 
-  serve_until_stopped(config, signals_io, *state, *server, *engine);
+  serve_until_stopped(config, signals_io, *state, *server, *engine, storage);
   if (admin) admin->stop();
   engine.reset();
   spdlog::info("stopped");

@@ -272,6 +272,15 @@ void add_api_settings(std::vector<Setting>& s) {
       "`http.max_body_bytes` must be at least as large",
       [](auto& c) -> auto& { return c.files.max_file_bytes; }));
   add(uint_setting(
+      "batches.max_in_flight", 1, 4096,
+      "items of `/v1/batches` batches in the engine at once (all batches together); they run at "
+      "the lowest priority, so interactive requests come first",
+      [](auto& c) -> auto& { return c.batches.max_in_flight; }));
+  add(uint_setting(
+      "batches.max_items", 1, 1'000'000,
+      "requests in one `/v1/batches` input file; a larger file fails its batch",
+      [](auto& c) -> auto& { return c.batches.max_items; }));
+  add(uint_setting(
       "api.max_waiting_per_client", 0, 1 << 20,
       "waiting requests one client may have; more get 429 (others are still served); `0`: no cap",
       [](auto& c) -> auto& { return c.api.max_waiting_per_client; }));

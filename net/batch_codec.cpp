@@ -169,6 +169,19 @@ std::variant<ParsedBatch, ApiError> parse_batch(std::string_view body,
   return parse_jsonl(body, served_model_id, config);
 }
 
+BatchItem decode_batch_line(std::string_view line, std::string_view served_model_id,
+                            const OpenAiApiConfig& config) {
+  dom::parser parser;
+  dom::element entry;
+  if (const auto error = parser.parse(simdjson::padded_string(line)).get(entry)) {
+    BatchItem item;
+    item.line_error = item_error(400, describe_bad_json(line, simdjson::error_message(error)), {},
+                                 "invalid_json");
+    return item;
+  }
+  return decode_item(entry, served_model_id, config);
+}
+
 std::string batch_result_json(const BatchItem& item, int status_code, std::string_view request_id,
                               std::string_view body_json) {
   thread_local std::mt19937_64 random{std::random_device{}()};

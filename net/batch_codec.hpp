@@ -38,6 +38,11 @@ std::variant<ParsedBatch, ApiError> parse_batch(std::string_view body,
                                                 std::string_view served_model_id,
                                                 const OpenAiApiConfig& config);
 
+// One line of a batch input file (the durable /v1/batches reads its items one at a time): the
+// decoded item, or its own error as parse_batch() would give it.
+BatchItem decode_batch_line(std::string_view line, std::string_view served_model_id,
+                            const OpenAiApiConfig& config);
+
 // One output line (no newline). `body_json`: the response body for a status_code answer.
 std::string batch_result_json(const BatchItem& item, int status_code, std::string_view request_id,
                               std::string_view body_json);

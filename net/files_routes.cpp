@@ -50,42 +50,6 @@ HttpResponse storage_failed(const batch::StorageError& error) {
                         "storage_error");
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// The query parameter `name` of `target`, percent- and '+'-decoded; nullopt when absent.
-std::optional<std::string> query_param(std::string_view target, std::string_view name) {
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view rest = target.substr(q + 1);
-  while (!rest.empty()) {
-    const size_t amp = rest.find('&');
-    const std::string_view pair = rest.substr(0, amp);
-    rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    const std::string_view raw = eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
-    std::string value;
-    for (size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] == '+') {
-        value += ' ';
-      } else if (raw[i] == '%' && i + 2 < raw.size() && hex_value(raw[i + 1]) >= 0 &&
-                 hex_value(raw[i + 2]) >= 0) {
-        value += static_cast<char>(hex_value(raw[i + 1]) * 16 + hex_value(raw[i + 2]));
-        i += 2;
-      } else {
-        value += raw[i];
-      }
-    }
-    return value;
-  }
-  return std::nullopt;
-}
-
 // The file id of /v1/files/{id}[/content]; `content` says which.
 std::optional<std::string_view> file_id_of(std::string_view path, bool& content) {
   std::string_view rest = path.substr(kFilesPath.size());
@@ -146,9 +110,9 @@ HttpResponse upload(batch::FileStore& store, const FilesConfig& config, const Ht
 
 HttpResponse list(const batch::FileStore& store, const HttpRequest& request) {
   batch::FileListQuery query;
-  query.purpose = query_param(request.target, "purpose");
+  query.purpose = request.query("purpose");
   if (query.purpose && query.purpose->empty()) query.purpose.reset();
-  if (const auto limit = query_param(request.target, "limit")) {
+  if (const auto limit = request.query("limit")) {
     int32_t value = 0;
     const auto [end, ec] = std::from_chars(limit->data(), limit->data() + limit->size(), value);
     if (ec != std::errc{} || end != limit->data() + limit->size() || value < 1 || value > kMaxListLimit) {
@@ -157,9 +121,9 @@ HttpResponse list(const batch::FileStore& store, const HttpRequest& request) {
     }
     query.limit = value;
   }
-  query.after = query_param(request.target, "after");
+  query.after = request.query("after");
   if (query.after && query.after->empty()) query.after.reset();
-  if (const auto order = query_param(request.target, "order")) {
+  if (const auto order = request.query("order")) {
     if (*order != "asc" && *order != "desc") {
       return error_response(400, "'order' must be 'asc' or 'desc'.", "invalid_request_error", "order",
                             "invalid_value");

@@ -6,6 +6,45 @@
 #include "net/json_writer.hpp"
 
 namespace troupe::net {
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::optional<std::string> HttpRequest::query(std::string_view name) const {
+  const std::string_view all = target;
+  const size_t q = all.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view rest = all.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view{} : rest.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    const std::string_view raw = eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    std::string value;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '+') {
+        value += ' ';
+      } else if (raw[i] == '%' && i + 2 < raw.size() && hex_value(raw[i + 1]) >= 0 &&
+                 hex_value(raw[i + 2]) >= 0) {
+        value += static_cast<char>(hex_value(raw[i + 1]) * 16 + hex_value(raw[i + 2]));
+        i += 2;
+      } else {
+        value += raw[i];
+      }
+    }
+    return value;
+  }
+  return std::nullopt;
+}
 
 std::string_view HttpRequest::header(std::string_view name) const {
   for (const auto& [key, value] : headers) {

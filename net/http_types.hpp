@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +30,8 @@ struct HttpRequest {
   }
   // Case-insensitive header look-up; empty when absent.
   std::string_view header(std::string_view name) const;
+  // The query parameter `name`, percent- and '+'-decoded; nullopt when absent.
+  std::optional<std::string> query(std::string_view name) const;
 };
 
 struct HttpResponse {

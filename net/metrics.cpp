@@ -223,6 +223,14 @@ void render_serving(PrometheusText& p, const ServingMetrics& serving,
               "a prompt's scores alone (echo with max_tokens 0).",
               kinds);
   }
+  if (serving.batch_stats) {
+    const batch::BatchStats b = serving.batch_stats();
+    p.counter("troupe:batch_items_total", "Items of /v1/batches batches answered, by outcome (the output or the error file).",
+              {{{{"outcome", "succeeded"}}, double(b.items_succeeded)}, {{{"outcome", "failed"}}, double(b.items_failed)}});
+    p.gauge("troupe:batch_items_in_flight", "Items of /v1/batches batches in the engine now.", double(b.items_in_flight));
+    p.gauge("troupe:batch_items_queued", "Items of live /v1/batches batches not yet in the engine.", double(b.items_queued));
+    p.gauge("troupe:batches_live", "Batches validating, in progress, finalizing or cancelling.", double(b.live_batches));
+  }
   p.histogram("troupe:time_to_first_token_seconds", "Time to first token.",
               serving.time_to_first_token_s.snapshot());
   p.histogram("troupe:inter_token_latency_seconds", "Time between streamed tokens.",

@@ -6,6 +6,8 @@
 // PrometheusText is a plain single-thread builder.
 #pragma once
 
+#include <functional>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/batch/batch_stats.hpp"
 #include "actors/messages/engine_types.hpp"
 #include "net/connection_metrics.hpp"
 
@@ -62,6 +65,10 @@ struct ServingMetrics {
   void count_kind(engine::RequestKind kind) {
     by_kind[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
   }
+  // The durable batches' progress (issue 40). Set once, before the server starts; unset: no
+  // batch metrics.
+  void set_batch_stats(std::function<batch::BatchStats()> stats) { batch_stats = std::move(stats); }
+  std::function<batch::BatchStats()> batch_stats;
 };
 
 // Prometheus text exposition format 0.0.4.

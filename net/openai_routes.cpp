@@ -178,8 +178,10 @@ Router::AsyncHandler on_engine_worker(engine::Engine& engine,
   };
 }
 
-void add_openai_routes(Router& router, engine::Engine& engine, const ServerState& state,
-                       const OpenAiApiConfig& config, std::shared_ptr<ServingMetrics> metrics) {
+std::shared_ptr<OpenAiContext> add_openai_routes(Router& router, engine::Engine& engine,
+                                                 const ServerState& state,
+                                                 const OpenAiApiConfig& config,
+                                                 std::shared_ptr<ServingMetrics> metrics) {
   if (!metrics) metrics = std::make_shared<ServingMetrics>();
   auto context = std::make_shared<OpenAiContext>(engine, state, config, std::move(metrics));
   router.add_async("POST", "/v1/chat/completions",
@@ -212,6 +214,7 @@ void add_openai_routes(Router& router, engine::Engine& engine, const ServerState
   router.add_async("POST", "/v1/kv/release", on_engine_worker(engine, [context](const HttpRequest& r) {
                      return handle_kv_release(*context, r);
                    }));
+  return context;
 }
 
 }  // namespace troupe::net

@@ -12,6 +12,7 @@
 #include "actors/engine/engine.hpp"
 #include "net/metrics.hpp"
 #include "net/openai_request.hpp"
+#include "net/openai_sink.hpp"
 #include "net/router.hpp"
 #include "net/server_state.hpp"
 
@@ -25,8 +26,10 @@ Router::AsyncHandler on_engine_worker(engine::Engine& engine,
 
 // `metrics`: the request counters and latency histograms /metrics shows, shared with the other
 // surfaces (the WebSocket chat) so that it counts every request; null: the routes' own.
-void add_openai_routes(Router& router, engine::Engine& engine, const ServerState& state,
-                       const OpenAiApiConfig& config,
-                       std::shared_ptr<ServingMetrics> metrics = nullptr);
+// Returns the routes' context, for the surfaces that submit as they do (the durable batches).
+std::shared_ptr<OpenAiContext> add_openai_routes(Router& router, engine::Engine& engine,
+                                                 const ServerState& state,
+                                                 const OpenAiApiConfig& config,
+                                                 std::shared_ptr<ServingMetrics> metrics = nullptr);
 
 }  // namespace troupe::net
