@@ -70,7 +70,8 @@ BatchStats BatchActor::stats() const {
 
 boost::asio::awaitable<void> BatchActor::tick_loop() {
   std::weak_ptr<Actor<BatchMessage>> weak = weak_from_this();
-  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+  const boost::asio::any_io_executor executor = co_await boost::asio::this_coro::executor;
+  boost::asio::steady_timer timer(executor);
   for (;;) {
     timer.expires_after(config_.tick);
     auto [ec] = co_await timer.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
@@ -81,12 +82,11 @@ boost::asio::awaitable<void> BatchActor::tick_loop() {
 }
 
 boost::asio::awaitable<void> BatchActor::run() {
-  // The ticker holds only a weak reference: it ends with the actor.
-  boost::asio::co_spawn(co_await boost::asio::this_coro::executor,
-                        [self = std::static_pointer_cast<BatchActor>(shared_from_this())] {
-                          return self->tick_loop();
-                        },
-                        boost::asio::detached);
+  // The ticker's loop holds only a weak reference: it ends with the mailbox. NOTE: no co_await
+  // in the co_spawn expression (g++ 12.2 destroys a capturing lambda there twice: TOOLCHAIN.md).
+  const boost::asio::any_io_executor executor = co_await boost::asio::this_coro::executor;
+  auto ticker = [self = std::static_pointer_cast<BatchActor>(shared_from_this())] { return self->tick_loop(); };
+  boost::asio::co_spawn(executor, std::move(ticker), boost::asio::detached);
   refresh();  // resume what a previous run left
   feed();
   publish_stats();

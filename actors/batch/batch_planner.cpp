@@ -19,7 +19,7 @@ const BatchPlanner::Feed* BatchPlanner::find(std::string_view batch_id) const {
 
 void BatchPlanner::add(const std::string& batch_id, std::vector<int64_t> pending) {
   if (find(batch_id) != nullptr) return;
-  feeds_.push_back(Feed{batch_id, std::deque<int64_t>(pending.begin(), pending.end()), {}, {}});
+  feeds_.push_back(Feed{batch_id, std::deque<int64_t>(pending.begin(), pending.end()), {}, {}, false});
 }
 
 void BatchPlanner::remove(std::string_view batch_id) {
@@ -50,7 +50,7 @@ void BatchPlanner::finished(std::string_view batch_id, int64_t index, bool retry
   Feed* feed = find(batch_id);
   if (feed == nullptr || feed->in_flight.erase(index) == 0) return;
   --in_flight_;
-  if (retry) feed->parked.push_back(index);
+  if (retry && !feed->stopped) feed->parked.push_back(index);
 }
 
 void BatchPlanner::release_parked() {
@@ -64,6 +64,7 @@ void BatchPlanner::release_parked() {
 std::vector<int64_t> BatchPlanner::stop(std::string_view batch_id) {
   Feed* feed = find(batch_id);
   if (feed == nullptr) return {};
+  feed->stopped = true;
   std::vector<int64_t> dropped(feed->pending.begin(), feed->pending.end());
   dropped.insert(dropped.end(), feed->parked.begin(), feed->parked.end());
   feed->pending.clear();

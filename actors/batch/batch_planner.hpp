@@ -60,6 +60,7 @@ class BatchPlanner {
     std::deque<int64_t> pending;
     std::vector<int64_t> parked;
     std::set<int64_t> in_flight;
+    bool stopped = false;  // stop(): nothing of it starts again
   };
   Feed* find(std::string_view batch_id);
   const Feed* find(std::string_view batch_id) const;
