@@ -150,6 +150,13 @@ void BatchActor::on_item(ItemFinished& finished) {
 
 // The store's live batches: new ones adopted, cancel requests and expiries acted on.
 void BatchActor::refresh() {
+  if (!store_->try_become_runner()) {
+    if (!standby_logged_) {
+      spdlog::info("batches: another server runs the batches of {}; this one stands by", files_->dir().string());
+      standby_logged_ = true;
+    }
+    return;
+  }
   const int64_t now = now_();
   for (BatchRecord& record : store_->live()) {
     auto it = live_.find(record.id);

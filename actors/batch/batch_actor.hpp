@@ -116,6 +116,7 @@ class BatchActor final : public actors::runtime::Actor<BatchMessage> {
   BatchPlanner planner_;
   std::map<std::string, Live, std::less<>> live_;
 
+  bool standby_logged_ = false;  // another server holds the runner lock (BatchStore)
   std::atomic<bool> wake_pending_{false};
   std::atomic<bool> feeding_{true};
   std::atomic<int64_t> items_succeeded_{0}, items_failed_{0}, items_in_flight_{0}, items_queued_{0},

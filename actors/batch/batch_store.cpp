@@ -1,6 +1,7 @@
 #include "actors/batch/batch_store.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -164,7 +165,24 @@ std::unique_ptr<BatchStore> BatchStore::open(std::shared_ptr<FileStore> files) {
 
 BatchStore::BatchStore(std::shared_ptr<FileStore> files, sqlite3* db) : files_(std::move(files)), db_(db) {}
 
-BatchStore::~BatchStore() { sqlite3_close(db_); }
+BatchStore::~BatchStore() {
+  sqlite3_close(db_);
+  if (runner_lock_fd_ >= 0) ::close(runner_lock_fd_);
+}
+
+bool BatchStore::try_become_runner() {
+  std::lock_guard lock(mutex_);
+  if (runner_lock_fd_ >= 0) return true;
+  const std::filesystem::path path = files_->dir() / "batches.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return false;
+  }
+  runner_lock_fd_ = fd;
+  return true;
+}
 
 std::optional<StorageError> BatchStore::exec(std::string_view sql) {
   char* error = nullptr;

@@ -118,6 +118,10 @@ class BatchStore {
                                                                         int64_t now);
 
   // --- the batch actor's side (no owner check: it runs every owner's batches) -----------------
+  // Whether this store may run the batches: servers sharing a storage.dir all take batches, and
+  // one of them runs them — the one holding an exclusive lock on <dir>/batches.lock (released by
+  // the kernel when its process ends, kill -9 included, so another takes over). Idempotent.
+  bool try_become_runner();
   // Batches not yet terminal, oldest first.
   std::vector<BatchRecord> live() const;
   std::optional<BatchRecord> find(std::string_view id) const;
@@ -142,6 +146,7 @@ class BatchStore {
   std::optional<StorageError> exec(std::string_view sql);
 
   std::shared_ptr<FileStore> files_;
+  int runner_lock_fd_ = -1;  // try_become_runner(): held until destruction
   mutable std::mutex mutex_;
   sqlite3* db_ = nullptr;  // guarded by mutex_
 };

@@ -33,7 +33,13 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "wb")
-        args = [str(BINARY), "serve", "--model", str(MODEL), "--port", str(self.port), *extra_args]
+        # Each server its own storage.dir (files, batches), beside its log, unless the test names
+        # one: a shared one would let one test's batches run in another test's server.
+        storage = []
+        if not any(str(a) == "--storage-dir" or str(a).startswith("storage.dir") for a in extra_args):
+            storage = ["--storage-dir", str(pathlib.Path(log_path).parent / f"{pathlib.Path(log_path).stem}-storage")]
+        args = [str(BINARY), "serve", "--model", str(MODEL), "--port", str(self.port), *storage,
+                *extra_args]
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
                                         preexec_fn=preexec_fn)
 
