@@ -92,11 +92,12 @@ std::variant<AdminCliOptions, CliUsageError, bool> parse_args(std::vector<std::s
       words.push_back(args[i]);
     }
   }
-  if (words.empty()) return CliUsageError{"which command? (stats, watch, requests, cancel ID, drain, log-level L, flush-prefix-cache)"};
+  if (words.empty()) return CliUsageError{"which command? (stats, watch, requests, batches, cancel ID, drain, log-level L, flush-prefix-cache)"};
   options.command = words[0];
   const bool takes_argument = options.command == "cancel" || options.command == "log-level";
   const bool known = takes_argument || options.command == "stats" || options.command == "watch" ||
-                     options.command == "requests" || options.command == "drain" ||
+                     options.command == "requests" || options.command == "batches" ||
+                     options.command == "drain" ||
                      options.command == "flush-prefix-cache";
   if (!known) return CliUsageError{fmt::format("unknown admin command '{}'", options.command)};
   if (takes_argument && words.size() != 2) {
@@ -344,6 +345,38 @@ std::string requests_table(dom::element r) {
   return out;
 }
 
+// `batches`: the actor's counters, then the newest batches of every owner.
+std::string batches_table(dom::element r) {
+  std::string out = fmt::format("batch items: {} in flight, {} queued; since start {} answered, {} failed; {} live batches\n",
+                                integer(r, "/items/in_flight"), integer(r, "/items/queued"),
+                                integer(r, "/items/succeeded"), integer(r, "/items/failed"),
+                                integer(r, "/live_batches"));
+  dom::array list;
+  if (r["batches"].get(list) != simdjson::SUCCESS || list.size() == 0) return out + "no batches\n";
+  std::vector<std::vector<std::string>> rows = {{"ID", "STATUS", "DONE", "TOTAL", "FAILED", "ENDPOINT", "OWNER"}};
+  for (dom::element item : list) {
+    rows.push_back({text(item, "/id"), text(item, "/status"), std::to_string(integer(item, "/completed")),
+                    std::to_string(integer(item, "/total")), std::to_string(integer(item, "/failed")),
+                    text(item, "/endpoint"), text(item, "/owner").empty() ? "-" : text(item, "/owner")});
+  }
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c > 0) line += "  ";
+      const bool number = c >= 2 && c <= 4;
+      line += c + 1 == row.size() ? row[c]
+              : number            ? fmt::format("{:>{}}", row[c], widths[c])
+                                  : fmt::format("{:<{}}", row[c], widths[c]);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 std::string render_reply(const AdminCliOptions& options, dom::element r) {
   const std::string& c = options.command;
   if (c == "stats") {
@@ -353,6 +386,7 @@ std::string render_reply(const AdminCliOptions& options, dom::element r) {
     return out;
   }
   if (c == "requests") return requests_table(r);
+  if (c == "batches") return batches_table(r);
   if (c == "cancel") {
     const bool was_live = r.at_pointer("/was_live").get_bool().value_unsafe();
     return was_live ? fmt::format("request {} cancelled\n", integer(r, "/id"))
@@ -488,6 +522,7 @@ Commands:
   watch [--interval MS]   a live table of the same, every MS ms (default 1000, at least 50);
         [--count N]       stop after N updates (default: until Ctrl-C)
   requests                every live request: id, origin, phase, priority, tokens, age
+  batches                 durable batches (/v1/batches): the newest 20 and item progress
   cancel ID               cancel a request by its id (from 'requests')
   drain                   stop admitting, finish in-flight requests, then exit 0
   log-level L             trace, debug, info, warn, error, critical or off

@@ -146,15 +146,19 @@ std::unique_ptr<engine::Engine> start_engine(const ServerConfig& config) {
 // where the file turned it off. False when a path the operator chose cannot be used (logged);
 // the default path may be taken by another server, which only warns.
 bool start_admin(const ServerConfig& config, const ServeOptions& options, engine::Engine& engine,
-                 boost::asio::io_context& signals_io, std::unique_ptr<net::AdminServer>& admin) {
+                 boost::asio::io_context& signals_io, net::AdminBatchesSource batches,
+                 std::unique_ptr<net::AdminServer>& admin) {
   const bool socket_asked =
       std::any_of(options.settings.begin(), options.settings.end(),
                   [](const SettingArgument& a) { return a.key == "admin.socket_path"; });
   if (!config.admin.enabled && !socket_asked) return true;
-  admin = std::make_unique<net::AdminServer>(config.admin, engine, [&signals_io] {
-    spdlog::info("drain requested on the admin socket");
-    signals_io.stop();
-  });
+  admin = std::make_unique<net::AdminServer>(
+      config.admin, engine,
+      [&signals_io] {
+        spdlog::info("drain requested on the admin socket");
+        signals_io.stop();
+      },
+      std::move(batches));
   try {
     admin->start();
   } catch (const std::exception& e) {
@@ -175,6 +179,15 @@ struct Storage {
   std::unique_ptr<actors::runtime::ExecutorThreads> batch_thread;
   std::shared_ptr<batch::BatchActor> batch_actor;
 
+  // What `troupe admin batches` shows.
+  net::AdminBatchesSource admin_view() const {
+    return [batches = batches, actor = std::weak_ptr(batch_actor)] {
+      net::AdminBatchesView view;
+      view.batches = batches->recent(20);
+      if (auto live = actor.lock()) view.stats = live->stats();
+      return view;
+    };
+  }
   // Stops feeding batch items to the engine (it is about to drain).
   void stop_feeding() {
     if (batch_actor) batch_actor->stop_feeding();
@@ -296,10 +309,13 @@ int run_serve(const ServeOptions& options) {
                m.num_layers, m.context_length, m.num_parameters, m.quantization);
 
   boost::asio::io_context signals_io;
-  std::unique_ptr<net::AdminServer> admin;
-  if (!start_admin(config, options, *engine, signals_io, admin)) return 1;
   std::unique_ptr<net::HttpServer> server =
       make_http_server(config, *engine, *state, access, storage);
+  std::unique_ptr<net::AdminServer> admin;
+  if (!start_admin(config, options, *engine, signals_io, storage.admin_view(), admin)) {
+    storage.shut_down();
+    return 1;
+  }
   try {
     server->start();
   } catch (const std::exception& e) {  // std::system_error (bind), TlsConfigError

@@ -57,6 +57,7 @@ std::variant<AdminCommand, AdminError> parse_fields(std::string_view cmd, dom::o
   if (cmd == "requests") return AdminCommand{AdminRequests{}};
   if (cmd == "drain") return AdminCommand{AdminDrain{}};
   if (cmd == "flush_prefix_cache") return AdminCommand{AdminFlushPrefixCache{}};
+  if (cmd == "batches") return AdminCommand{AdminBatches{}};
   if (cmd == "cancel") {
     dom::element id;
     if (object["id"].get(id) != simdjson::SUCCESS) {
@@ -193,9 +194,31 @@ std::string admin_requests_reply(const std::vector<engine::RequestInfo>& request
   return json.take();
 }
 
-AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine) {
+std::string admin_batches_reply(const AdminBatchesView& view) {
+  JsonWriter json;
+  json.begin_object().field("ok", true).key("items").begin_object();
+  json.field("succeeded", view.stats.items_succeeded).field("failed", view.stats.items_failed);
+  json.field("in_flight", view.stats.items_in_flight).field("queued", view.stats.items_queued);
+  json.end_object().field("live_batches", view.stats.live_batches).key("batches").begin_array();
+  for (const batch::BatchRecord& b : view.batches) {
+    json.begin_object().field("id", b.id).field("owner", b.owner).field("status", batch::to_string(b.status));
+    json.field("endpoint", b.endpoint).field("total", b.total).field("completed", b.completed);
+    json.field("failed", b.failed).field("created_at", b.created_at).end_object();
+  }
+  json.end_array().end_object();
+  return json.take();
+}
+
+AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine,
+                                   const AdminBatchesSource& batches) {
   struct Visitor {
     engine::Engine& engine;
+    const AdminBatchesSource& batches;
+
+    AdminOutcome operator()(const AdminBatches&) const {
+      if (!batches) return {admin_error_reply("this server keeps no batches")};
+      return {admin_batches_reply(batches())};
+    }
 
     AdminOutcome operator()(const AdminStats&) const {
       return {admin_stats_reply(engine.stats(), engine.model_card())};
@@ -250,7 +273,7 @@ AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& 
       return {json.take()};
     }
   };
-  return std::visit(Visitor{engine}, command);
+  return std::visit(Visitor{engine, batches}, command);
 }
 
 }  // namespace troupe::net

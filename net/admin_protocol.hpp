@@ -8,12 +8,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "actors/batch/batch_stats.hpp"
+#include "actors/batch/batch_store.hpp"
 #include "actors/engine/engine.hpp"
 
 namespace troupe::net {
@@ -34,9 +37,18 @@ struct AdminLogLevel {
   std::string level;  // validated: trace|debug|info|warn|error|critical|off
 };
 struct AdminFlushPrefixCache {};
+struct AdminBatches {};
 
 using AdminCommand = std::variant<AdminStats, AdminWatch, AdminRequests, AdminCancel, AdminDrain,
-                                  AdminLogLevel, AdminFlushPrefixCache>;
+                                  AdminLogLevel, AdminFlushPrefixCache, AdminBatches>;
+
+// What `batches` shows (issue 40): the newest batches of every owner and the batch actor's
+// counters. The source runs on the admin io thread (a short SQLite read).
+struct AdminBatchesView {
+  std::vector<batch::BatchRecord> batches;
+  batch::BatchStats stats;
+};
+using AdminBatchesSource = std::function<AdminBatchesView()>;
 
 // Why a line was refused. kUnauthorized closes a TCP connection; the others leave it usable.
 enum class AdminErrorKind : uint8_t { kBadRequest, kUnauthorized };
@@ -59,6 +71,7 @@ bool constant_time_equals(std::string_view a, std::string_view b);
 std::string admin_error_reply(std::string_view message);
 std::string admin_stats_reply(const engine::EngineStats& stats, const engine::ModelCard& card);
 std::string admin_requests_reply(const std::vector<engine::RequestInfo>& requests);
+std::string admin_batches_reply(const AdminBatchesView& view);
 
 struct AdminOutcome {
   std::string reply;
@@ -66,8 +79,10 @@ struct AdminOutcome {
   bool drain_requested = false;
 };
 
-// Runs every command but `watch` (a stream of stats replies, run by the server).
-AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine);
+// Runs every command but `watch` (a stream of stats replies, run by the server). `batches`: the
+// durable batches' source (empty: the server keeps none, and `batches` says so).
+AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine,
+                                   const AdminBatchesSource& batches = {});
 
 // trace|debug|info|warn|error|critical|off (spdlog's names; "warning" and "err" are accepted too).
 bool is_admin_log_level(std::string_view level);

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "actors/engine/engine.hpp"
+#include "net/admin_protocol.hpp"
 
 namespace troupe::net {
 
@@ -50,7 +51,9 @@ class AdminServer {
   // not block and must not call stop() (post to the main thread instead).
   using DrainCallback = std::function<void()>;
 
-  AdminServer(AdminServerConfig config, engine::Engine& engine, DrainCallback request_drain);
+  // `batches`: what the `batches` command shows (empty: none).
+  AdminServer(AdminServerConfig config, engine::Engine& engine, DrainCallback request_drain,
+              AdminBatchesSource batches = {});
   ~AdminServer();  // stop()
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;

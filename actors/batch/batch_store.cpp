@@ -260,6 +260,15 @@ std::optional<std::variant<BatchRecord, StorageError>> BatchStore::request_cance
   return std::move(*batch);
 }
 
+std::vector<BatchRecord> BatchStore::recent(int32_t limit) const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, fmt::format("SELECT {} FROM batches ORDER BY seq DESC LIMIT ?", kColumns));
+  s.bind(1, int64_t{limit});
+  std::vector<BatchRecord> batches;
+  while (s.step() == SQLITE_ROW) batches.push_back(batch_of(s));
+  return batches;
+}
+
 std::vector<BatchRecord> BatchStore::live() const {
   std::lock_guard lock(mutex_);
   Statement s(db_, fmt::format("SELECT {} FROM batches WHERE status IN ('validating', 'in_progress', "

@@ -122,6 +122,8 @@ class BatchStore {
   // one of them runs them — the one holding an exclusive lock on <dir>/batches.lock (released by
   // the kernel when its process ends, kill -9 included, so another takes over). Idempotent.
   bool try_become_runner();
+  // The newest `limit` batches of every owner (`troupe admin batches`).
+  std::vector<BatchRecord> recent(int32_t limit) const;
   // Batches not yet terminal, oldest first.
   std::vector<BatchRecord> live() const;
   std::optional<BatchRecord> find(std::string_view id) const;

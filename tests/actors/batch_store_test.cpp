@@ -145,6 +145,17 @@ TEST(BatchStore, SurvivesReopeningWithItsProgress) {
   EXPECT_EQ(s.batches->pending_items(id), (std::vector<int64_t>{0, 2}));
 }
 
+TEST(BatchStore, OneStoreOfASharedDirectoryRunsTheBatchesUntilItGoes) {
+  TempDir dir("batch-store");
+  auto first = std::make_unique<Stores>(dir.path());
+  Stores second(dir.path());
+  EXPECT_TRUE(first->batches->try_become_runner());
+  EXPECT_TRUE(first->batches->try_become_runner()) << "idempotent";
+  EXPECT_FALSE(second.batches->try_become_runner());
+  first.reset();  // its process ended: the lock is free
+  EXPECT_TRUE(second.batches->try_become_runner());
+}
+
 TEST(BatchJournal, OpenCutsLinesThatWereNeverCommitted) {
   TempDir dir("batch-journal");
   std::string committed_output, committed_errors;

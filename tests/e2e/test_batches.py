@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from conftest import wait_until
+from test_admin import admin_cli, start_with_admin
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 CHAT_PROMPTS = ["Say hello.", "Name a colour.", "Count to five.", "What is 2+2?",
@@ -90,6 +91,10 @@ def test_chat_batch_equals_the_requests_one_by_one(start_server, storage):
     assert errors[0]["response"]["status_code"] == 400
     assert errors[0]["response"]["body"]["error"]["param"] == "messages"
     assert client.files.retrieve(done.output_file_id).purpose == "batch_output"
+    metrics = requests.get(server.base_url + "/metrics", timeout=30).text
+    assert 'troupe:batch_items_total{model_name="SmolLM2-135M-Instruct",outcome="succeeded"} 8' in metrics
+    assert 'troupe:batch_items_total{model_name="SmolLM2-135M-Instruct",outcome="failed"} 1' in metrics
+    assert 'troupe:batches_live{model_name="SmolLM2-135M-Instruct"} 0' in metrics
     # Listed newest first; the client's pager follows `after`.
     second = client.batches.create(input_file_id=input_file.id, endpoint="/v1/chat/completions",
                                    completion_window="24h")
@@ -196,14 +201,22 @@ def test_each_key_sees_only_its_own_batches(start_server, storage, tmp_path):
     assert len(lines_of(blue, done.output_file_id)) == 1
 
 
-def test_cancel_keeps_the_answered_items(start_server, storage):
-    server = start_server("--storage-dir", str(storage), "--set", "batches.max_in_flight=2").wait_ready()
+def test_cancel_keeps_the_answered_items(start_server, storage, tmp_path):
+    sock = tmp_path / "admin.sock"
+    server = start_with_admin(start_server, sock, "--storage-dir", str(storage), "--set",
+                              "batches.max_in_flight=2")
     client = client_of(server)
     lines = [line(f"long-{i}", "/v1/completions", {"prompt": f"Story {i}:", "max_tokens": 200,
                                                     "temperature": 0, "ignore_eos": True}) for i in range(12)]
     batch = client.batches.create(input_file_id=upload(client, lines).id, endpoint="/v1/completions",
                                   completion_window="24h")
     wait_until(lambda: client.batches.retrieve(batch.id).request_counts.completed >= 1, "a first answer")
+    # `troupe admin batches` shows it running, two items in the engine (batches.max_in_flight).
+    shown = admin_cli(sock, "batches")
+    assert shown.returncode == 0, shown.stderr
+    assert "2 in flight" in shown.stdout and batch.id in shown.stdout and "in_progress" in shown.stdout, shown.stdout
+    as_json = json.loads(admin_cli(sock, "--json", "batches").stdout)
+    assert as_json["batches"][0]["id"] == batch.id and as_json["items"]["in_flight"] == 2, as_json
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at is not None
     done = wait_for_batch(client, batch.id)
