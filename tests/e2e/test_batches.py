@@ -217,6 +217,9 @@ def test_cancel_keeps_the_answered_items(start_server, storage, tmp_path):
     assert "2 in flight" in shown.stdout and batch.id in shown.stdout and "in_progress" in shown.stdout, shown.stdout
     as_json = json.loads(admin_cli(sock, "--json", "batches").stdout)
     assert as_json["batches"][0]["id"] == batch.id and as_json["items"]["in_flight"] == 2, as_json
+    # Its items run in the idle capacity: at the lowest priority, so interactive requests come first.
+    live = json.loads(admin_cli(sock, "--json", "requests").stdout)["requests"]
+    assert [r["priority"] for r in live if r["origin"] == "batch"] == ["low", "low"], live
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at is not None
     done = wait_for_batch(client, batch.id)
