@@ -218,10 +218,15 @@ std::unique_ptr<net::HttpServer> make_http_server(const ServerConfig& config,
   net::add_files_routes(*router, engine, storage.files, config.files);
   storage.batch_thread = std::make_unique<actors::runtime::ExecutorThreads>("batch", 1);
   storage.batch_actor = std::make_shared<batch::BatchActor>(
-      storage.batches, storage.files, std::make_shared<net::OpenAiItemRunner>(openai), config.batches, [] {
+      storage.batches, storage.files, std::make_shared<net::OpenAiItemRunner>(openai), config.batches,
+      [] {
         return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count());
+      },
+      [&engine] {
+        const engine::EngineStats stats = engine.stats();
+        return static_cast<int64_t>(stats.num_running) + stats.num_waiting;
       });
   storage.batch_actor->start(storage.batch_thread->executor());
   serving_metrics->set_batch_stats([actor = std::weak_ptr(storage.batch_actor)] {

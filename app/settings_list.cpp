@@ -277,6 +277,11 @@ void add_api_settings(std::vector<Setting>& s) {
       "the lowest priority, so interactive requests come first",
       [](auto& c) -> auto& { return c.batches.max_in_flight; }));
   add(uint_setting(
+      "batches.max_in_flight_busy", 1, 4096,
+      "the same bound while the engine also runs or queues other requests: every running decode "
+      "is in every step, so this is the batch's share of interactive users' step time",
+      [](auto& c) -> auto& { return c.batches.max_in_flight_busy; }));
+  add(uint_setting(
       "batches.max_items", 1, 1'000'000,
       "requests in one `/v1/batches` input file; a larger file fails its batch",
       [](auto& c) -> auto& { return c.batches.max_items; }));

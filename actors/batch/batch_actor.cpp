@@ -42,7 +42,7 @@ constexpr size_t kMaxListedErrors = 100;
 
 BatchActor::BatchActor(std::shared_ptr<BatchStore> store, std::shared_ptr<FileStore> files,
                        std::shared_ptr<ItemRunner> runner, BatchActorConfig config,
-                       std::function<int64_t()> now)
+                       std::function<int64_t()> now, std::function<int64_t()> engine_requests)
     // Room for every in-flight item's completion plus the one coalesced wake: a completion never
     // finds the mailbox full (deliver() would still wait for room if it did).
     : Actor("batch", static_cast<size_t>(std::max(1, config.max_in_flight)) + 2),
@@ -51,6 +51,7 @@ BatchActor::BatchActor(std::shared_ptr<BatchStore> store, std::shared_ptr<FileSt
       runner_(std::move(runner)),
       config_(config),
       now_(std::move(now)),
+      engine_requests_(std::move(engine_requests)),
       planner_(config.max_in_flight) {}
 
 void BatchActor::wake() {
@@ -285,8 +286,13 @@ void BatchActor::end(Live& live, Ending ending, std::string why) {
 
 void BatchActor::feed() {
   if (!feeding_.load(std::memory_order_acquire)) return;
+  // Busy: the engine has requests besides this actor's items (the count may lag by a step, and
+  // items the engine has not admitted yet count as ours: an estimate that errs toward idle for
+  // at most a tick).
+  const bool busy = engine_requests_ && engine_requests_() > planner_.in_flight();
+  const int32_t bound = busy ? config_.max_in_flight_busy : config_.max_in_flight;
   std::weak_ptr<Actor<BatchMessage>> weak = weak_from_this();
-  for (const ItemStart& start : planner_.take_starts()) {
+  for (const ItemStart& start : planner_.take_starts(bound)) {
     Live& live = live_.at(start.batch_id);
     const std::string batch_id = start.batch_id;
     const int64_t index = start.index;

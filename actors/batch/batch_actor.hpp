@@ -44,6 +44,10 @@ namespace troupe::batch {
 
 struct BatchActorConfig {
   int32_t max_in_flight = 64;     // batches.max_in_flight: items in the engine at once
+  // batches.max_in_flight_busy: the bound while the engine also runs or queues other requests.
+  // Every running decode is in every step, so a batch's share of a step is what it adds to
+  // interactive users' latency (bench/RESULTS.md, "Batch isolation").
+  int32_t max_in_flight_busy = 16;
   int64_t max_items = 50'000;     // batches.max_items: a larger input file fails its batch
   std::chrono::milliseconds tick{1000};  // rescans the store (expiry, lost wakes, parked items)
 };
@@ -60,10 +64,11 @@ using BatchMessage = std::variant<BatchWake, ItemFinished>;
 
 class BatchActor final : public actors::runtime::Actor<BatchMessage> {
  public:
-  // `now`: Unix seconds (a fake clock in unit tests).
+  // `now`: Unix seconds (a fake clock in unit tests). `engine_requests`: requests the engine
+  // runs or queues now, batch items included (empty: never busy).
   BatchActor(std::shared_ptr<BatchStore> store, std::shared_ptr<FileStore> files,
              std::shared_ptr<ItemRunner> runner, BatchActorConfig config,
-             std::function<int64_t()> now);
+             std::function<int64_t()> now, std::function<int64_t()> engine_requests = {});
 
   // Any thread. Coalesced: at most one wake waits in the mailbox.
   void wake();
@@ -113,6 +118,7 @@ class BatchActor final : public actors::runtime::Actor<BatchMessage> {
   std::shared_ptr<ItemRunner> runner_;
   BatchActorConfig config_;
   std::function<int64_t()> now_;
+  std::function<int64_t()> engine_requests_;
   BatchPlanner planner_;
   std::map<std::string, Live, std::less<>> live_;
 

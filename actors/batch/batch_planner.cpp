@@ -31,17 +31,18 @@ void BatchPlanner::remove(std::string_view batch_id) {
 
 bool BatchPlanner::contains(std::string_view batch_id) const { return find(batch_id) != nullptr; }
 
-std::vector<ItemStart> BatchPlanner::take_starts() {
+std::vector<ItemStart> BatchPlanner::take_starts(int32_t bound) {
+  const int32_t limit = std::min(bound, max_in_flight_);
   std::vector<ItemStart> starts;
   for (Feed& feed : feeds_) {
-    while (in_flight_ < max_in_flight_ && !feed.pending.empty()) {
+    while (in_flight_ < limit && !feed.pending.empty()) {
       const int64_t index = feed.pending.front();
       feed.pending.pop_front();
       feed.in_flight.insert(index);
       ++in_flight_;
       starts.push_back(ItemStart{feed.id, index});
     }
-    if (in_flight_ >= max_in_flight_) break;
+    if (in_flight_ >= limit) break;
   }
   return starts;
 }

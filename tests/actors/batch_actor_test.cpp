@@ -115,7 +115,8 @@ struct Fixture {
     return std::get<BatchRecord>(batches->create(r)).id;
   }
   void start() {
-    actor = std::make_shared<BatchActor>(batches, files, runner, config, [this] { return now.load(); });
+    actor = std::make_shared<BatchActor>(batches, files, runner, config, [this] { return now.load(); },
+                                         [this] { return engine_requests.load(); });
     actor->start(thread.executor());
   }
   // Waits for the batch to reach `status` (the actor's event, seen in the store).
@@ -141,6 +142,7 @@ struct Fixture {
   std::shared_ptr<FakeItemRunner> runner;
   BatchActorConfig config;
   std::atomic<int64_t> now{1000};
+  std::atomic<int64_t> engine_requests{0};  // what the engine runs or queues, the batch's included
   actors::runtime::ExecutorThreads thread{"batch-test", 1};
   std::shared_ptr<BatchActor> actor;
 };
@@ -168,6 +170,27 @@ TEST(BatchActor, AnswersEveryItemOnceWithinTheInFlightBound) {
   EXPECT_EQ(f.content(done.error_file_id), "err:d\n");
   EXPECT_EQ(f.actor->stats().items_succeeded, 4);
   EXPECT_EQ(f.actor->stats().items_failed, 1);
+}
+
+TEST(BatchActor, FeedsFewerItemsWhileTheEngineHasOtherWork) {
+  TempDir dir("batch-actor");
+  Fixture f(dir.path(), /*max_in_flight=*/3);
+  f.config.max_in_flight_busy = 1;
+  f.engine_requests = 100;  // interactive users: busy
+  const std::string id = f.submit("a\nb\nc\nd\ne\nf\n");
+  f.start();
+  std::vector<int64_t> running = f.runner->wait_running(1);
+  ASSERT_EQ(running.size(), 1u);
+  f.runner->end(running[0], ItemEnd::kSucceeded);
+  running = f.runner->wait_running(1);
+  EXPECT_EQ(running.size(), 1u) << "busy: one at a time";
+  EXPECT_EQ(f.runner->max_running(), 1u);
+  f.engine_requests = 0;  // the users left: the next feed fills the idle capacity
+  f.runner->end(running[0], ItemEnd::kSucceeded);
+  EXPECT_EQ(f.runner->wait_running(3).size(), 3u);
+  for (const int64_t index : f.runner->wait_running(3)) f.runner->end(index, ItemEnd::kSucceeded);
+  for (const int64_t index : f.runner->wait_running(1)) f.runner->end(index, ItemEnd::kSucceeded);
+  EXPECT_EQ(f.wait_status(id, BatchStatus::kCompleted).completed, 6);
 }
 
 TEST(BatchActor, ResumesAfterACrashBetweenAppendAndCommitWithoutAnsweringTwice) {
