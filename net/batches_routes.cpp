@@ -186,17 +186,10 @@ HttpResponse create(const engine::Engine& engine, const batch::FileStore& files,
 
 HttpResponse list(const batch::BatchStore& store, const HttpRequest& request) {
   batch::BatchListQuery query;
-  if (const auto limit = request.query("limit")) {
-    int32_t value = 0;
-    const auto [end, ec] = std::from_chars(limit->data(), limit->data() + limit->size(), value);
-    if (ec != std::errc{} || end != limit->data() + limit->size() || value < 1 || value > kMaxListLimit) {
-      return error_response(400, fmt::format("'limit' must be an integer in [1, {}].", kMaxListLimit),
-                            "invalid_request_error", "limit", "invalid_value");
-    }
-    query.limit = value;
-  }
-  query.after = request.query("after");
-  if (query.after && query.after->empty()) query.after.reset();
+  auto page = read_list_page(request, kMaxListLimit);
+  if (auto* refused = std::get_if<HttpResponse>(&page)) return std::move(*refused);
+  query.limit = std::get<ListPage>(page).limit.value_or(query.limit);
+  query.after = std::move(std::get<ListPage>(page).after);
   const batch::BatchList batches = store.list(request.api_key_name, query);
   JsonWriter w;
   w.begin_object().field("object", "list").key("data").begin_array();

@@ -112,17 +112,10 @@ HttpResponse list(const batch::FileStore& store, const HttpRequest& request) {
   batch::FileListQuery query;
   query.purpose = request.query("purpose");
   if (query.purpose && query.purpose->empty()) query.purpose.reset();
-  if (const auto limit = request.query("limit")) {
-    int32_t value = 0;
-    const auto [end, ec] = std::from_chars(limit->data(), limit->data() + limit->size(), value);
-    if (ec != std::errc{} || end != limit->data() + limit->size() || value < 1 || value > kMaxListLimit) {
-      return error_response(400, fmt::format("'limit' must be an integer in [1, {}].", kMaxListLimit),
-                            "invalid_request_error", "limit", "invalid_value");
-    }
-    query.limit = value;
-  }
-  query.after = request.query("after");
-  if (query.after && query.after->empty()) query.after.reset();
+  auto page = read_list_page(request, kMaxListLimit);
+  if (auto* refused = std::get_if<HttpResponse>(&page)) return std::move(*refused);
+  query.limit = std::get<ListPage>(page).limit.value_or(query.limit);
+  query.after = std::move(std::get<ListPage>(page).after);
   if (const auto order = request.query("order")) {
     if (*order != "asc" && *order != "desc") {
       return error_response(400, "'order' must be 'asc' or 'desc'.", "invalid_request_error", "order",

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+
+#include <fmt/format.h>
 
 #include "net/json_writer.hpp"
 
@@ -57,6 +60,22 @@ std::string_view HttpRequest::header(std::string_view name) const {
     }
   }
   return {};
+}
+
+std::variant<ListPage, HttpResponse> read_list_page(const HttpRequest& request, int32_t max_limit) {
+  ListPage page;
+  if (const auto limit = request.query("limit")) {
+    int32_t value = 0;
+    const auto [end, ec] = std::from_chars(limit->data(), limit->data() + limit->size(), value);
+    if (ec != std::errc{} || end != limit->data() + limit->size() || value < 1 || value > max_limit) {
+      return error_response(400, fmt::format("'limit' must be an integer in [1, {}].", max_limit),
+                            "invalid_request_error", "limit", "invalid_value");
+    }
+    page.limit = value;
+  }
+  page.after = request.query("after");
+  if (page.after && page.after->empty()) page.after.reset();
+  return page;
 }
 
 HttpResponse error_response(int status, std::string_view message, std::string_view type,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -34,6 +35,13 @@ struct HttpRequest {
   std::optional<std::string> query(std::string_view name) const;
 };
 
+// OpenAI's list paging, as /v1/files and /v1/batches read it: `limit` (an integer in
+// [1, max_limit]; absent: nullopt) and `after` (an id; absent or empty: nullopt).
+struct ListPage {
+  std::optional<int32_t> limit;
+  std::optional<std::string> after;
+};
+
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
@@ -48,6 +56,9 @@ HttpResponse error_response(int status, std::string_view message,
                             std::string_view param = {}, std::string_view code = {});
 
 HttpResponse json_response(int status, std::string body);
+
+// The page a list request asks for, or the 400 naming `limit`.
+std::variant<ListPage, HttpResponse> read_list_page(const HttpRequest& request, int32_t max_limit);
 
 // An error on its way to the client, before it becomes a response (codecs return these).
 struct ApiError {

@@ -143,23 +143,8 @@ bool is_terminal(BatchStatus status) {
 }
 
 std::unique_ptr<BatchStore> BatchStore::open(std::shared_ptr<FileStore> files) {
-  const std::filesystem::path db_path = files->dir() / "troupe.db";
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
-    const std::string reason = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    throw StorageOpenError(fmt::format("cannot open {}: {}", db_path.string(), reason));
-  }
-  sqlite3_busy_timeout(db, 5000);
-  // As the file store's connection: WAL, and a commit survives the process being killed.
-  const std::string setup = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; " + std::string(kSchema);
-  char* error = nullptr;
-  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    const std::string reason = error != nullptr ? error : "unknown error";
-    sqlite3_free(error);
-    sqlite3_close(db);
-    throw StorageOpenError(fmt::format("cannot set up batches in {}: {}", db_path.string(), reason));
-  }
+  // The file store created the database; this adds the batches' tables to it.
+  sqlite3* db = open_database(files->dir() / "troupe.db", kSchema, /*create=*/false);
   return std::unique_ptr<BatchStore>(new BatchStore(std::move(files), db));
 }
 
@@ -182,14 +167,6 @@ bool BatchStore::try_become_runner() {
   }
   runner_lock_fd_ = fd;
   return true;
-}
-
-std::optional<StorageError> BatchStore::exec(std::string_view sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, std::string(sql).c_str(), nullptr, nullptr, &error) == SQLITE_OK) return std::nullopt;
-  StorageError failure{fmt::format("sqlite: {}", error != nullptr ? error : "unknown error")};
-  sqlite3_free(error);
-  return failure;
 }
 
 std::variant<BatchRecord, StorageError> BatchStore::create(BatchRecord record) {
@@ -281,31 +258,20 @@ std::vector<BatchRecord> BatchStore::live() const {
 
 std::optional<StorageError> BatchStore::start(std::string_view id, int64_t total, int64_t now) {
   std::lock_guard lock(mutex_);
-  if (auto error = exec("BEGIN IMMEDIATE")) return error;
+  Transaction transaction(db_);
+  if (transaction.begin_error()) return transaction.begin_error();
   Statement insert(db_, "INSERT OR IGNORE INTO batch_items (batch_id, idx) VALUES (?, ?)");
   for (int64_t i = 0; i < total; ++i) {
     insert.reset();
     insert.bind(1, id).bind(2, i);
-    if (insert.step() != SQLITE_DONE) {
-      StorageError error{fmt::format("cannot record the items of {}: {}", id, sqlite3_errmsg(db_))};
-      exec("ROLLBACK");
-      return error;
-    }
+    if (insert.step() != SQLITE_DONE) return transaction.failure(fmt::format("record the items of {}", id));
   }
   Statement update(db_,
                    "UPDATE batches SET status = 'in_progress', in_progress_at = ?, total = ? "
                    "WHERE id = ? AND status = 'validating'");
   update.bind(1, now).bind(2, total).bind(3, id);
-  if (update.step() != SQLITE_DONE) {
-    StorageError error{fmt::format("cannot start {}: {}", id, sqlite3_errmsg(db_))};
-    exec("ROLLBACK");
-    return error;
-  }
-  if (auto error = exec("COMMIT")) {
-    exec("ROLLBACK");
-    return error;
-  }
-  return std::nullopt;
+  if (update.step() != SQLITE_DONE) return transaction.failure(fmt::format("start {}", id));
+  return transaction.commit();
 }
 
 std::vector<int64_t> BatchStore::pending_items(std::string_view id) const {
@@ -320,34 +286,23 @@ std::vector<int64_t> BatchStore::pending_items(std::string_view id) const {
 std::optional<StorageError> BatchStore::commit(std::string_view id, const std::vector<ItemOutcome>& outcomes,
                                                int64_t output_bytes, int64_t error_bytes) {
   std::lock_guard lock(mutex_);
-  if (auto error = exec("BEGIN IMMEDIATE")) return error;
+  Transaction transaction(db_);
+  if (transaction.begin_error()) return transaction.begin_error();
   Statement mark(db_, "UPDATE batch_items SET done = ? WHERE batch_id = ? AND idx = ? AND done = 0");
   int64_t completed = 0;
   int64_t failed = 0;
   for (const ItemOutcome& outcome : outcomes) {
     mark.reset();
     mark.bind(1, int64_t{outcome.succeeded ? 1 : 2}).bind(2, id).bind(3, outcome.index);
-    if (mark.step() != SQLITE_DONE) {
-      StorageError error{fmt::format("cannot record items of {}: {}", id, sqlite3_errmsg(db_))};
-      exec("ROLLBACK");
-      return error;
-    }
+    if (mark.step() != SQLITE_DONE) return transaction.failure(fmt::format("record items of {}", id));
     (outcome.succeeded ? completed : failed) += sqlite3_changes(db_);
   }
   Statement update(db_,
                    "UPDATE batches SET completed = completed + ?, failed = failed + ?, "
                    "output_bytes = ?, error_bytes = ? WHERE id = ?");
   update.bind(1, completed).bind(2, failed).bind(3, output_bytes).bind(4, error_bytes).bind(5, id);
-  if (update.step() != SQLITE_DONE) {
-    StorageError error{fmt::format("cannot record the progress of {}: {}", id, sqlite3_errmsg(db_))};
-    exec("ROLLBACK");
-    return error;
-  }
-  if (auto error = exec("COMMIT")) {
-    exec("ROLLBACK");
-    return error;
-  }
-  return std::nullopt;
+  if (update.step() != SQLITE_DONE) return transaction.failure(fmt::format("record the progress of {}", id));
+  return transaction.commit();
 }
 
 std::optional<StorageError> BatchStore::set_finalizing(std::string_view id, int64_t now) {
@@ -384,12 +339,8 @@ std::optional<StorageError> BatchStore::finish(std::string_view id, BatchStatus 
     linked[i] = std::move(l);
   }
   std::lock_guard lock(mutex_);
-  auto fail = [&](std::string what) {
-    StorageError error{fmt::format("cannot {} {}: {}", what, id, sqlite3_errmsg(db_))};
-    exec("ROLLBACK");
-    return error;
-  };
-  if (auto error = exec("BEGIN IMMEDIATE")) return error;
+  Transaction transaction(db_);
+  if (transaction.begin_error()) return transaction.begin_error();
   Statement insert(db_,
                    "INSERT INTO files (id, owner, purpose, filename, bytes, created_at) "
                    "VALUES (?, ?, 'batch_output', ?, ?, ?)");
@@ -397,7 +348,7 @@ std::optional<StorageError> BatchStore::finish(std::string_view id, BatchStatus 
     if (!l) continue;
     insert.reset();
     insert.bind(1, l->file_id).bind(2, batch->owner).bind(3, l->filename).bind(4, l->bytes).bind(5, now);
-    if (insert.step() != SQLITE_DONE) return fail("record the files of");
+    if (insert.step() != SQLITE_DONE) return transaction.failure(fmt::format("record the files of {}", id));
   }
   Statement update(db_, fmt::format("UPDATE batches SET status = ?, {} = ?, output_file_id = ?, "
                                     "error_file_id = ?, errors = COALESCE(?, errors) WHERE id = ?",
@@ -406,15 +357,11 @@ std::optional<StorageError> BatchStore::finish(std::string_view id, BatchStatus 
   update.bind_optional(3, linked[0] ? std::optional<std::string>(linked[0]->file_id) : std::nullopt);
   update.bind_optional(4, linked[1] ? std::optional<std::string>(linked[1]->file_id) : std::nullopt);
   update.bind_optional(5, errors_json).bind(6, id);
-  if (update.step() != SQLITE_DONE) return fail("finish");
+  if (update.step() != SQLITE_DONE) return transaction.failure(fmt::format("finish {}", id));
   Statement items(db_, "DELETE FROM batch_items WHERE batch_id = ?");
   items.bind(1, id);
-  if (items.step() != SQLITE_DONE) return fail("forget the items of");
-  if (auto error = exec("COMMIT")) {
-    exec("ROLLBACK");
-    return error;
-  }
-  return std::nullopt;
+  if (items.step() != SQLITE_DONE) return transaction.failure(fmt::format("forget the items of {}", id));
+  return transaction.commit();
 }
 
 }  // namespace troupe::batch

@@ -145,7 +145,6 @@ class BatchStore {
 
  private:
   BatchStore(std::shared_ptr<FileStore> files, sqlite3* db);
-  std::optional<StorageError> exec(std::string_view sql);
 
   std::shared_ptr<FileStore> files_;
   int runner_lock_fd_ = -1;  // try_become_runner(): held until destruction

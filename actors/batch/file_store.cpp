@@ -82,26 +82,7 @@ std::unique_ptr<FileStore> FileStore::open(const std::filesystem::path& dir) {
     throw StorageOpenError(fmt::format("storage.dir {} is not writable: {}", dir.string(), error->message));
   }
   std::filesystem::remove(probe, ec);
-  const std::filesystem::path db_path = dir / "troupe.db";
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(db_path.c_str(), &db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
-    const std::string reason = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    throw StorageOpenError(fmt::format("cannot open {}: {}", db_path.string(), reason));
-  }
-  sqlite3_busy_timeout(db, 5000);
-  // WAL: readers never block the writer; synchronous NORMAL: a commit survives the process
-  // being killed (the WAL is written before the call returns), not a power cut since the last
-  // checkpoint — the crash the durability promise is about.
-  const std::string setup = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; " + std::string(kSchema);
-  char* error = nullptr;
-  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    const std::string reason = error != nullptr ? error : "unknown error";
-    sqlite3_free(error);
-    sqlite3_close(db);
-    throw StorageOpenError(fmt::format("cannot set up {}: {}", db_path.string(), reason));
-  }
+  sqlite3* db = open_database(dir / "troupe.db", kSchema, /*create=*/true);
   std::unique_ptr<FileStore> store(new FileStore(dir, db));
   store->sweep_orphans();
   return store;

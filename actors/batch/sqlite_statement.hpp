@@ -1,12 +1,15 @@
-// A prepared SQLite statement with typed binds and reads, finalized on scope exit: what the
-// durable stores (file_store, batch_store) run their SQL through.
+// What the durable stores (file_store, batch_store) run their SQL through: opening the shared
+// database, a prepared statement with typed binds and reads (finalized on scope exit), and a
+// transaction that rolls back unless committed.
 //
-// Thread-safety: one statement is used by one thread at a time, under its store's mutex.
+// Thread-safety: one statement or transaction is used by one thread at a time, under its
+// store's mutex.
 #pragma once
 
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,6 +70,63 @@ class Statement {
 
  private:
   sqlite3_stmt* stmt_ = nullptr;
+};
+
+// Opens (creating it when `create`) the database at `path` in WAL mode and runs `schema`.
+// synchronous=NORMAL: a commit survives the process being killed (the WAL is written before the
+// call returns), not a power cut since the last checkpoint — the crash the durability promise
+// is about. Throws StorageOpenError naming the path.
+inline sqlite3* open_database(const std::filesystem::path& path, std::string_view schema, bool create) {
+  sqlite3* db = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+  if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    const std::string reason = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    throw StorageOpenError(fmt::format("cannot open {}: {}", path.string(), reason));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  const std::string setup = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; " + std::string(schema);
+  char* error = nullptr;
+  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    const std::string reason = error != nullptr ? error : "unknown error";
+    sqlite3_free(error);
+    sqlite3_close(db);
+    throw StorageOpenError(fmt::format("cannot set up {}: {}", path.string(), reason));
+  }
+  return db;
+}
+
+// BEGIN IMMEDIATE (the write lock at once: no deadlock upgrading a read) ... commit(); rolled
+// back on scope exit unless committed.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {
+    if (!run("BEGIN IMMEDIATE")) begin_error_ = failure("begin a transaction");
+  }
+  ~Transaction() {
+    if (open_) run("ROLLBACK");
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  // Why BEGIN failed, if it did (then nothing else may run in it).
+  const std::optional<StorageError>& begin_error() const { return begin_error_; }
+  std::optional<StorageError> commit() {
+    if (!run("COMMIT")) return failure("commit");
+    open_ = false;
+    return std::nullopt;
+  }
+  // `what` failed: the error with SQLite's reason (the transaction rolls back on scope exit).
+  StorageError failure(std::string_view what) const {
+    return StorageError{fmt::format("cannot {}: {}", what, sqlite3_errmsg(db_))};
+  }
+
+ private:
+  bool run(const char* sql) { return sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) == SQLITE_OK; }
+
+  sqlite3* db_;
+  bool open_ = true;
+  std::optional<StorageError> begin_error_;
 };
 
 }  // namespace troupe::batch
