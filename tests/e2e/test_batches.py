@@ -5,9 +5,11 @@ cancel keeps what was answered; the completion window leaves batch_expired lines
 sees only its own batches; and a 2,000-item batch survives five SIGKILLs with every custom_id
 answered exactly once and a database that passes PRAGMA integrity_check."""
 import json
+import os
 import random
 import sqlite3
 import signal
+import subprocess
 import time
 
 import openai
@@ -289,3 +291,46 @@ def test_a_batch_survives_five_sigkills_answering_every_item_exactly_once(start_
     with sqlite3.connect(storage / "troupe.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("SELECT COUNT(*) FROM batch_items").fetchone()[0] == 0  # forgotten once done
+
+
+def test_a_full_disk_fails_the_batch_with_its_reason_and_nothing_else(start_server, tmp_path):
+    """storage.dir on a 2 MiB tmpfs, filled while the batch runs: the server keeps serving, the
+    batch fails naming the reason once its end can be recorded, and its output file holds each
+    answered item once."""
+    storage = tmp_path / "small"
+    storage.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(storage)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    server = None
+    try:
+        server = start_server("--storage-dir", str(storage)).wait_ready()
+        client = client_of(server)
+        lines = [line(f"item-{i}", "/v1/completions", {"prompt": f"Story {i}:", "max_tokens": 48,
+                                                        "temperature": 0, "ignore_eos": True, "logprobs": 1})
+                 for i in range(400)]
+        input_file = upload(client, lines)
+        free = os.statvfs(storage)
+        filler = storage / "filler"
+        filler.write_bytes(b"\0" * max(0, free.f_bavail * free.f_frsize - 320 * 1024))
+        batch = client.batches.create(input_file_id=input_file.id, endpoint="/v1/completions",
+                                      completion_window="24h")
+        # The journal's write or SQLite's, whichever meets the full disk first.
+        reasons = ("No space left on device", "database or disk is full")
+        wait_until(lambda: any(r in server.read_log() for r in reasons), "the disk to fill", timeout=300)
+        # Still serving everyone else.
+        alone = client.completions.create(model=MODEL_ID, prompt="Hello", max_tokens=4, temperature=0)
+        assert alone.choices[0].text
+        filler.unlink()  # room again: the batch's end is recorded at the next tick
+        done = wait_for_batch(client, batch.id, timeout=120)
+        assert done.status == "failed", done
+        assert done.errors.data[0].code == "storage_error", done.errors
+        assert any(r in done.errors.data[0].message for r in reasons), done.errors
+        answered = [x["custom_id"] for x in lines_of(client, done.output_file_id)]
+        assert len(answered) == len(set(answered)) == done.request_counts.completed > 0
+        assert done.request_counts.completed < 400
+    finally:
+        if server is not None:
+            server.stop()
+        subprocess.run(["umount", str(storage)], capture_output=True)
