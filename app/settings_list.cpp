@@ -278,8 +278,9 @@ void add_api_settings(std::vector<Setting>& s) {
       [](auto& c) -> auto& { return c.batches.max_in_flight; }));
   add(uint_setting(
       "batches.max_in_flight_busy", 1, 4096,
-      "the same bound while the engine also runs or queues other requests: every running decode "
-      "is in every step, so this is the batch's share of interactive users' step time",
+      "the same bound while the engine also runs or queues other requests (every running decode "
+      "is in every step: the batch's share of interactive users' step time), and the most items "
+      "started at once",
       [](auto& c) -> auto& { return c.batches.max_in_flight_busy; }));
   add(uint_setting(
       "batches.max_items", 1, 1'000'000,

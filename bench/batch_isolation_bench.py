@@ -144,7 +144,8 @@ def main():
                 time.sleep(0.05)
             settle_from = metric(base, "troupe:batch_items_total", 'outcome="succeeded"')
             time.sleep(args.settle_s)
-            alone_per_s = (metric(base, "troupe:batch_items_total", 'outcome="succeeded"') - settle_from) / args.settle_s
+            alone_per_s = ((metric(base, "troupe:batch_items_total", 'outcome="succeeded"') - settle_from)
+                           / args.settle_s if args.settle_s > 0 else float("nan"))
             done_before = metric(base, "troupe:batch_items_total", 'outcome="succeeded"')
             started = time.monotonic()
             contended = interactive(base, args.clients, args.rounds, args.max_tokens, seed=2)

@@ -291,8 +291,10 @@ void BatchActor::feed() {
   // at most a tick).
   const bool busy = engine_requests_ && engine_requests_() > planner_.in_flight();
   const int32_t bound = busy ? config_.max_in_flight_busy : config_.max_in_flight;
+  // At most max_in_flight_busy prompts start at once: on an idle engine their prefill is one
+  // step, which a user arriving meanwhile waits for (the rest follow completions and ticks).
   std::weak_ptr<Actor<BatchMessage>> weak = weak_from_this();
-  for (const ItemStart& start : planner_.take_starts(bound)) {
+  for (const ItemStart& start : planner_.take_starts(bound, config_.max_in_flight_busy)) {
     Live& live = live_.at(start.batch_id);
     const std::string batch_id = start.batch_id;
     const int64_t index = start.index;

@@ -47,7 +47,7 @@ struct BatchActorConfig {
   // batches.max_in_flight_busy: the bound while the engine also runs or queues other requests.
   // Every running decode is in every step, so a batch's share of a step is what it adds to
   // interactive users' latency (bench/RESULTS.md, "Batch isolation").
-  int32_t max_in_flight_busy = 16;
+  int32_t max_in_flight_busy = 16;  // also the most prompts started at once
   int64_t max_items = 50'000;     // batches.max_items: a larger input file fails its batch
   std::chrono::milliseconds tick{1000};  // rescans the store (expiry, lost wakes, parked items)
 };

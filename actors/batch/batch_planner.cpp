@@ -31,8 +31,8 @@ void BatchPlanner::remove(std::string_view batch_id) {
 
 bool BatchPlanner::contains(std::string_view batch_id) const { return find(batch_id) != nullptr; }
 
-std::vector<ItemStart> BatchPlanner::take_starts(int32_t bound) {
-  const int32_t limit = std::min(bound, max_in_flight_);
+std::vector<ItemStart> BatchPlanner::take_starts(int32_t bound, int32_t max_starts) {
+  const int32_t limit = std::min({bound, max_in_flight_, in_flight_ + std::max(0, max_starts)});
   std::vector<ItemStart> starts;
   for (Feed& feed : feeds_) {
     while (in_flight_ < limit && !feed.pending.empty()) {

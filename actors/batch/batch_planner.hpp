@@ -36,10 +36,10 @@ class BatchPlanner {
   void remove(std::string_view batch_id);
   bool contains(std::string_view batch_id) const;
 
-  // Items to start now, oldest batch first, until `bound` (at most max_in_flight) are in flight;
-  // they count as in flight until finished().
-  std::vector<ItemStart> take_starts(int32_t bound);
-  std::vector<ItemStart> take_starts() { return take_starts(max_in_flight_); }
+  // Items to start now, oldest batch first, until `bound` (at most max_in_flight) are in flight
+  // and at most `max_starts` of them; they count as in flight until finished().
+  std::vector<ItemStart> take_starts(int32_t bound, int32_t max_starts);
+  std::vector<ItemStart> take_starts() { return take_starts(max_in_flight_, max_in_flight_); }
   // An in-flight item ended. `retry`: the engine did not take it; it is parked.
   void finished(std::string_view batch_id, int64_t index, bool retry);
   // Parked items become pending again (at the front of their batch's queue).

@@ -32,6 +32,20 @@ TEST(BatchPlanner, BoundsTheItemsInFlightAcrossBatchesOldestFirst) {
   EXPECT_FALSE(planner.idle("new"));
 }
 
+TEST(BatchPlanner, ABoundAndAStartLimitPerCall) {
+  BatchPlanner planner(4);
+  planner.add("b", {0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(pairs(planner.take_starts(/*bound=*/4, /*max_starts=*/2)), (Pairs{{"b", 0}, {"b", 1}}));
+  EXPECT_EQ(pairs(planner.take_starts(4, 2)), (Pairs{{"b", 2}, {"b", 3}}));
+  EXPECT_TRUE(planner.take_starts(4, 2).empty()) << "four in flight";
+  planner.finished("b", 0, false);
+  planner.finished("b", 1, false);
+  planner.finished("b", 2, false);
+  EXPECT_TRUE(planner.take_starts(/*bound=*/1, 8).empty()) << "a busy bound below what runs";
+  EXPECT_EQ(pairs(planner.take_starts(/*bound=*/9, 8)), (Pairs{{"b", 4}, {"b", 5}}));
+  EXPECT_EQ(planner.in_flight(), 3);
+}
+
 TEST(BatchPlanner, ParkedItemsWaitForTheReleaseThenGoFirst) {
   BatchPlanner planner(2);
   planner.add("b", {0, 1, 2, 3});
