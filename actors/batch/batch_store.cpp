@@ -12,22 +12,9 @@
 #include <fmt/format.h>
 
 #include "actors/batch/sqlite_statement.hpp"
-#include "model/enum_names.hpp"
 
 namespace troupe::batch {
 namespace {
-
-constexpr EnumNames<BatchStatus, 8> kStatusNames{{{
-    {BatchStatus::kValidating, "validating"},
-    {BatchStatus::kFailed, "failed"},
-    {BatchStatus::kInProgress, "in_progress"},
-    {BatchStatus::kFinalizing, "finalizing"},
-    {BatchStatus::kCompleted, "completed"},
-    {BatchStatus::kExpired, "expired"},
-    {BatchStatus::kCancelling, "cancelling"},
-    {BatchStatus::kCancelled, "cancelled"},
-}}};
-static_assert(kStatusNames.dense());
 
 // The files table is FileStore's (file_store.cpp creates it first); finish() adds rows to it.
 constexpr std::string_view kSchema = R"sql(
@@ -132,15 +119,6 @@ std::optional<StorageError> link_durably(const std::filesystem::path& from,
 }
 
 }  // namespace
-
-std::string_view to_string(BatchStatus status) { return kStatusNames.name(status); }
-
-std::optional<BatchStatus> parse_batch_status(std::string_view text) { return kStatusNames.parse(text); }
-
-bool is_terminal(BatchStatus status) {
-  return status == BatchStatus::kFailed || status == BatchStatus::kCompleted ||
-         status == BatchStatus::kExpired || status == BatchStatus::kCancelled;
-}
 
 std::unique_ptr<BatchStore> BatchStore::open(std::shared_ptr<FileStore> files) {
   // The file store created the database; this adds the batches' tables to it.

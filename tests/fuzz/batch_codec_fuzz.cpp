@@ -1,5 +1,5 @@
 // Fuzzes the /v1/batch codec (net/batch_codec.*): JSONL and {"requests":[...]} bodies in, batch
-// output lines out. Input: one byte choosing the Content-Type, then the body.
+// output lines out; and the durable batch's line check (net/batch_item_runner.hpp). Input: one byte choosing the Content-Type, then the body.
 // Properties: an error is a 400 or 413 with a JSON body; at most max_batch_items items; every
 // item is exactly one of a request, a response error or a line error; a decoded item is not
 // streamed and carries its custom_id; every output line (failed or answered) is valid JSON on
@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "net/batch_codec.hpp"
+#include "net/batch_item_runner.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 using namespace troupe;
@@ -26,6 +27,23 @@ void fuzz_one(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   net::OpenAiApiConfig config;
   config.max_batch_items = 64;  // the limit is reachable within -max_len
+
+  // The durable batch's file check (net/batch_item_runner.hpp) on every line: a non-empty
+  // custom_id that the item decoder agrees with, or a problem with a code and a message.
+  for (std::string_view rest = body; !rest.empty();) {
+    const size_t end = rest.find('\n');
+    const std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + 1);
+    auto checked = net::check_batch_input_line(line, "/v1/chat/completions");
+    if (const auto* problem = std::get_if<batch::LineProblem>(&checked)) {
+      TROUPE_FUZZ_CHECK(!problem->code.empty() && !problem->message.empty(), "an unnamed problem");
+      continue;
+    }
+    const std::string& custom_id = std::get<std::string>(checked);
+    TROUPE_FUZZ_CHECK(!custom_id.empty(), "an empty custom_id passed");
+    const net::BatchItem item = net::decode_batch_line(line, "smollm2", config);
+    TROUPE_FUZZ_CHECK(item.custom_id == custom_id, "the decoder read another custom_id");
+  }
 
   auto parsed = net::parse_batch(body, content_type, "smollm2", config);
   if (const auto* error = std::get_if<net::ApiError>(&parsed)) {
