@@ -110,11 +110,7 @@ std::optional<StorageError> link_durably(const std::filesystem::path& from,
     return StorageError{fmt::format("cannot link {} to {}: {}", from.string(), to.string(),
                                     std::strerror(errno))};
   }
-  const int dir = ::open(to.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  sync_directory(to.parent_path());
   return std::nullopt;
 }
 

@@ -62,15 +62,18 @@ std::optional<StorageError> write_durably(const std::filesystem::path& path, std
     ::unlink(temporary.c_str());
     return StorageError{fmt::format("cannot rename {}: {}", temporary.string(), reason)};
   }
-  const int dir = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  sync_directory(path.parent_path());
   return std::nullopt;
 }
 
 }  // namespace
+
+void sync_directory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
 
 std::unique_ptr<FileStore> FileStore::open(const std::filesystem::path& dir) {
   std::error_code ec;

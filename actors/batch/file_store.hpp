@@ -58,6 +58,10 @@ struct FileList {
   bool has_more = false;
 };
 
+// fsync of a directory: a rename or link into it survives a power cut (best effort: a failure
+// here leaves the entry in the page cache, as it was before).
+void sync_directory(const std::filesystem::path& dir);
+
 class FileStore {
  public:
   // Creates <dir>, <dir>/files and the database as needed. Throws StorageOpenError naming the
