@@ -141,5 +141,40 @@ TEST(SchedulerFairnessTest, KvPressurePreemptsTheClientRunningTheMost) {
   for (RequestId id = 1; id <= 4; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
 }
 
+// A KV preemption victim resumes before a later arrival of another client that holds as little
+// as the victim's client now does: the ring puts the victim's client first (RingPlace::kFront).
+// With one client the ring place cannot matter; this is the case where it does.
+TEST(SchedulerFairnessTest, AKvPreemptionVictimResumesBeforeAnotherClientsWaitingRequest) {
+  auto config = fair_config(Fairness::kClient);
+  config.max_num_seqs = 2;
+  config.num_blocks = 6;  // 96 tokens: two sequences growing to 64 tokens each do not fit
+  config.max_num_batched_tokens = 128;
+  SchedulerHarness h(config);
+  ASSERT_EQ(h.add_for("a", 1, token_range(16, 10), 48), AddResult::kAccepted);
+  ASSERT_EQ(h.add_for("b", 2, token_range(16, 30), 48), AddResult::kAccepted);
+  ASSERT_TRUE(h.step());
+  ASSERT_EQ(h.scheduler.stats().num_running, 2);
+  ASSERT_EQ(h.add_for("c", 3, token_range(16, 50), 48), AddResult::kAccepted);  // no slot: waits
+  std::optional<RequestId> victim;
+  while (!victim && h.scheduler.has_unfinished_requests()) {
+    const auto plan = h.step();
+    ASSERT_TRUE(plan);
+    if (!plan->preempted.empty()) victim = plan->preempted.front();
+  }
+  ASSERT_TRUE(victim) << "the KV never ran short";
+  ASSERT_NE(*victim, 3u);
+  // The victim's client and "c" now run nothing: a tie the ring breaks, victim first.
+  std::optional<RequestId> first_back;
+  while (!first_back && h.scheduler.has_unfinished_requests()) {
+    const auto plan = h.step();
+    ASSERT_TRUE(plan);
+    if (in_plan(*plan, *victim)) first_back = *victim;
+    if (in_plan(*plan, 3)) first_back = first_back.value_or(3);
+  }
+  EXPECT_EQ(first_back, victim) << "request 3 of client c went before the preempted request";
+  h.run_until_idle();
+  for (RequestId id = 1; id <= 3; ++id) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
+}
+
 }  // namespace
 }  // namespace troupe::scheduler
