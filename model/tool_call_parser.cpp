@@ -289,7 +289,7 @@ void ToolCallStreamParser::finish(std::vector<ToolCallEvent>& out) {
       break;
     }
     case State::kHeader: {
-      malformed_ = true;
+      truncated_ = true;  // cut before the call's name: nothing of it was sent, it is content
       std::string text = std::move(call_text_) + pending_;
       call_text_.clear();
       pending_.clear();
@@ -299,7 +299,7 @@ void ToolCallStreamParser::finish(std::vector<ToolCallEvent>& out) {
       return;
     }
     case State::kArguments:
-    case State::kTail: malformed_ = true; break;  // cut off inside a call (max_tokens)
+    case State::kTail: truncated_ = true; break;  // cut off inside a call (max_tokens)
   }
   held_space_.clear();
 }

@@ -17,8 +17,11 @@
 // A call that does not have this shape (e.g. keys in another order, arguments not an object) is
 // malformed: its text comes out as content where nothing of it was sent yet, and malformed()
 // turns true. parse_tool_calls() then gives the whole text as content and no calls, as vLLM
-// answers a model output it cannot parse. Output ending inside a call (max_tokens) is malformed
-// too; a stream has already sent what it had.
+// answers a model output it cannot parse. Output ending inside a call (max_tokens) is not
+// malformed but truncated(): the calls before it stand, a call whose name was read stays a call
+// with the arguments written so far (what a stream has already sent, and what OpenAI answers
+// with finish_reason "length"), and a call cut before its name is content — the same answer
+// streamed and whole.
 //
 // Thread-safety: a ToolCallStreamParser is one choice's state, one thread at a time.
 #pragma once
@@ -54,6 +57,8 @@ class ToolCallStreamParser {
 
   int32_t num_calls() const { return num_calls_; }
   bool malformed() const { return malformed_; }
+  // finish() came inside a call (the output was cut off).
+  bool truncated() const { return truncated_; }
 
  private:
   enum class State : uint8_t { kText, kHeader, kArguments, kTail };
@@ -84,6 +89,7 @@ class ToolCallStreamParser {
   bool escaped_ = false;
   int32_t num_calls_ = 0;
   bool malformed_ = false;
+  bool truncated_ = false;
 };
 
 struct ParsedToolCall {

@@ -210,13 +210,68 @@ TEST(ToolCallParser, MalformedCallsMakeTheWholeTextContent) {
       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>",    // bad tail
       "<tool_call>\n{\"arguments\": {}, \"name\": \"f\"}\n</tool_call>",          // key order
       "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>",          // not an object
-      "Sure " + kCall2 + " <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1",  // cut off
-      "<tool_call>\n{\"name\": \"f\"",                                             // cut off
   };
   for (const std::string& text : malformed) {
     const ParsedToolOutput out = parse_tool_calls(ToolCallFormat::kHermes, text);
     EXPECT_TRUE(out.calls.empty()) << text;
     EXPECT_EQ(out.content, text);
+  }
+}
+
+// Events assembled into an answer, as a stream's client assembles what it was sent.
+ParsedToolOutput assembled(const std::vector<ToolCallEvent>& events) {
+  ParsedToolOutput out;
+  for (const ToolCallEvent& e : events) {
+    if (e.kind == ToolCallEvent::Kind::kContent) out.content += e.text;
+    if (e.kind == ToolCallEvent::Kind::kCallBegin) out.calls.push_back({e.text, {}});
+    if (e.kind == ToolCallEvent::Kind::kArguments) out.calls.back().arguments += e.text;
+  }
+  return out;
+}
+
+// Output cut off by max_tokens (issue 41, item 7): the complete calls stand; a call whose name
+// was read stays a call with the arguments written so far; one cut before its name is content.
+// The whole-text answer equals what a stream sent, fed a character at a time.
+TEST(ToolCallParser, ACutOffCallKeepsTheCompleteOnesStreamedAndWhole) {
+  struct Case {
+    std::string text;
+    std::vector<std::string> names;
+    std::vector<std::string> arguments;
+    std::string content;
+  };
+  const std::vector<Case> cases = {
+      {kCall2 + "\n" + kCall2 + "\n" + kCall2 + "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci",
+       {"ping", "ping", "ping", "get_weather"}, {"{}", "{}", "{}", "{\"ci"}, ""},
+      {"Sure " + kCall2 + " <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}",
+       {"ping", "f"}, {"{}", "{\"a\": 1}"}, "Sure"},
+      {kCall1 + "\n<tool_call>\n{\"name\": \"f\"", {"get_weather"}, {"{\"city\": \"Pa}ris\\\"\"}"},
+       "<tool_call>\n{\"name\": \"f\""},
+      {"<tool_call>\n{\"name\": \"f\"", {}, {}, "<tool_call>\n{\"name\": \"f\""},
+  };
+  for (const Case& c : cases) {
+    const ParsedToolOutput whole = parse_tool_calls(ToolCallFormat::kHermes, c.text);
+    std::vector<std::string> names, arguments;
+    for (const ParsedToolCall& call : whole.calls) {
+      names.push_back(call.name);
+      arguments.push_back(call.arguments);
+    }
+    EXPECT_EQ(names, c.names) << c.text;
+    EXPECT_EQ(arguments, c.arguments) << c.text;
+    EXPECT_EQ(whole.content, c.content) << c.text;
+
+    ToolCallStreamParser parser(ToolCallFormat::kHermes);
+    std::vector<ToolCallEvent> events;
+    for (const char ch : c.text) parser.feed(std::string_view(&ch, 1), events);
+    parser.finish(events);
+    EXPECT_TRUE(parser.truncated()) << c.text;
+    EXPECT_FALSE(parser.malformed()) << c.text;
+    const ParsedToolOutput streamed = assembled(events);
+    ASSERT_EQ(streamed.calls.size(), whole.calls.size()) << c.text;
+    for (size_t i = 0; i < whole.calls.size(); ++i) {
+      EXPECT_EQ(streamed.calls[i].name, whole.calls[i].name);
+      EXPECT_EQ(streamed.calls[i].arguments, whole.calls[i].arguments);
+    }
+    EXPECT_EQ(streamed.content, whole.content) << c.text;
   }
 }
 

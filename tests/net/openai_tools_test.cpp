@@ -190,12 +190,22 @@ TEST(OpenAiToolAnswers, TextMalformedCallsAndLengthKeepTheirReason) {
   EXPECT_EQ(std::string_view(choice["finish_reason"]), "stop");
   EXPECT_EQ(std::string_view(choice["message"]["content"]), "Hello");
   EXPECT_TRUE(choice["message"]["tool_calls"].error());
-  // A call cut off by max_tokens: malformed, the text is content, the reason stays "length".
+  // A call cut off by max_tokens before its arguments began: content, the reason stays "length".
   const std::string cut = kCall.substr(0, 40);
   body = body_of(cut, "length");
   choice = parse(parser, body)["choices"].at(0);
   EXPECT_EQ(std::string_view(choice["finish_reason"]), "length");
   EXPECT_EQ(std::string_view(choice["message"]["content"]), cut);
+  // Three complete calls and a fourth cut inside its arguments (issue 41, item 7): four calls,
+  // the last with what was written of its arguments, as OpenAI answers a cut call; "length".
+  body = body_of(kCall + "\n" + kCall + "\n" + kCall + "\n" + kCall.substr(0, 60), "length");
+  choice = parse(parser, body)["choices"].at(0);
+  EXPECT_EQ(std::string_view(choice["finish_reason"]), "length") << body;
+  EXPECT_TRUE(choice["message"]["content"].is_null()) << body;
+  ASSERT_EQ(choice["message"]["tool_calls"].get_array().size(), 4u) << body;
+  EXPECT_EQ(std::string_view(choice["message"]["tool_calls"].at(2)["function"]["arguments"]), R"({"city": "Paris"})");
+  EXPECT_EQ(std::string_view(choice["message"]["tool_calls"].at(3)["function"]["arguments"]),
+            kCall.substr(0, 60).substr(kCall.find("{\"city")));
   // Without tool parsing a call's text is plain content.
   body = body_of(kCall, "stop", model::ToolCallFormat::kNone);
   EXPECT_EQ(std::string_view(parse(parser, body)["choices"].at(0)["message"]["content"]), kCall);
