@@ -89,8 +89,7 @@ boost::asio::awaitable<void> BatchActor::run() {
   auto ticker = [self = std::static_pointer_cast<BatchActor>(shared_from_this())] { return self->tick_loop(); };
   boost::asio::co_spawn(executor, std::move(ticker), boost::asio::detached);
   refresh();  // resume what a previous run left
-  feed();
-  publish_stats();
+  settle();
   for (;;) {
     std::optional<BatchMessage> message = co_await mailbox().receive();
     if (!message) {
@@ -104,10 +103,7 @@ boost::asio::awaitable<void> BatchActor::run() {
     on_message(*message);
     // Everything already queued joins this group commit.
     while (std::optional<BatchMessage> more = mailbox().try_receive()) on_message(*more);
-    flush();
-    finish_idle();
-    feed();
-    publish_stats();
+    settle();
   }
   flush();  // what the drain delivered
   publish_stats();
@@ -115,11 +111,16 @@ boost::asio::awaitable<void> BatchActor::run() {
 
 boost::asio::awaitable<void> BatchActor::handle(BatchMessage message) {
   on_message(message);
+  settle();
+  co_return;
+}
+
+// After a group of messages: commit what finished, end what is done, start what may start.
+void BatchActor::settle() {
   flush();
   finish_idle();
   feed();
   publish_stats();
-  co_return;
 }
 
 void BatchActor::on_message(BatchMessage& message) {
@@ -173,7 +174,6 @@ void BatchActor::refresh() {
     const bool running = live.record.status == BatchStatus::kInProgress;
     if (running && live.ending == Ending::kNone && now >= live.record.expires_at) end(live, Ending::kExpire);
   }
-  finish_idle();
 }
 
 void BatchActor::adopt(BatchRecord record) {
@@ -203,18 +203,27 @@ void BatchActor::adopt(BatchRecord record) {
   }
 }
 
-// The input file and the journals of a batch past validation; false (and the batch failed)
-// when they cannot be had.
-bool BatchActor::load(Live& live) {
+// The input file's requests into `live` (and their line numbers when asked); false (and the
+// batch failed) when the file cannot be read.
+bool BatchActor::read_input(Live& live, std::vector<int64_t>* line_numbers) {
   auto content = files_->read(live.record.owner, live.record.input_file_id);
   if (!content || std::holds_alternative<StorageError>(*content)) {
-    const std::string why = !content ? fmt::format("the input file {} was deleted", live.record.input_file_id)
-                                     : std::get<StorageError>(*content).message;
-    fail_now(live, {BatchError{"invalid_file", why, "input_file_id", std::nullopt}});
+    fail_now(live, {BatchError{"invalid_file",
+                               !content ? fmt::format("The input file {} does not exist.", live.record.input_file_id)
+                                        : std::get<StorageError>(*content).message,
+                               "input_file_id", std::nullopt}});
     return false;
   }
   live.content = std::move(std::get<std::string>(*content));
-  live.lines = split_input(live.content).lines;
+  InputLines input = split_input(live.content);
+  live.lines = std::move(input.lines);
+  if (line_numbers != nullptr) *line_numbers = std::move(input.line_numbers);
+  return true;
+}
+
+// The batch's journals, cut back to what was committed; false (and the batch failed) when they
+// cannot be opened.
+bool BatchActor::open_journal(Live& live) {
   auto journal = BatchJournal::open(files_->dir(), live.record.id, live.record.output_bytes,
                                     live.record.error_bytes);
   if (auto* error = std::get_if<StorageError>(&journal)) {
@@ -225,52 +234,48 @@ bool BatchActor::load(Live& live) {
   return true;
 }
 
+// A batch past validation, resumed: its input and its journals.
+bool BatchActor::load(Live& live) { return read_input(live, nullptr) && open_journal(live); }
+
 // validating -> in_progress, or failed with OpenAI's list of the file's problems.
 void BatchActor::validate(Live& live) {
   BatchRecord& record = live.record;
-  auto content = files_->read(record.owner, record.input_file_id);
-  if (!content || std::holds_alternative<StorageError>(*content)) {
-    fail_now(live, {BatchError{"invalid_file",
-                               !content ? fmt::format("The input file {} does not exist.", record.input_file_id)
-                                        : std::get<StorageError>(*content).message,
-                               "input_file_id", std::nullopt}});
-    return;
-  }
-  const std::string& bytes = std::get<std::string>(*content);
-  const InputLines input = split_input(bytes);
+  std::vector<int64_t> line_numbers;
+  if (!read_input(live, &line_numbers)) return;
+  const std::vector<std::string_view>& lines = live.lines;
   std::vector<BatchError> errors;
-  if (input.lines.empty()) {
+  if (lines.empty()) {
     errors.push_back({"empty_file", "The input file holds no requests.", "input_file_id", std::nullopt});
-  } else if (static_cast<int64_t>(input.lines.size()) > config_.max_items) {
+  } else if (static_cast<int64_t>(lines.size()) > config_.max_items) {
     errors.push_back({"too_many_requests",
                       fmt::format("The input file holds {} requests; the limit is {} (batches.max_items).",
-                                  input.lines.size(), config_.max_items),
+                                  lines.size(), config_.max_items),
                       "input_file_id", std::nullopt});
   }
   std::set<std::string, std::less<>> custom_ids;
   const bool countable = errors.empty();  // line problems are listed only for a file of a fit size
-  for (size_t i = 0; countable && i < input.lines.size() && errors.size() < kMaxListedErrors; ++i) {
-    auto checked = runner_->check_line(input.lines[i], record.endpoint);
+  for (size_t i = 0; countable && i < lines.size() && errors.size() < kMaxListedErrors; ++i) {
+    auto checked = runner_->check_line(lines[i], record.endpoint);
     if (auto* problem = std::get_if<LineProblem>(&checked)) {
-      errors.push_back({problem->code, problem->message, problem->param, input.line_numbers[i]});
+      errors.push_back({problem->code, problem->message, problem->param, line_numbers[i]});
     } else if (!custom_ids.insert(std::get<std::string>(checked)).second) {
       errors.push_back({"duplicate_custom_id",
                         fmt::format("The custom_id '{}' is used more than once; each request needs its own.",
                                     std::get<std::string>(checked)),
-                        "custom_id", input.line_numbers[i]});
+                        "custom_id", line_numbers[i]});
     }
   }
   if (!errors.empty()) {
     fail_now(live, errors);
     return;
   }
-  if (auto error = store_->start(record.id, static_cast<int64_t>(input.lines.size()), now_())) {
+  if (auto error = store_->start(record.id, static_cast<int64_t>(lines.size()), now_())) {
     fail_now(live, {BatchError{"storage_error", error->message, "", std::nullopt}});
     return;
   }
   record.status = BatchStatus::kInProgress;
-  record.total = static_cast<int64_t>(input.lines.size());
-  if (!load(live)) return;
+  record.total = static_cast<int64_t>(lines.size());
+  if (!open_journal(live)) return;
   planner_.add(record.id, store_->pending_items(record.id));
   spdlog::info("batch {}: in progress, {} requests for {}", record.id, record.total, record.endpoint);
 }

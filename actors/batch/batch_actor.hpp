@@ -64,7 +64,8 @@ using BatchMessage = std::variant<BatchWake, ItemFinished>;
 
 class BatchActor final : public actors::runtime::Actor<BatchMessage> {
  public:
-  // `now`: Unix seconds (a fake clock in unit tests). `engine_requests`: requests the engine
+  // `now`: Unix seconds (the system clock when serving; tests pass one they advance).
+  // `engine_requests`: requests the engine
   // runs or queues now, batch items included (empty: never busy).
   BatchActor(std::shared_ptr<BatchStore> store, std::shared_ptr<FileStore> files,
              std::shared_ptr<ItemRunner> runner, BatchActorConfig config,
@@ -102,12 +103,15 @@ class BatchActor final : public actors::runtime::Actor<BatchMessage> {
   void on_item(ItemFinished& finished);
   void refresh();
   void adopt(BatchRecord record);
+  bool read_input(Live& live, std::vector<int64_t>* line_numbers);
+  bool open_journal(Live& live);
   bool load(Live& live);
   void validate(Live& live);
   void end(Live& live, Ending ending, std::string why = {});
   void feed();
   void flush();
   void finish_idle();
+  void settle();
   bool finish(Live& live);
   void fail_now(Live& live, const std::vector<BatchError>& errors);
   void publish_stats();
