@@ -195,7 +195,9 @@ void add_backends_settings(std::vector<Setting>& s) {
       "the KV cache's number format (vLLM's `--kv-cache-dtype`, llama.cpp's `-ctk/-ctv`): "
       "`q8_0` (CPU backend) holds 1.88× the tokens of `f16` in the same memory, computed as "
       "llama.cpp's `-ctk q8_0 -ctv q8_0 -fa on` (its Hadamard rotation included, logits equal "
-      "to the bit); `fp8_e4m3` is refused until the CUDA backend has its kernels",
+      "to the bit); `fp8_e4m3` (CUDA backend, vLLM's `fp8`) holds 2× the tokens of `f16`, "
+      "scale 1.0; its kernels await a GPU run's proof (`gpu/cuda_proven_types.cpp`), so it is "
+      "refused unless `TROUPE_CUDA_UNPROVEN_TYPES=allow`",
       [](auto& c) -> auto& { return c.cache.kv_dtype; }, "--kv-cache-dtype"));
   add(fraction_setting(
       "cuda.gpu_memory_utilization", 0.05, 1.0,

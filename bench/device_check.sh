@@ -16,7 +16,9 @@
 # A is still under /tmp; without it the check runs on dummy weights only and says so. Stages
 # (each capped; the whole check targets 8 minutes):
 #   1. cuda_backend_test: every test, with the per-type parity lines ([ parity ... ],
-#      [ op by op ... ], [ round trip ... ]) collected into the table (240 s)
+#      [ op by op ... ], [ round trip ... ]) collected into the table (240 s), and the FP8 KV
+#      cache's four tests and lines ([ kv fp8 ], [ fp8 kv ... ]): all four passing is what lets
+#      fp8_e4m3 into gpu/cuda_proven_types.cpp's kKvProofs
 #   2. server greedy parity: `troupe serve --backend cuda` on the real model
 #      (TROUPE_CUDA_UNPROVEN_TYPES=allow: proving the types is the point), all reference prompts
 #      at once, against llama.cpp's tokens (bench/device_server_parity.py; 90 s)
@@ -130,6 +132,8 @@ skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z].*(' "$OUT/tests.log")
 TESTS="rc $rc: $passed passed, $failed failed, $skipped skipped$([ $rc = 124 ] && echo ' (TIMED OUT at 240 s)')"
 grep -E '^\[  FAILED  \] [A-Za-z].*\(' "$OUT/tests.log" | head -20
 log "tests: $TESTS"
+fp8_ok=$(grep -cE '^\[       OK \] (CudaOps\.[A-Za-z]*Fp8|CudaBackend\.Fp8)' "$OUT/tests.log")
+FP8="$fp8_ok of 4 FP8 KV tests passed"
 
 # 2. Server greedy parity on the real model, through the engine's real step loop.
 SERVER="not run (no model)"
@@ -203,6 +207,8 @@ fi
   echo "server:     $SERVER"
   echo "sanitizer:  $SAN"
   echo "mutants:    $MUTANTS"
+  echo "fp8 kv:     $FP8"
+  grep -E '^\[ (kv fp8|fp8 kv) ' "$OUT/tests.log" | sed 's/^/  /'
   echo "per type (device: GPU vs CPU on the F16 copy; noise: CPU vs its F16 copy; GPU vs CPU):"
   grep -E '^\[ (parity|op by op|round trip) ' "$OUT/tests.log" | sed 's/^/  /'
   grep '^|' "$OUT/bench.log" 2>/dev/null || echo "benchmark:  no table"

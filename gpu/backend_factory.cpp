@@ -15,10 +15,23 @@
 
 namespace troupe::gpu {
 
-BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
-                               const std::vector<std::string>& cuda_devices,
-                               const std::string& probe_status, const model::LlamaWeights& weights,
-                               bool allow_unproven, KvDtype kv_dtype) {
+namespace {
+
+// What keeps the CUDA backend off this model and KV format, or nullopt: an unproven weight type
+// or an unproven KV format (gpu/cuda_proven_types.hpp).
+std::optional<std::string> unproven_on_cuda(const model::LlamaWeights& weights, KvDtype kv_dtype) {
+  if (const std::optional<UnprovenTensor> t = first_unproven_cuda_tensor(weights)) {
+    return unproven_cuda_message(*t);
+  }
+  if (!cuda_kv_proof_of(kv_dtype)) return unproven_cuda_kv_message(kv_dtype);
+  return std::nullopt;
+}
+
+// The choice by device, build and proofs; the KV format's fit with the CPU backend comes after.
+BackendDecision decide_device(BackendRequest request, bool cuda_compiled,
+                              const std::vector<std::string>& cuda_devices,
+                              const std::string& probe_status, const model::LlamaWeights& weights,
+                              bool allow_unproven, KvDtype kv_dtype) {
   if (request == BackendRequest::kCpu) return {BackendVerdict::kCpu, "CPU backend (configured)"};
   if (cuda_devices.empty()) {
     return {BackendVerdict::kCpu, "no CUDA device (" + probe_status + "); using the CPU backend"};
@@ -29,30 +42,46 @@ BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
             "CUDA device " + device +
                 " found, but this binary was built without CUDA; using the CPU backend"};
   }
-  if (kv_dtype != KvDtype::kF16) {
-    // The CUDA kernels read an fp16 cache only: its fp8_e4m3 form is not built yet.
-    const std::string why = "cache.kv_dtype \"" + std::string(kKvDtypeNames.name(kv_dtype)) +
-                            "\": the CUDA backend keeps an f16 KV cache only";
+  if (kv_dtype == KvDtype::kQ8_0) {
+    // llama.cpp's q8_0 blocks are the CPU kernels' format; the CUDA ones read f16 and FP8.
+    const std::string why = "cache.kv_dtype \"q8_0\" is the CPU backend's (the CUDA backend keeps "
+                            "f16 or fp8_e4m3)";
     if (request == BackendRequest::kAuto) {
       return {BackendVerdict::kCpu, "CUDA device " + device + " found, but " + why +
                                         ": using the CPU backend"};
     }
     return {BackendVerdict::kRefuse, "--backend cuda: " + why};
   }
-  const std::optional<UnprovenTensor> unproven = first_unproven_cuda_tensor(weights);
+  const std::optional<std::string> unproven = unproven_on_cuda(weights, kv_dtype);
   if (!unproven) return {BackendVerdict::kCuda, "CUDA backend on " + device};
   if (request == BackendRequest::kAuto) {
-    return {BackendVerdict::kCpu, "CUDA device " + device + " found, but " +
-                                      unproven_cuda_message(*unproven) + ": using the CPU backend"};
+    return {BackendVerdict::kCpu,
+            "CUDA device " + device + " found, but " + *unproven + ": using the CPU backend"};
   }
   if (allow_unproven) {
-    return {BackendVerdict::kCuda,
-            "CUDA backend on " + device + " with UNPROVEN weight types " +
-                "(TROUPE_CUDA_UNPROVEN_TYPES=allow): " + unproven_cuda_message(*unproven)};
+    return {BackendVerdict::kCuda, "CUDA backend on " + device + " UNPROVEN " +
+                                       "(TROUPE_CUDA_UNPROVEN_TYPES=allow): " + *unproven};
   }
   return {BackendVerdict::kRefuse,
-          "--backend cuda: " + unproven_cuda_message(*unproven) +
+          "--backend cuda: " + *unproven +
               " (TROUPE_CUDA_UNPROVEN_TYPES=allow runs it anyway, to verify it on a GPU)"};
+}
+
+}  // namespace
+
+BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
+                               const std::vector<std::string>& cuda_devices,
+                               const std::string& probe_status, const model::LlamaWeights& weights,
+                               bool allow_unproven, KvDtype kv_dtype) {
+  BackendDecision d = decide_device(request, cuda_compiled, cuda_devices, probe_status, weights,
+                                    allow_unproven, kv_dtype);
+  if (d.verdict == BackendVerdict::kCpu && kv_dtype == KvDtype::kFp8E4M3) {
+    // Refused here, with the reason the CUDA backend was not taken, rather than by the CPU
+    // backend's constructor, which could not say why.
+    return {BackendVerdict::kRefuse, "cache.kv_dtype \"fp8_e4m3\" needs the CUDA backend (the CPU "
+                                     "backend keeps f16 or q8_0), and it was not taken: " + d.note};
+  }
+  return d;
 }
 
 BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
@@ -76,6 +105,7 @@ BuiltBackend make_backend(std::shared_ptr<const model::GgufFile> file,
     cuda::CudaBackendConfig cuda_config;
     cuda_config.device = probe.cuda_devices.front().index;
     cuda_config.block_size = options.block_size;
+    cuda_config.kv_dtype = options.kv_dtype;
     cuda_config.num_blocks = options.num_blocks;
     cuda_config.gpu_memory_utilization = options.gpu_memory_utilization;
     cuda_config.max_num_batched_tokens = options.max_num_batched_tokens;

@@ -1,6 +1,6 @@
 // Chooses and builds the step backend for a model. `cuda` builds the CUDA backend when a device is
-// usable and every matrix type of the model is proven on a GPU (gpu/cuda_proven_types.hpp), and
-// refuses the model by tensor and type otherwise; `auto` takes the CUDA backend only for such a
+// usable and every matrix type of the model and the KV format are proven on a GPU
+// (gpu/cuda_proven_types.hpp), and refuses the model by tensor and type (or the setting) otherwise; `auto` takes the CUDA backend only for such a
 // model, else the CPU backend, and says why in the log. TROUPE_CUDA_UNPROVEN_TYPES=allow (read
 // here only) lets `cuda` run unproven types: for bench/device_check.sh, which proves them.
 //
@@ -49,8 +49,9 @@ struct BackendDecision {
 
 // `cuda_devices`: names of the usable devices (first is used); `cuda_compiled`: this binary has
 // the CUDA backend; `probe_status`: why no device was found; `allow_unproven`: the environment's
-// override; `kv_dtype`: the KV cache's format (CUDA keeps f16 only: `auto` then takes the CPU,
-// `cuda` is refused by name). Pure.
+// override; `kv_dtype`: the KV cache's format — q8_0 is the CPU backend's (`auto` then takes the
+// CPU, `cuda` is refused by name), fp8_e4m3 the CUDA backend's, proven like a weight type and
+// refused by name wherever the CPU backend would get it. Pure.
 BackendDecision decide_backend(BackendRequest request, bool cuda_compiled,
                                const std::vector<std::string>& cuda_devices,
                                const std::string& probe_status, const model::LlamaWeights& weights,

@@ -21,7 +21,33 @@ constexpr std::array kProofs = {
                   "(BF16 bound 5e-2); dummy weights only"},
 };
 
+// FP8 E4M3 (kv_write.cu, attention.cu: compiled and tested against their CPU twins in
+// tests/gpu/cuda_ops_test.cpp) earns its row from bench/device_check.sh's fp8 lines.
+constexpr std::array kKvProofs = {
+    CudaKvProof{KvDtype::kF16, "2026-12-04", "NVIDIA H200 (sm_90)",
+                "faecbdc: the F16 weights' parity run above, whose cache was f16"},
+};
+
 }  // namespace
+
+std::span<const CudaKvProof> cuda_proven_kv_dtypes() { return kKvProofs; }
+
+std::optional<CudaKvProof> cuda_kv_proof_of(KvDtype dtype) {
+  for (const CudaKvProof& p : kKvProofs) {
+    if (p.dtype == dtype) return p;
+  }
+  return std::nullopt;
+}
+
+std::string unproven_cuda_kv_message(KvDtype dtype) {
+  std::string proven;
+  for (const CudaKvProof& p : kKvProofs) {
+    proven += (proven.empty() ? "" : ", ") + std::string(kKvDtypeNames.name(p.dtype));
+  }
+  return "cache.kv_dtype \"" + std::string(kKvDtypeNames.name(dtype)) +
+         "\" has CUDA kernels that have not been proven correct on a GPU yet (proven: " + proven +
+         "; gpu/cuda_proven_types.cpp)";
+}
 
 std::span<const CudaTypeProof> cuda_proven_weight_types() {
   return kProofs;

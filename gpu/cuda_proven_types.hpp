@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "gpu/kv_dtype.hpp"
 #include "model/llama_weights.hpp"
 #include "model/tensor_type.hpp"
 
@@ -47,5 +48,19 @@ std::optional<UnprovenTensor> first_unproven_cuda_tensor(const model::LlamaWeigh
 
 // What a refusal says: the tensor and its type, the proven types, and what to do instead.
 std::string unproven_cuda_message(const UnprovenTensor& t);
+
+// The KV cache formats (cache.kv_dtype) proven the same way: the run whose greedy and logit
+// parity showed the format's kernels (kv_write.cu, attention.cu) right on a GPU.
+struct CudaKvProof {
+  KvDtype dtype;
+  const char* date;
+  const char* device;
+  const char* evidence;
+};
+std::span<const CudaKvProof> cuda_proven_kv_dtypes();
+std::optional<CudaKvProof> cuda_kv_proof_of(KvDtype dtype);
+
+// What a refusal of an unproven KV format says.
+std::string unproven_cuda_kv_message(KvDtype dtype);
 
 }  // namespace troupe::gpu

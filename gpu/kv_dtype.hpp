@@ -1,9 +1,9 @@
 // The number format of the paged KV memory (`cache.kv_dtype`): fp16 (the default), llama.cpp's
-// q8_0 blocks (CPU backend), or FP8 E4M3 (named for the CUDA backend, which refuses it until its
-// kernels exist). One K or V row (one token, one KV head) of head_dim values takes
-// kv_row_bytes(): f16 2 bytes a value; q8_0 34 bytes per 32 values (an fp16 scale and 32 int8,
-// ggml's block_q8_0, so rows compare byte for byte with llama.cpp's cache), 1.88x the tokens
-// in the same memory.
+// q8_0 blocks (CPU backend), or FP8 E4M3 (CUDA backend; gpu/fp8_e4m3.hpp, gpu/cuda/kv_memory.hpp).
+// One K or V row (one token, one KV head) of head_dim values takes kv_row_bytes(): f16 2 bytes a
+// value; q8_0 34 bytes per 32 values (an fp16 scale and 32 int8, ggml's block_q8_0, so rows
+// compare byte for byte with llama.cpp's cache), 1.88x the tokens in the same memory; FP8 one
+// byte a value (its scale is per tensor), 2x.
 //
 // Thread-safety: constants and pure functions.
 #pragma once

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <cuda_fp8.h>
+
 #include "gpu/cuda/cuda_check.cuh"
 #include "gpu/cuda/device_util.cuh"
 
@@ -15,7 +17,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGroup = 8;
 
 template <int kDimsPerLane>
-__device__ __forceinline__ void load_halves(const __half* p, float* out) {
+__device__ __forceinline__ void load_kv(const __half* p, float* out) {
   if constexpr (kDimsPerLane % 2 == 0) {
     const __half2* p2 = reinterpret_cast<const __half2*>(p);
 #pragma unroll
@@ -27,6 +29,16 @@ __device__ __forceinline__ void load_halves(const __half* p, float* out) {
   } else {
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) out[i] = __half2float(p[i]);
+  }
+}
+
+// E4M3 widens to fp16 exactly (3 mantissa bits, exponents inside fp16's range); the scales are
+// applied to the score and the output, once, not to every element.
+template <int kDimsPerLane>
+__device__ __forceinline__ void load_kv(const __nv_fp8_storage_t* p, float* out) {
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    out[i] = __half2float(__half(__nv_cvt_fp8_to_halfraw(p[i], __NV_E4M3)));
   }
 }
 
@@ -43,8 +55,9 @@ struct OnlineSoftmax {
 };
 
 // Warp w visits keys w, w + kWarps, ... of [0, num_keys) through the sequence's block-table row
-// and folds each into `state` for every query head of the group (KV head h).
-template <int kDimsPerLane>
+// and folds each into `state` for every query head of the group (KV head h). Element: the
+// cache's (__half or E4M3 bytes); an fp16 cache's k_scale is 1, so its scores are unchanged.
+template <int kDimsPerLane, typename Element>
 __device__ __forceinline__ void attend_warp_keys(const AttentionArgs& a, int32_t h, int32_t group,
                                                  int32_t num_keys, const int32_t* table,
                                                  const float (&q)[kMaxGroup][kDimsPerLane],
@@ -53,22 +66,23 @@ __device__ __forceinline__ void attend_warp_keys(const AttentionArgs& a, int32_t
   const int32_t hd = a.head_dim;
   const int64_t head_stride = static_cast<int64_t>(a.block_size) * hd;
   const int64_t block_stride = head_stride * a.n_head_kv;
-  const __half* k_cache = static_cast<const __half*>(a.k_cache);
-  const __half* v_cache = static_cast<const __half*>(a.v_cache);
+  const Element* k_cache = static_cast<const Element*>(a.k_cache);
+  const Element* v_cache = static_cast<const Element*>(a.v_cache);
+  const float score_scale = a.scale * a.k_scale;
   for (int32_t key = warp; key < num_keys; key += kWarps) {
     const int64_t block = table[key / a.block_size];
     const int64_t base = block * block_stride + h * head_stride +
                          static_cast<int64_t>(key % a.block_size) * hd + lane * kDimsPerLane;
     float kf[kDimsPerLane], vf[kDimsPerLane];
-    load_halves<kDimsPerLane>(k_cache + base, kf);
-    load_halves<kDimsPerLane>(v_cache + base, vf);
+    load_kv<kDimsPerLane>(k_cache + base, kf);
+    load_kv<kDimsPerLane>(v_cache + base, vf);
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
       if (g >= group) break;  // uniform across the block
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < kDimsPerLane; ++i) dot = fmaf(q[g][i], kf[i], dot);
-      const float s = detail::warp_sum(dot) * a.scale;
+      const float s = detail::warp_sum(dot) * score_scale;
       const float m_new = fmaxf(state.m[g], s);
       const float correction = expf(state.m[g] - m_new);  // 0 on the first key (m = -inf)
       const float p = expf(s - m_new);
@@ -120,7 +134,7 @@ __device__ __forceinline__ void merge_warp_partials(const AttentionArgs& a, cons
     }
     const int64_t index =
         static_cast<int64_t>(t) * a.ld_out + (static_cast<int64_t>(h) * group + g) * hd + d;
-    const float y = o_all / l_all;
+    const float y = o_all / l_all * a.v_scale;  // exact for an fp16 cache (v_scale 1)
     if (a.out_f32) {
       static_cast<float*>(a.out)[index] = y;
     } else {
@@ -131,7 +145,7 @@ __device__ __forceinline__ void merge_warp_partials(const AttentionArgs& a, cons
 
 // One block per (token t, KV head h). Lane l of every warp owns dims [l * kDimsPerLane,
 // (l + 1) * kDimsPerLane) of each head.
-template <int kDimsPerLane>
+template <int kDimsPerLane, typename Element>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs a) {
   extern __shared__ float partials[];  // [kWarps][kMaxGroup][head_dim + 2]: m, l, acc
   const int32_t t = blockIdx.x, h = blockIdx.y;
@@ -158,10 +172,23 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
   }
   const OnlineSoftmax<kDimsPerLane> state{m, l, acc};
 
-  attend_warp_keys<kDimsPerLane>(a, h, group, num_keys, table, q, state);
+  attend_warp_keys<kDimsPerLane, Element>(a, h, group, num_keys, table, q, state);
   store_warp_partials<kDimsPerLane>(state, group, hd, partials);
   __syncthreads();
   merge_warp_partials(a, partials, t, h, group);
+}
+
+template <typename Element>
+void launch_for_head_dim(const AttentionArgs& a, dim3 grid, size_t smem, cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 32: paged_attention_kernel<1, Element><<<grid, kThreads, smem, stream>>>(a); break;
+    case 64: paged_attention_kernel<2, Element><<<grid, kThreads, smem, stream>>>(a); break;
+    case 96: paged_attention_kernel<3, Element><<<grid, kThreads, smem, stream>>>(a); break;
+    case 128: paged_attention_kernel<4, Element><<<grid, kThreads, smem, stream>>>(a); break;
+    default:
+      throw std::invalid_argument("paged_attention: head_dim " + std::to_string(a.head_dim) +
+                                  " is not supported (32, 64, 96, 128)");
+  }
 }
 
 void launch_paged_attention(const AttentionArgs& a, cudaStream_t stream) {
@@ -171,14 +198,10 @@ void launch_paged_attention(const AttentionArgs& a, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.n_head_kv));
   const size_t smem = sizeof(float) * kWarps * kMaxGroup * (a.head_dim + 2);
-  switch (a.head_dim) {
-    case 32: paged_attention_kernel<1><<<grid, kThreads, smem, stream>>>(a); break;
-    case 64: paged_attention_kernel<2><<<grid, kThreads, smem, stream>>>(a); break;
-    case 96: paged_attention_kernel<3><<<grid, kThreads, smem, stream>>>(a); break;
-    case 128: paged_attention_kernel<4><<<grid, kThreads, smem, stream>>>(a); break;
-    default:
-      throw std::invalid_argument("paged_attention: head_dim " + std::to_string(a.head_dim) +
-                                  " is not supported (32, 64, 96, 128)");
+  if (a.element == KvElement::kFp8E4M3) {
+    launch_for_head_dim<__nv_fp8_storage_t>(a, grid, smem, stream);
+  } else {
+    launch_for_head_dim<__half>(a, grid, smem, stream);
   }
   CUDA_CHECK_LAUNCH();
 }

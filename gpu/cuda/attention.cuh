@@ -1,6 +1,6 @@
 // Paged attention for a mixed batch: every query token (prefill chunk or decode row) attends to
 // keys [0, position] of its own sequence, read through the sequence's block-table row from the
-// fp16 paged cache (layout in kv_write.cuh). Causality is by position, and the chunk's own keys
+// paged cache, fp16 or FP8 E4M3 read as it is stored (layout in kv_write.cuh). Causality is by position, and the chunk's own keys
 // are already in the cache (kv_write runs first), so a prefill chunk attends causally to its
 // cached prefix and to itself, exactly like the CPU reference (gpu/cpu/attention.hpp).
 //
@@ -26,8 +26,11 @@ namespace troupe::gpu::cuda {
 struct AttentionArgs {
   const float* q = nullptr;                 // query heads of token t at q + t * ld_q (n_head * head_dim)
   int64_t ld_q = 0;
-  const void* k_cache = nullptr;            // fp16, one layer
+  const void* k_cache = nullptr;            // one layer, `element`s
   const void* v_cache = nullptr;
+  KvElement element = KvElement::kF16;
+  float k_scale = 1.0f;                     // FP8: the cache holds k / k_scale, v / v_scale
+  float v_scale = 1.0f;
   const int32_t* positions = nullptr;       // [num_tokens]; token t sees keys [0, positions[t]]
   const int32_t* token_table_row = nullptr;  // [num_tokens]: its row of block_tables
   const int32_t* block_tables = nullptr;    // [rows][max_blocks_per_seq]

@@ -250,6 +250,7 @@ KvCacheGeometry CudaBackend::kv_geometry() const {
   g.num_blocks = impl_->kv_cache.num_blocks;
   g.block_size = impl_->config.block_size;
   g.bytes = impl_->kv_cache.bytes;
+  g.dtype = impl_->config.kv_dtype;
   return g;
 }
 

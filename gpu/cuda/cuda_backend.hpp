@@ -7,8 +7,8 @@
 //
 // Start-up: every weight is uploaded once; GGUF matrices (Q4_0/Q4_1/Q8_0/F16/F32) are
 // dequantized on the device to F16 (BF16 models stay BF16) and Q|K|V and gate|up are fused into
-// one matrix each, so a layer is four cuBLAS GEMMs. KV blocks (fp16, the CPU backend's layout)
-// take gpu_memory_utilization of the device's memory minus what weights and scratch use.
+// one matrix each, so a layer is four cuBLAS GEMMs. KV blocks (fp16 or FP8 E4M3, the CPU
+// backend's layout) take gpu_memory_utilization of the device's memory minus what weights and scratch use.
 //
 // A step, all on the backend's one stream, never blocking the caller: its inputs are packed into
 // a pinned host buffer and copied with one cudaMemcpyAsync; embedding gather, then per layer
@@ -49,6 +49,7 @@ struct CudaBackendConfig {
   double gpu_memory_utilization = defaults::kGpuMemoryUtilization;  // weights + scratch + KV
   int32_t num_blocks = 0;               // KV blocks; 0: as many as gpu_memory_utilization allows
   int32_t block_size = defaults::kBlockSize;
+  KvDtype kv_dtype = KvDtype::kF16;     // f16 or fp8_e4m3 (kv_memory.hpp); q8_0 is refused
   // Scratch sizing: most tokens, and most sampling rows, in one step.
   int32_t max_num_batched_tokens = defaults::kMaxNumBatchedTokens;
   int32_t max_num_seqs = defaults::kMaxNumSeqs;

@@ -46,4 +46,11 @@ inline bool is_cuda_weight_type(uint32_t ggml_type_id) {
 
 inline int64_t act_bytes(ActType) { return 2; }  // F16 and BF16 alike
 
+// Element type of the paged KV cache, cache.kv_dtype's CUDA forms: fp16, or FP8 E4M3 (half the
+// bytes; what vLLM's --kv-cache-dtype fp8 stores) holding value / scale with one scale per K or
+// V tensor (gpu/fp8_e4m3.hpp has the conversions' CPU twins).
+enum class KvElement : int32_t { kF16 = 0, kFp8E4M3 = 1 };
+
+inline int64_t kv_element_bytes(KvElement e) { return e == KvElement::kF16 ? 2 : 1; }
+
 }  // namespace troupe::gpu::cuda

@@ -39,7 +39,8 @@ KvHostMirror KvHostMirror::allocate(const KvCache& kv, const model::LlamaConfig&
   m.head_dim = c.head_dim;
   m.block_size = block_size;
   m.num_blocks = kv.num_blocks;
-  m.block_bytes = static_cast<int64_t>(c.n_head_kv) * block_size * c.head_dim * 2;  // fp16
+  m.dtype = kv.element == KvElement::kFp8E4M3 ? KvDtype::kFp8E4M3 : KvDtype::kF16;
+  m.block_bytes = static_cast<int64_t>(c.n_head_kv) * block_size * kv_row_bytes(m.dtype, c.head_dim);
   m.kv_stride = static_cast<std::byte*>(kv.layers.front().v_cache) - mirror.device_;
   m.layer_stride = 2 * m.kv_stride;
   return mirror;

@@ -8,12 +8,26 @@
 #include <string>
 
 #include "gpu/cuda/cuda_check.cuh"
+#include "model/enum_names.hpp"
 
 namespace troupe::gpu::cuda {
 
+KvElement kv_element_of(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF16: return KvElement::kF16;
+    case KvDtype::kFp8E4M3: return KvElement::kFp8E4M3;
+    case KvDtype::kQ8_0: break;
+  }
+  throw std::invalid_argument("CUDA backend: cache.kv_dtype \"" +
+                              std::string(kKvDtypeNames.name(dtype)) +
+                              "\" is the CPU backend's; the CUDA backend takes f16 or fp8_e4m3");
+}
+
 KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& config,
                           DeviceAllocations& allocations) {
-  const int64_t per_block = static_cast<int64_t>(c.n_layer) * 2 * c.n_head_kv * config.block_size * c.head_dim * 2;
+  const KvElement element = kv_element_of(config.kv_dtype);
+  const int64_t row_bytes = kv_row_bytes(config.kv_dtype, c.head_dim);  // one token, one KV head
+  const int64_t per_block = static_cast<int64_t>(c.n_layer) * 2 * c.n_head_kv * config.block_size * row_bytes;
   int64_t blocks = config.num_blocks;
   if (blocks <= 0) {
     size_t free_bytes = 0, total_bytes = 0;
@@ -32,10 +46,12 @@ KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& 
   if (config.kv_host_mirror) blocks = std::min(blocks, config.max_kv_host_mirror_bytes / per_block);
   if (blocks <= 0) throw std::invalid_argument("CUDA backend: no KV block fits max_kv_host_mirror_bytes");
   KvCache kv_cache;
+  kv_cache.element = element;
+  if (element == KvElement::kFp8E4M3) kv_cache.k_scale = kv_cache.v_scale = kFp8KvScale;
   kv_cache.num_blocks = static_cast<int32_t>(blocks);
   kv_cache.bytes = per_block * kv_cache.num_blocks;
   char* kv = allocations.allocate<char>(static_cast<size_t>(kv_cache.bytes));
-  const size_t side = static_cast<size_t>(kv_cache.num_blocks) * c.n_head_kv * config.block_size * c.head_dim * 2;
+  const size_t side = static_cast<size_t>(kv_cache.num_blocks) * c.n_head_kv * config.block_size * row_bytes;
   kv_cache.layers.resize(c.n_layer);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     kv_cache.layers[l].k_cache = kv + side * 2 * l;

@@ -1,6 +1,7 @@
 // KV cache memory on the device: how many blocks gpu_memory_utilization leaves after weights and
 // scratch (or CudaBackendConfig::num_blocks), allocated as one buffer split per layer into K and V
-// (fp16, the CPU backend's layout).
+// (the CPU backend's layout), of fp16 or FP8 E4M3 elements (cache.kv_dtype): FP8 holds twice the
+// blocks in the same memory.
 //
 // Thread-safety: allocate_kv_cache() from the backend's constructor only; the result is
 // read-only afterwards.
@@ -11,9 +12,20 @@
 
 #include "gpu/cuda/cuda_backend.hpp"
 #include "gpu/cuda/device_allocations.hpp"
+#include "gpu/cuda/kernel_types.cuh"
+#include "gpu/kv_dtype.hpp"
 #include "model/llama_config.hpp"
 
 namespace troupe::gpu::cuda {
+
+// The FP8 cache's scale for every layer's K and V: GGUF files carry no calibrated KV scales, and
+// 1.0 is what vLLM uses for a checkpoint without them. E4M3's relative precision is the same
+// across its range; 1.0 keeps keys and values (|x| of a few units to tens) far inside ±448.
+inline constexpr float kFp8KvScale = 1.0f;
+
+// The element a KvDtype is stored as on the device; std::invalid_argument for a format the CUDA
+// kernels do not read (q8_0, the CPU backend's), naming it.
+KvElement kv_element_of(KvDtype dtype);
 
 struct LayerKvCache {
   void* k_cache = nullptr;
@@ -21,6 +33,9 @@ struct LayerKvCache {
 };
 
 struct KvCache {
+  KvElement element = KvElement::kF16;
+  float k_scale = 1.0f;  // FP8: the cache holds k / k_scale and v / v_scale (kFp8KvScale)
+  float v_scale = 1.0f;
   int32_t num_blocks = 0;
   int64_t bytes = 0;
   std::vector<LayerKvCache> layers;  // [n_layer]

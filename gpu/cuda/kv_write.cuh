@@ -1,7 +1,8 @@
-// Paged KV write: each token's K and V (F32 columns of the fused QKV rows, after RoPE) stored as
-// fp16 at its slot of the paged cache.
+// Paged KV write: each token's K and V (F32 columns of the fused QKV rows, after RoPE) stored at
+// its slot of the paged cache, as fp16 or as FP8 E4M3 of value / scale (satfinite, round to
+// nearest even: gpu/fp8_e4m3.hpp's fp32_to_fp8_e4m3 is the CPU twin, bit for bit).
 //
-//   cache of one layer, K and V apart:  [num_blocks][n_head_kv][block_size][head_dim] fp16
+//   cache of one layer, K and V apart:  [num_blocks][n_head_kv][block_size][head_dim] elements
 //   token t goes to slot_mapping[t] = block * block_size + offset  (block from its table row)
 //
 // The layout is the CPU reference's (gpu/cpu/attention.hpp), so block ids mean the same thing.
@@ -11,6 +12,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "gpu/cuda/kernel_types.cuh"
 
 namespace troupe::gpu::cuda {
 
@@ -24,8 +27,11 @@ struct KvWriteArgs {
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;
-  void* k_cache = nullptr;  // fp16
+  void* k_cache = nullptr;
   void* v_cache = nullptr;
+  KvElement element = KvElement::kF16;
+  float k_scale = 1.0f;  // FP8: the cache holds k / k_scale and v / v_scale
+  float v_scale = 1.0f;
 };
 
 void kv_write(const KvWriteArgs& args, cudaStream_t stream);

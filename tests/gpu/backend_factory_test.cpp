@@ -99,20 +99,43 @@ TEST(BackendDecision, AutoTakesCudaOnlyForAProvenModel) {
   EXPECT_TRUE(contains(unproven.note, "using the CPU backend")) << unproven.note;
 }
 
-// The CUDA backend keeps an f16 cache only: a quantized one sends `auto` to the CPU and refuses
-// `cuda`, naming the setting.
-TEST(BackendDecision, AQuantizedKvCacheIsTheCpuBackendsOnly) {
+// q8_0 KV is the CPU kernels' format: `auto` takes the CPU, `cuda` is refused by the setting.
+TEST(BackendDecision, AQ8KvCacheIsTheCpuBackends) {
   const auto w = tiny(TensorType::kF16);
   const BackendDecision cuda =
       decide_backend(BackendRequest::kCuda, true, kH200, "", w, false, KvDtype::kQ8_0);
   EXPECT_EQ(cuda.verdict, BackendVerdict::kRefuse);
   EXPECT_NE(cuda.note.find("cache.kv_dtype \"q8_0\""), std::string::npos) << cuda.note;
   const BackendDecision automatic =
-      decide_backend(BackendRequest::kAuto, true, kH200, "", w, false, KvDtype::kFp8E4M3);
+      decide_backend(BackendRequest::kAuto, true, kH200, "", w, false, KvDtype::kQ8_0);
   EXPECT_EQ(automatic.verdict, BackendVerdict::kCpu);
-  EXPECT_NE(automatic.note.find("fp8_e4m3"), std::string::npos) << automatic.note;
+  EXPECT_NE(automatic.note.find("q8_0"), std::string::npos) << automatic.note;
   EXPECT_EQ(decide_backend(BackendRequest::kAuto, true, kH200, "", w, false, KvDtype::kF16).verdict,
             BackendVerdict::kCuda);
+}
+
+// fp8_e4m3 is the CUDA kernels' format, unproven until a GPU run adds its proof: `cuda` runs it
+// only with the override, and wherever the CPU backend would get it, it is refused by name (the
+// CPU backend has no FP8 cache) with the reason the CUDA one was not taken.
+TEST(BackendDecision, AnFp8KvCacheNeedsTheCudaBackendAndItsProof) {
+  const auto w = tiny(TensorType::kF16);
+  ASSERT_FALSE(cuda_kv_proof_of(KvDtype::kFp8E4M3)) << "update this test with the proof";
+  const BackendDecision refused =
+      decide_backend(BackendRequest::kCuda, true, kH200, "", w, false, KvDtype::kFp8E4M3);
+  EXPECT_EQ(refused.verdict, BackendVerdict::kRefuse);
+  EXPECT_TRUE(contains(refused.note, "fp8_e4m3")) << refused.note;
+  EXPECT_TRUE(contains(refused.note, "TROUPE_CUDA_UNPROVEN_TYPES=allow")) << refused.note;
+  const BackendDecision allowed =
+      decide_backend(BackendRequest::kCuda, true, kH200, "", w, true, KvDtype::kFp8E4M3);
+  EXPECT_EQ(allowed.verdict, BackendVerdict::kCuda);
+  EXPECT_TRUE(contains(allowed.note, "UNPROVEN")) << allowed.note;
+  for (const BackendDecision& d :
+       {decide_backend(BackendRequest::kAuto, true, kH200, "", w, false, KvDtype::kFp8E4M3),
+        decide_backend(BackendRequest::kCpu, true, kH200, "", w, false, KvDtype::kFp8E4M3),
+        decide_backend(BackendRequest::kAuto, true, {}, "no driver", w, false, KvDtype::kFp8E4M3)}) {
+    EXPECT_EQ(d.verdict, BackendVerdict::kRefuse) << d.note;
+    EXPECT_TRUE(contains(d.note, "cache.kv_dtype \"fp8_e4m3\" needs the CUDA backend")) << d.note;
+  }
 }
 
 TEST(BackendDecision, NoDeviceOrNoCudaBuildMeansTheCpuBackend) {

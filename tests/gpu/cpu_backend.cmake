@@ -22,8 +22,10 @@ add_executable(parity_probe ${PROJECT_SOURCE_DIR}/tests/reference/parity_probe.c
 target_link_libraries(parity_probe PRIVATE troupe_options troupe_gpu simdjson::simdjson)
 target_compile_definitions(parity_probe PRIVATE TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 set_target_properties(parity_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-# Which backend a model gets and the CUDA backend's proven weight types (no device needed).
-troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS backend_factory_test dequantized_weights_test)
+# Which backend a model gets and the CUDA backend's proven weight types (no device needed); the
+# FP8 E4M3 conversions that are the CUDA fp8 KV cache's CPU twins.
+troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu" TESTS backend_factory_test dequantized_weights_test
+  fp8_e4m3_test)
 # Gemma 3 270M against llama.cpp (tests/reference/gemma3_*.json). SLOW (over a minute each under
 # ASan): the 22-prompt greedy decode, the 789-token first step, the named-shape dummy; the ASan
 # stage runs the short prompts' logits and the small-window dummy.

@@ -197,6 +197,71 @@ TEST(CudaBackend, KvSizedFromFreeMemory) {
               static_cast<double>(g.bytes) / (1 << 30), gpu_b.device_name().c_str());
 }
 
+// cache.kv_dtype fp8_e4m3: one byte a value, so the same memory holds twice the f16 blocks, and
+// the host mirror (P/D transfer) says the format and moves half the bytes a block.
+TEST(CudaBackend, Fp8KvHoldsTwiceTheBlocksAndSaysItsFormat) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  const auto weights = [] { return model::make_dummy_weights(tiny_config(), TensorType::kF16, 5); };
+  CudaBackendConfig cfg = small_gpu_config(0);
+  cfg.gpu_memory_utilization = 0.2;
+  cfg.kv_dtype = KvDtype::kFp8E4M3;
+  int32_t fp8_blocks = 0;
+  {
+    CudaBackend fp8(weights(), cfg);
+    const KvCacheGeometry g = fp8.kv_geometry();
+    EXPECT_EQ(g.dtype, KvDtype::kFp8E4M3);
+    EXPECT_EQ(g.bytes, static_cast<int64_t>(g.num_blocks) * 2 * 2 * 2 * 16 * 32 * 1);
+    fp8_blocks = g.num_blocks;
+  }
+  cfg.kv_dtype = KvDtype::kF16;
+  int32_t f16_blocks = 0;
+  {
+    CudaBackend f16(weights(), cfg);
+    f16_blocks = f16.kv_geometry().num_blocks;
+  }
+  EXPECT_NEAR(static_cast<double>(fp8_blocks) / f16_blocks, 2.0, 0.1);
+  std::printf("[ kv fp8 ] %d blocks against f16's %d\n", fp8_blocks, f16_blocks);
+
+  CudaBackendConfig mirrored = small_gpu_config(64);
+  mirrored.kv_dtype = KvDtype::kFp8E4M3;
+  mirrored.kv_host_mirror = true;
+  CudaBackend with_mirror(weights(), mirrored);
+  const std::optional<KvHostMemory> m = with_mirror.kv_host_memory();
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->dtype, KvDtype::kFp8E4M3);
+  EXPECT_EQ(m->block_bytes, int64_t{2} * 16 * 32);  // n_kv * block_size * head_dim, a byte each
+  EXPECT_THROW(
+      {
+        CudaBackendConfig q8 = small_gpu_config(16);
+        q8.kv_dtype = KvDtype::kQ8_0;
+        CudaBackend refused(weights(), q8);
+      },
+      std::invalid_argument);
+}
+
+// The FP8 cache end to end against the CPU backend's f16 one: E4M3 keeps 3 mantissa bits, so
+// logits move more than the f16 cache's (bound 0.15 relative per step, a first estimate for the
+// device check to record), and greedy agrees except at near-ties. The kernels themselves are
+// compared with their CPU twins bit for bit (kv_write) and to 1e-4 (attention) in
+// cuda_ops_test.cpp.
+TEST(CudaBackend, Fp8KvFollowsTheCpuBackend) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  auto cpu_b = cpu_backend(model::make_dummy_weights(tiny_config(), TensorType::kF16, 5), 256);
+  CudaBackendConfig cfg = small_gpu_config(256);
+  cfg.kv_dtype = KvDtype::kFp8E4M3;
+  CudaBackend gpu_b(model::make_dummy_weights(tiny_config(), TensorType::kF16, 5), cfg);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back(random_tokens(3 + 29 * i, 100 + i, 512));
+  for (int chunk : {1, 64}) {
+    const ParityTally t = run_teacher_forced(*cpu_b, gpu_b, prompts, chunk, 6, 256);
+    std::printf("[ fp8 kv chunk %d ] %d rows, %d exact, %d near-ties, worst step relative %.4g, "
+                "worst row rms %.4g\n",
+                chunk, t.rows, t.exact, t.near_ties, t.worst_step_relative, t.worst_row_rms);
+    EXPECT_LT(t.worst_step_relative, 0.15);
+    EXPECT_EQ(t.mismatches, 0) << t.first_mismatch;
+  }
+}
+
 // Llama 3.1+ RoPE frequency factors (rope_freqs.weight, uploaded once with the weights): a tiny
 // model with Meta's llama3 factors for Llama 3.2 (base 500000, so all three factor regimes occur
 // at n_rot 32) gives the CPU backend's greedy tokens and logits.

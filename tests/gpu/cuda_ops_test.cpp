@@ -35,6 +35,7 @@
 #include "gpu/cuda/sampling.cuh"
 #include "gpu/cuda/silu_mul.cuh"
 #include "gpu/cuda/step_inputs.hpp"
+#include "gpu/fp8_e4m3.hpp"
 #include "model/llama_config.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
@@ -361,6 +362,148 @@ TEST(CudaOps, PagedAttentionMixedBatchMatchesFloat64Reference) {
       }
     }
     EXPECT_LT(relative_error(got, want), 1e-4) << "heads " << s.n_head << "/" << s.n_head_kv << " dim " << s.head_dim;
+  }
+}
+
+// The FP8 form of the KV write against its CPU twin, bit for bit: value / scale rounded to
+// E4M3 (ties to even), saturating at ±448 (some values are scaled past it on purpose).
+TEST(CudaOps, KvWriteStoresFp8E4M3LikeItsCpuTwin) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  const int32_t n_kv = 2, hd = 128, bs = 16, num_blocks = 6, T = 23;
+  const int64_t Q = 4 * hd, KV = n_kv * hd, W = Q + 2 * KV;
+  std::vector<float> qkv = randn(T * W, 21);
+  for (size_t i = 0; i < qkv.size(); i += 97) qkv[i] *= 900.0f;  // beyond E4M3's range
+  std::vector<int32_t> all(num_blocks * bs);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), std::mt19937(5));
+  const std::vector<int32_t> slots(all.begin(), all.begin() + T);
+  DeviceArray<float> d_qkv(qkv);
+  DeviceArray<int32_t> d_slots(slots);
+  const size_t cache = static_cast<size_t>(num_blocks) * n_kv * bs * hd;
+  DeviceArray<uint8_t> k(cache), v(cache);
+  KvWriteArgs a;
+  a.qkv = d_qkv.get();
+  a.ld = W;
+  a.k_column = Q;
+  a.v_column = Q + KV;
+  a.slot_mapping = d_slots.get();
+  a.num_tokens = T;
+  a.n_head_kv = n_kv;
+  a.head_dim = hd;
+  a.block_size = bs;
+  a.k_cache = k.get();
+  a.v_cache = v.get();
+  a.element = KvElement::kFp8E4M3;
+  a.k_scale = 0.5f;
+  a.v_scale = 3.0f;
+  kv_write(a, nullptr);
+  const std::vector<uint8_t> gk = k.download(), gv = v.download();
+  cpu::KvLayerView view;  // its offsets count elements, whatever their size
+  view.num_blocks = num_blocks;
+  view.block_size = bs;
+  view.num_kv_heads = n_kv;
+  view.head_dim = hd;
+  int saturated = 0;
+  for (int32_t t = 0; t < T; ++t) {
+    for (int32_t h = 0; h < n_kv; ++h) {
+      const size_t at = view.offset(slots[t] / bs, h, slots[t] % bs);
+      for (int32_t d = 0; d < hd; ++d) {
+        const float kx = qkv[t * W + Q + h * hd + d], vx = qkv[t * W + Q + KV + h * hd + d];
+        ASSERT_EQ(gk[at + d], fp32_to_fp8_e4m3(kx / a.k_scale)) << "k " << kx;
+        ASSERT_EQ(gv[at + d], fp32_to_fp8_e4m3(vx / a.v_scale)) << "v " << vx;
+        saturated += (gk[at + d] & 0x7F) == 0x7E;
+      }
+    }
+  }
+  EXPECT_GT(saturated, 0) << "the test meant to cover saturation";
+}
+
+// Attention reading an FP8 cache against its CPU twin: the E4M3 values widened to fp16 (exact)
+// through the fp16 reference, k_scale folded into the score scale and v_scale into the output.
+TEST(CudaOps, PagedAttentionReadsAnFp8CacheLikeItsCpuTwin) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  struct Shape {
+    int32_t n_head, n_head_kv, head_dim;
+  };
+  for (const Shape s : {Shape{9, 3, 64}, Shape{4, 1, 128}, Shape{4, 4, 32}, Shape{8, 1, 96}}) {
+    const int32_t bs = 16, num_blocks = 96;
+    const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {40, 40}, {700, 1}, {300, 21}};
+    int32_t max_blocks = 0;
+    for (auto [ctx, n] : seqs) max_blocks = std::max(max_blocks, (ctx + bs - 1) / bs);
+    std::vector<int32_t> order(num_blocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(s.head_dim + 1));
+    std::vector<int32_t> tables(seqs.size() * max_blocks, -1), positions, table_rows;
+    size_t next = 0;
+    for (size_t r = 0; r < seqs.size(); ++r) {
+      const auto [ctx, n] = seqs[r];
+      for (int32_t b = 0; b < (ctx + bs - 1) / bs; ++b) tables[r * max_blocks + b] = order.at(next++);
+      for (int32_t i = 0; i < n; ++i) {
+        positions.push_back(ctx - n + i);
+        table_rows.push_back(static_cast<int32_t>(r));
+      }
+    }
+    const int32_t T = static_cast<int32_t>(positions.size());
+    const size_t cache = static_cast<size_t>(num_blocks) * s.n_head_kv * bs * s.head_dim;
+    const float k_scale = 0.75f, v_scale = 1.5f;
+    std::vector<uint8_t> k8(cache), v8(cache);
+    std::vector<uint16_t> k16(cache), v16(cache);  // the twin's view: the same values in fp16
+    const std::vector<float> kf = randn(cache, 15), vf = randn(cache, 16);
+    for (size_t i = 0; i < cache; ++i) {
+      k8[i] = fp32_to_fp8_e4m3(kf[i] / k_scale);
+      v8[i] = fp32_to_fp8_e4m3(vf[i] / v_scale);
+      k16[i] = model::fp32_to_fp16(fp8_e4m3_to_fp32(k8[i]));
+      v16[i] = model::fp32_to_fp16(fp8_e4m3_to_fp32(v8[i]));
+    }
+    const int64_t Q = s.n_head * s.head_dim;
+    std::vector<float> q = randn(T * Q, 19);
+    for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
+    DeviceArray<uint8_t> dk(k8), dv(v8);
+    DeviceArray<float> dq(q), out(T * Q);
+    DeviceArray<int32_t> d_pos(positions), d_rows(table_rows), d_tables(tables);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    AttentionArgs a;
+    a.q = dq.get();
+    a.ld_q = Q;
+    a.k_cache = dk.get();
+    a.v_cache = dv.get();
+    a.element = KvElement::kFp8E4M3;
+    a.k_scale = k_scale;
+    a.v_scale = v_scale;
+    a.positions = d_pos.get();
+    a.token_table_row = d_rows.get();
+    a.block_tables = d_tables.get();
+    a.max_blocks_per_seq = max_blocks;
+    a.num_tokens = T;
+    a.n_head = s.n_head;
+    a.n_head_kv = s.n_head_kv;
+    a.head_dim = s.head_dim;
+    a.block_size = bs;
+    a.scale = scale;
+    a.out = out.get();
+    a.ld_out = Q;
+    a.out_f32 = true;
+    paged_attention(a, nullptr);
+    const std::vector<float> got = out.download();
+    cpu::KvLayerView view;
+    view.k = k16.data();
+    view.v = v16.data();
+    view.num_blocks = num_blocks;
+    view.block_size = bs;
+    view.num_kv_heads = s.n_head_kv;
+    view.head_dim = s.head_dim;
+    const int32_t group = s.n_head / s.n_head_kv;
+    std::vector<float> want(T * Q);
+    for (int32_t t = 0; t < T; ++t) {
+      for (int32_t h = 0; h < s.n_head_kv; ++h) {
+        const int64_t at = t * Q + static_cast<int64_t>(h) * group * s.head_dim;
+        cpu::attention_group_reference(view, &tables[table_rows[t] * max_blocks], positions[t] + 1,
+                                       h, &q[at], group, scale * k_scale, &want[at]);
+      }
+    }
+    for (float& y : want) y *= v_scale;
+    EXPECT_LT(relative_error(got, want), 1e-4)
+        << "heads " << s.n_head << "/" << s.n_head_kv << " dim " << s.head_dim;
   }
 }
 
