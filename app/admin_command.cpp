@@ -92,12 +92,12 @@ std::variant<AdminCliOptions, CliUsageError, bool> parse_args(std::vector<std::s
       words.push_back(args[i]);
     }
   }
-  if (words.empty()) return CliUsageError{"which command? (stats, watch, requests, batches, cancel ID, drain, log-level L, flush-prefix-cache)"};
+  if (words.empty()) return CliUsageError{"which command? (stats, watch, requests, batches, cancel ID, drain, log-level L, flush-prefix-cache, reload)"};
   options.command = words[0];
   const bool takes_argument = options.command == "cancel" || options.command == "log-level";
   const bool known = takes_argument || options.command == "stats" || options.command == "watch" ||
                      options.command == "requests" || options.command == "batches" ||
-                     options.command == "drain" ||
+                     options.command == "drain" || options.command == "reload" ||
                      options.command == "flush-prefix-cache";
   if (!known) return CliUsageError{fmt::format("unknown admin command '{}'", options.command)};
   if (takes_argument && words.size() != 2) {
@@ -411,6 +411,25 @@ std::optional<dom::element> parse_reply(dom::parser& parser, const std::string& 
   return root;
 }
 
+// `reload`: one line per part (what is in force, or why the new version was refused); 0 when
+// every part is in force, else 1.
+int print_reload(dom::element root) {
+  dom::array parts;
+  if (root["reloaded"].get(parts) != simdjson::SUCCESS) {
+    std::cerr << "troupe admin: server error: " << text(root, "/error") << "\n";
+    return 1;
+  }
+  int status = 0;
+  for (dom::element part : parts) {
+    bool ok = false;
+    (void)part["ok"].get(ok);
+    (ok ? std::cout : std::cerr) << fmt::format("{}: {}{}\n", text(part, "/what"),
+                                                ok ? "" : "REFUSED: ", text(part, "/detail"));
+    if (!ok) status = 1;
+  }
+  return status;
+}
+
 // 0 for {"ok":true}; 1 (after printing the error) otherwise.
 int check_ok(dom::element root) {
   bool ok = false;
@@ -506,6 +525,7 @@ int run_admin(const std::vector<std::string>& args) {
     bool ok = false;
     return (*root)["ok"].get(ok) == simdjson::SUCCESS && ok ? 0 : 1;
   }
+  if (options.command == "reload") return print_reload(*root);
   if (const int status = check_ok(*root); status != 0) return status;
   std::cout << render_reply(options, *root);
   return 0;
@@ -527,6 +547,8 @@ Commands:
   drain                   stop admitting, finish in-flight requests, then exit 0
   log-level L             trace, debug, info, warn, error, critical or off
   flush-prefix-cache      drop every cached, unreferenced prefix block
+  reload                  re-read the API keys file and the TLS certificate and key (as
+                          SIGHUP does); a file that cannot be used is refused, the old stays
 
 Options:
   --socket PATH           the admin socket (default: $TROUPE_ADMIN_SOCKET, else

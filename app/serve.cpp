@@ -15,6 +15,7 @@
 #include "actors/batch/batch_store.hpp"
 #include "actors/engine/engine.hpp"
 #include "actors/runtime/executor_threads.hpp"
+#include "app/credential_reload.hpp"
 #include "app/file_limit.hpp"
 #include "app/settings.hpp"
 #include "app/version.hpp"
@@ -99,11 +100,16 @@ ServerConfig resolve_config(const ServeOptions& options) {
 
 namespace {
 
+// $TROUPE_API_KEY as it is at start (a reload reads the keys file again, not the environment).
+std::string environment_api_key() {
+  const char* key = std::getenv("TROUPE_API_KEY");
+  return key != nullptr ? key : "";
+}
+
 // Who may use the API, from the config, the flags and $TROUPE_API_KEY. Throws ConfigError.
 std::shared_ptr<const net::AccessPolicy> resolve_access(const ServerConfig& config) {
-  const char* environment_key = std::getenv("TROUPE_API_KEY");
   return std::make_shared<const net::AccessPolicy>(
-      access_policy_of(config.access, environment_key != nullptr ? environment_key : ""));
+      access_policy_of(config.access, environment_api_key()));
 }
 
 // What must hold before the model loads: a usable certificate, enough file descriptors.
@@ -146,7 +152,7 @@ std::unique_ptr<engine::Engine> start_engine(const ServerConfig& config) {
 // where the file turned it off. False when a path the operator chose cannot be used (logged);
 // the default path may be taken by another server, which only warns.
 bool start_admin(const ServerConfig& config, const ServeOptions& options, engine::Engine& engine,
-                 boost::asio::io_context& signals_io, net::AdminBatchesSource batches,
+                 boost::asio::io_context& signals_io, net::AdminSources sources,
                  std::unique_ptr<net::AdminServer>& admin) {
   const bool socket_asked =
       std::any_of(options.settings.begin(), options.settings.end(),
@@ -158,7 +164,7 @@ bool start_admin(const ServerConfig& config, const ServeOptions& options, engine
         spdlog::info("drain requested on the admin socket");
         signals_io.stop();
       },
-      std::move(batches));
+      std::move(sources));
   try {
     admin->start();
   } catch (const std::exception& e) {
@@ -248,17 +254,32 @@ std::unique_ptr<net::HttpServer> make_http_server(const ServerConfig& config,
   return server;
 }
 
-// Waits for SIGINT/SIGTERM (or the admin's drain, which stops `signals_io`), then drains: new
-// requests get 503, in-flight ones finish (up to drain_timeout), then the listener stops and the
-// engine shuts down. WebSocket sessions close with 1001 as soon as their own generations have
-// ended (idle ones at once), while the engine still drains; new upgrades get 503.
+// Re-reads the credentials on every SIGHUP until `signals_io` stops.
+void reload_on_sighup(boost::asio::signal_set& hangups, CredentialReloader& reloader) {
+  hangups.async_wait([&hangups, &reloader](const boost::system::error_code& ec, int) {
+    if (ec) return;  // cancelled: shutting down
+    spdlog::info("received SIGHUP: reloading the API keys and the TLS certificate");
+    (void)reloader.reload();
+    reload_on_sighup(hangups, reloader);
+  });
+}
+
+// Waits for SIGINT/SIGTERM (or the admin's drain, which stops `signals_io`), reloading the
+// credentials on SIGHUP meanwhile, then drains: new requests get 503, in-flight ones finish (up
+// to drain_timeout), then the listener stops and the engine shuts down. WebSocket sessions close
+// with 1001 as soon as their own generations have ended (idle ones at once), while the engine
+// still drains; new upgrades get 503.
 void serve_until_stopped(const ServerConfig& config, boost::asio::io_context& signals_io,
                          net::ServerState& state, net::HttpServer& server, engine::Engine& engine,
-                         Storage& storage) {
+                         Storage& storage, CredentialReloader& reloader) {
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal_number) {
-    if (!ec) spdlog::info("received signal {}, shutting down", signal_number);
+    if (ec) return;
+    spdlog::info("received signal {}, shutting down", signal_number);
+    signals_io.stop();  // the SIGHUP wait would keep run() going
   });
+  boost::asio::signal_set hangups(signals_io, SIGHUP);
+  reload_on_sighup(hangups, reloader);
   signals_io.run();
   state.phase.store(net::ServerPhase::kDraining, std::memory_order_release);
   server.begin_shutdown();
@@ -305,7 +326,7 @@ int run_serve(const ServeOptions& options) {
   }
   std::unique_ptr<engine::Engine> engine = start_engine(config);
   if (!engine) return 1;
-  state->api_key_required = access->keys_required();
+  state->api_key_required.store(access->keys_required(), std::memory_order_release);
   state->model = engine->model_card().info;
   state->backend = engine->model_card().backend;
   state->kv = engine->model_card().kv;
@@ -316,8 +337,11 @@ int run_serve(const ServeOptions& options) {
   boost::asio::io_context signals_io;
   std::unique_ptr<net::HttpServer> server =
       make_http_server(config, *engine, *state, access, storage);
+  CredentialReloader reloader(config.access, environment_api_key(), access, *server, *state);
   std::unique_ptr<net::AdminServer> admin;
-  if (!start_admin(config, options, *engine, signals_io, storage.admin_view(), admin)) {
+  net::AdminSources admin_sources{.batches = storage.admin_view(),
+                                  .reload = [&reloader] { return reloader.reload(); }};
+  if (!start_admin(config, options, *engine, signals_io, std::move(admin_sources), admin)) {
     storage.shut_down();
     return 1;
   }
@@ -334,7 +358,7 @@ int run_serve(const ServeOptions& options) {
                config.http.ssl_cert_file.empty() ? "http" : "https", config.http.host,
                server->port(), state->backend);
 
-  serve_until_stopped(config, signals_io, *state, *server, *engine, storage);
+  serve_until_stopped(config, signals_io, *state, *server, *engine, storage, reloader);
   if (admin) admin->stop();
   engine.reset();
   spdlog::info("stopped");

@@ -58,6 +58,7 @@ std::variant<AdminCommand, AdminError> parse_fields(std::string_view cmd, dom::o
   if (cmd == "drain") return AdminCommand{AdminDrain{}};
   if (cmd == "flush_prefix_cache") return AdminCommand{AdminFlushPrefixCache{}};
   if (cmd == "batches") return AdminCommand{AdminBatches{}};
+  if (cmd == "reload") return AdminCommand{AdminReload{}};
   if (cmd == "cancel") {
     dom::element id;
     if (object["id"].get(id) != simdjson::SUCCESS) {
@@ -78,7 +79,8 @@ std::variant<AdminCommand, AdminError> parse_fields(std::string_view cmd, dom::o
     return AdminCommand{AdminLogLevel{std::string(level)}};
   }
   return bad_request(fmt::format(
-      "unknown command '{}' (stats, watch, requests, cancel, drain, log_level, flush_prefix_cache)",
+      "unknown command '{}' (stats, watch, requests, cancel, drain, log_level, "
+      "flush_prefix_cache, batches, reload)",
       cmd));
 }
 
@@ -209,15 +211,33 @@ std::string admin_batches_reply(const AdminBatchesView& view) {
   return json.take();
 }
 
+std::string admin_reload_reply(const std::vector<ReloadPart>& parts) {
+  bool all_ok = true;
+  for (const ReloadPart& part : parts) all_ok = all_ok && part.ok;
+  JsonWriter json;
+  json.begin_object().field("ok", all_ok).key("reloaded").begin_array();
+  for (const ReloadPart& part : parts) {
+    json.begin_object().field("what", part.what).field("ok", part.ok);
+    json.field("detail", part.detail).end_object();
+  }
+  json.end_array().end_object();
+  return json.take();
+}
+
 AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine,
-                                   const AdminBatchesSource& batches) {
+                                   const AdminSources& sources) {
   struct Visitor {
     engine::Engine& engine;
-    const AdminBatchesSource& batches;
+    const AdminSources& sources;
 
     AdminOutcome operator()(const AdminBatches&) const {
-      if (!batches) return {admin_error_reply("this server keeps no batches")};
-      return {admin_batches_reply(batches())};
+      if (!sources.batches) return {admin_error_reply("this server keeps no batches")};
+      return {admin_batches_reply(sources.batches())};
+    }
+    AdminOutcome operator()(const AdminReload&) const {
+      if (!sources.reload) return {admin_error_reply("this server has nothing to reload")};
+      spdlog::info("admin: reload requested");
+      return {admin_reload_reply(sources.reload())};
     }
 
     AdminOutcome operator()(const AdminStats&) const {
@@ -273,7 +293,7 @@ AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& 
       return {json.take()};
     }
   };
-  return std::visit(Visitor{engine, batches}, command);
+  return std::visit(Visitor{engine, sources}, command);
 }
 
 }  // namespace troupe::net

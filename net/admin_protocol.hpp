@@ -38,9 +38,10 @@ struct AdminLogLevel {
 };
 struct AdminFlushPrefixCache {};
 struct AdminBatches {};
+struct AdminReload {};
 
 using AdminCommand = std::variant<AdminStats, AdminWatch, AdminRequests, AdminCancel, AdminDrain,
-                                  AdminLogLevel, AdminFlushPrefixCache, AdminBatches>;
+                                  AdminLogLevel, AdminFlushPrefixCache, AdminBatches, AdminReload>;
 
 // What `batches` shows (issue 40): the newest batches of every owner and the batch actor's
 // counters. The source runs on the admin io thread (a short SQLite read).
@@ -49,6 +50,23 @@ struct AdminBatchesView {
   batch::BatchStats stats;
 };
 using AdminBatchesSource = std::function<AdminBatchesView()>;
+
+// What `reload` did (issue 41): each credential source re-read (the API keys, the TLS
+// certificate), whether its new version is in force, and what was read or why it was refused
+// (the old version then stays). Same as SIGHUP.
+struct ReloadPart {
+  std::string what;    // "api_keys", "tls"
+  bool ok = false;     // the new version is in force (or there was nothing to reload)
+  std::string detail;  // "3 keys", "certificate server.crt", or the refusal's message
+};
+using AdminReloadAction = std::function<std::vector<ReloadPart>()>;
+
+// The server's parts the admin commands reach beyond the engine; an empty one makes its command
+// answer that this server has none.
+struct AdminSources {
+  AdminBatchesSource batches;  // `batches` (runs on the admin io thread: a short SQLite read)
+  AdminReloadAction reload;    // `reload` (runs on the admin io thread: reads a few small files)
+};
 
 // Why a line was refused. kUnauthorized closes a TCP connection; the others leave it usable.
 enum class AdminErrorKind : uint8_t { kBadRequest, kUnauthorized };
@@ -72,6 +90,7 @@ std::string admin_error_reply(std::string_view message);
 std::string admin_stats_reply(const engine::EngineStats& stats, const engine::ModelCard& card);
 std::string admin_requests_reply(const std::vector<engine::RequestInfo>& requests);
 std::string admin_batches_reply(const AdminBatchesView& view);
+std::string admin_reload_reply(const std::vector<ReloadPart>& parts);
 
 struct AdminOutcome {
   std::string reply;
@@ -79,10 +98,9 @@ struct AdminOutcome {
   bool drain_requested = false;
 };
 
-// Runs every command but `watch` (a stream of stats replies, run by the server). `batches`: the
-// durable batches' source (empty: the server keeps none, and `batches` says so).
+// Runs every command but `watch` (a stream of stats replies, run by the server).
 AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine,
-                                   const AdminBatchesSource& batches = {});
+                                   const AdminSources& sources = {});
 
 // trace|debug|info|warn|error|critical|off (spdlog's names; "warning" and "err" are accepted too).
 bool is_admin_log_level(std::string_view level);

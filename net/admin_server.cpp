@@ -93,7 +93,7 @@ struct AdminServer::Impl {
   AdminServerConfig config;
   engine::Engine& engine;
   DrainCallback request_drain;
-  AdminBatchesSource batches;
+  AdminSources sources;
 
   std::unique_ptr<actors::runtime::ExecutorThreads> threads;
   std::optional<unix_stream::acceptor> unix_acceptor;
@@ -109,8 +109,8 @@ struct AdminServer::Impl {
   // Touched only on the io thread.
   std::set<std::shared_ptr<AdminConnection>> connections;
 
-  Impl(AdminServerConfig c, engine::Engine& e, DrainCallback d, AdminBatchesSource b)
-      : config(std::move(c)), engine(e), request_drain(std::move(d)), batches(std::move(b)) {}
+  Impl(AdminServerConfig c, engine::Engine& e, DrainCallback d, AdminSources s)
+      : config(std::move(c)), engine(e), request_drain(std::move(d)), sources(std::move(s)) {}
 
   void listen_unix();
   void listen_tcp();
@@ -349,7 +349,7 @@ asio::awaitable<void> AdminServer::Impl::run_session(std::shared_ptr<AdminConnec
       if (!written) break;
       continue;
     }
-    AdminOutcome outcome = execute_admin_command(command, engine, batches);
+    AdminOutcome outcome = execute_admin_command(command, engine, sources);
     outcome.reply += '\n';
     auto [write_ec, written] = co_await asio::async_write(socket, asio::buffer(outcome.reply), kAsTuple);
     if (outcome.drain_requested && !drain_requested.exchange(true) && request_drain) {
@@ -377,8 +377,8 @@ void AdminServer::Impl::remove_socket_file() {
 }
 
 AdminServer::AdminServer(AdminServerConfig config, engine::Engine& engine, DrainCallback request_drain,
-                         AdminBatchesSource batches)
-    : impl_(std::make_unique<Impl>(std::move(config), engine, std::move(request_drain), std::move(batches))) {}
+                         AdminSources sources)
+    : impl_(std::make_unique<Impl>(std::move(config), engine, std::move(request_drain), std::move(sources))) {}
 
 AdminServer::~AdminServer() { stop(); }
 

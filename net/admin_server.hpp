@@ -51,9 +51,9 @@ class AdminServer {
   // not block and must not call stop() (post to the main thread instead).
   using DrainCallback = std::function<void()>;
 
-  // `batches`: what the `batches` command shows (empty: none).
+  // `sources`: what `batches` shows and what `reload` does (admin_protocol.hpp; empty: none).
   AdminServer(AdminServerConfig config, engine::Engine& engine, DrainCallback request_drain,
-              AdminBatchesSource batches = {});
+              AdminSources sources = {});
   ~AdminServer();  // stop()
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;

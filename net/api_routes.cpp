@@ -57,7 +57,7 @@ void add_info_routes(Router& router, const ServerState& state) {
     w.raw(model_object_json(state));
     w.end_array();
     // Not OpenAI's: tells a client (the web page) whether the server wants a key.
-    w.field("auth", state.api_key_required ? "api_key" : "none");
+    w.field("auth", state.api_key_required.load(std::memory_order_acquire) ? "api_key" : "none");
     w.end_object();
     return json_response(200, w.take());
   });

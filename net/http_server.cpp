@@ -72,10 +72,17 @@ struct ConnectionBase {
 // templates over it, instantiated for both in this file.
 template <class Stream>
 struct Connection final : ConnectionBase {
-  Connection(asio::any_io_executor strand, Stream s)
-      : ConnectionBase(std::move(strand)), stream(std::move(s)) {}
+  Connection(asio::any_io_executor strand, Stream s,
+             std::shared_ptr<asio::ssl::context> tls_context = nullptr)
+      : ConnectionBase(std::move(strand)),
+        tls_context(std::move(tls_context)),
+        stream(std::move(s)) {}
   void cancel() override { beast::get_lowest_layer(stream).cancel(); }
   beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream); }
+  // The certificate this connection was accepted with, kept while it lives even if a reload
+  // replaced the server's (declared before `stream`, so it outlives it). An upgraded
+  // WebSocket's stream keeps the OpenSSL context alive by itself: SSL_new takes a reference.
+  std::shared_ptr<asio::ssl::context> tls_context;
   Stream stream;  // moved into the WebSocket session on upgrade
 };
 
@@ -142,7 +149,7 @@ bool connection_ended(const beast::error_code& ec) {
 }
 
 // A TLS server context of modern defaults (TLS 1.2+) over the certificate chain and key files.
-std::unique_ptr<asio::ssl::context> make_tls_context(const HttpServerConfig& config) {
+std::shared_ptr<asio::ssl::context> make_tls_context(const HttpServerConfig& config) {
   if (config.ssl_cert_file.empty() != config.ssl_key_file.empty()) {
     throw TlsConfigError("TLS needs both a certificate (--ssl-cert, http.ssl_cert_file) and its "
                          "private key (--ssl-key, http.ssl_key_file)");
@@ -152,7 +159,7 @@ std::unique_ptr<asio::ssl::context> make_tls_context(const HttpServerConfig& con
       throw TlsConfigError(fmt::format("TLS: cannot read '{}': {}", *file, std::strerror(errno)));
     }
   }
-  auto context = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+  auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
   context->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                        asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
                        asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
@@ -223,9 +230,21 @@ struct HttpServer::Impl {
                         [this](tcp::socket socket) { admit(std::move(socket)); }};
   std::mutex connections_mutex;
   std::set<std::shared_ptr<ConnectionBase>> connections;
-  std::unique_ptr<asio::ssl::context> tls;  // set when the server speaks TLS
   std::map<std::string, WebSocketFactory, std::less<>> websocket_routes;
+  // Replaced whole by a reload (SIGHUP, the admin's `reload`) while io threads read them: each
+  // accept and each request header takes the current one under the mutex (a pointer copy).
+  mutable std::mutex credentials_mutex;
+  std::shared_ptr<asio::ssl::context> tls;  // set when the server speaks TLS; never modified
   std::shared_ptr<const AccessPolicy> access = std::make_shared<AccessPolicy>();
+
+  std::shared_ptr<asio::ssl::context> current_tls() const {
+    std::lock_guard lock(credentials_mutex);
+    return tls;
+  }
+  std::shared_ptr<const AccessPolicy> current_access() const {
+    std::lock_guard lock(credentials_mutex);
+    return access;
+  }
   uint16_t bound_port = 0;
   bool started = false;
   bool stopped = false;
@@ -406,7 +425,8 @@ asio::awaitable<RequestRead> HttpServer::Impl::read_request(
   read.refusal = check_framing(parser.get());
   if (read.refusal) co_return read;
   // Before the body too: an unauthenticated client costs a header and a 401.
-  AccessDecision access_decision = check_access(*access, parser.get());
+  const std::shared_ptr<const AccessPolicy> policy = current_access();
+  AccessDecision access_decision = check_access(*policy, parser.get());
   if (access_decision.refusal) {
     const std::string_view target(parser.get().target().data(), parser.get().target().size());
     spdlog::info("http {} {} status=401 finish=invalid_api_key", parser.get().method_string(),
@@ -529,9 +549,9 @@ void HttpServer::Impl::admit(tcp::socket socket) {
   const asio::any_io_executor strand = socket.get_executor();
   num_connections.fetch_add(1, std::memory_order_acq_rel);
   metrics->num_open.fetch_add(1, std::memory_order_relaxed);
-  if (tls) {
+  if (std::shared_ptr<asio::ssl::context> context = current_tls()) {
     auto connection = std::make_shared<Connection<TlsStream>>(
-        strand, TlsStream(beast::tcp_stream(std::move(socket)), *tls));
+        strand, TlsStream(beast::tcp_stream(std::move(socket)), *context), std::move(context));
     track(connection);
     asio::co_spawn(strand, run_session(connection), asio::detached);
   } else {
@@ -556,7 +576,9 @@ void HttpServer::check_tls(const HttpServerConfig& config) {
 void HttpServer::start() {
   Impl& s = *impl_;
   if (!s.config.ssl_cert_file.empty() || !s.config.ssl_key_file.empty()) {
-    s.tls = make_tls_context(s.config);
+    std::shared_ptr<asio::ssl::context> context = make_tls_context(s.config);
+    std::lock_guard lock(s.credentials_mutex);
+    s.tls = std::move(context);
   }
   s.bound_port = s.listener.listen(s.config.host, s.config.port);
   s.listener.start();
@@ -573,7 +595,20 @@ void HttpServer::add_websocket_route(std::string path, WebSocketFactory factory)
 }
 
 void HttpServer::set_access_policy(std::shared_ptr<const AccessPolicy> policy) {
+  std::lock_guard lock(impl_->credentials_mutex);
   impl_->access = std::move(policy);
+}
+
+const std::string& HttpServer::tls_certificate_file() const { return impl_->config.ssl_cert_file; }
+
+bool HttpServer::reload_tls() {
+  Impl& s = *impl_;
+  if (s.current_tls() == nullptr) return false;
+  // Built (and checked) before the swap: a bad file throws here and the old context stays.
+  std::shared_ptr<asio::ssl::context> context = make_tls_context(s.config);
+  std::lock_guard lock(s.credentials_mutex);
+  s.tls = std::move(context);
+  return true;
 }
 
 void HttpServer::begin_shutdown() {

@@ -76,9 +76,17 @@ class HttpServer {
   // Serves WebSocket upgrades of GET `path` with one endpoint per connection (before start()).
   void add_websocket_route(std::string path, WebSocketFactory factory);
 
-  // Who may reach what (before start()); without one every request is served. Applied right
-  // after each request's header, before its body is read.
+  // Who may reach what; without one every request is served. Applied right after each
+  // request's header, before its body is read. Callable any time from any thread (a key
+  // rotation): requests whose header arrives afterwards are checked against the new policy.
   void set_access_policy(std::shared_ptr<const AccessPolicy> policy);
+
+  // Re-reads the certificate and key files of the config (a certificate rotation): connections
+  // accepted afterwards use them, established ones keep theirs until they close. False when the
+  // server does not speak TLS (nothing to reload). Throws TlsConfigError, naming the file, when
+  // the new files cannot be used; the certificate in force then stays. Any thread, after start().
+  bool reload_tls();
+  const std::string& tls_certificate_file() const;
 
   // The bound port; valid after start().
   uint16_t port() const;

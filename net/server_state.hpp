@@ -3,7 +3,8 @@
 // connection counters, which /metrics reports.
 //
 // Thread-safety: `model` is written once before serving starts and read-only afterwards;
-// `phase` is atomic and may be changed from any thread; `connections` holds atomics.
+// `phase` and `api_key_required` (a key reload may change it) are atomic and may be changed
+// from any thread; `connections` holds atomics.
 #pragma once
 
 #include <atomic>
@@ -26,7 +27,7 @@ struct ServerState {
   std::string backend;            // "cpu", "cuda"
   engine::KvCapacity kv;          // the KV cache's size, for /v1/models meta
   int64_t created_unix_seconds = 0;  // the `created` field of /v1/models
-  bool api_key_required = false;     // /v1/models says "auth": "api_key" (else "none")
+  std::atomic<bool> api_key_required{false};  // /v1/models: "auth": "api_key" (else "none")
   std::atomic<ServerPhase> phase{ServerPhase::kLoading};
   // Shared with the HttpServer that updates it (it may outlive this struct during shutdown).
   std::shared_ptr<ConnectionMetrics> connections = std::make_shared<ConnectionMetrics>();

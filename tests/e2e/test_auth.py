@@ -190,14 +190,14 @@ def test_malformed_key_is_a_config_error(start_server):
     assert "--api-key" in server.read_log()
 
 
-def make_certificate(directory, name="server"):
+def make_certificate(directory, name="server", subject="/CN=127.0.0.1"):
     """A self-signed certificate for 127.0.0.1 and localhost (openssl CLI); returns (cert, key)."""
     openssl = shutil.which("openssl")
     if not openssl:
         pytest.skip("the openssl CLI is not installed")
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
     subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-subj", subject, "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
                     "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
     return cert, key

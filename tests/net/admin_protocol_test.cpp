@@ -40,6 +40,7 @@ TEST(AdminProtocolTest, ParsesEveryCommand) {
   parse_ok<AdminDrain>(R"({"cmd":"drain"})");
   EXPECT_EQ(parse_ok<AdminLogLevel>(R"({"cmd":"log_level","level":"debug"})").level, "debug");
   parse_ok<AdminFlushPrefixCache>(R"({"cmd":"flush_prefix_cache"})");
+  parse_ok<AdminReload>(R"({"cmd":"reload"})");
 }
 
 TEST(AdminProtocolTest, RefusesBadLinesWithAReason) {
@@ -153,6 +154,37 @@ TEST(AdminProtocolTest, ExecutesControls) {
   EXPECT_EQ(spdlog::get_level(), spdlog::level::debug);
   EXPECT_EQ(parser.parse(reply)["level"].get_string().value(), "debug");
   spdlog::set_level(before);
+}
+
+// `reload` runs the server's reload action and reports each part; a refused part makes the
+// whole reply "ok": false (the CLI then exits 1); a server without one says so.
+TEST(AdminProtocolTest, ReloadReportsEveryPart) {
+  AdminFakeEngine engine;
+  simdjson::dom::parser parser;
+  std::string reply = execute_admin_command(AdminReload{}, engine).reply;
+  EXPECT_FALSE(parser.parse(reply)["ok"].get_bool().value());
+  EXPECT_NE(reply.find("nothing to reload"), std::string::npos) << reply;
+
+  int calls = 0;
+  std::vector<ReloadPart> parts{{"api_keys", true, "2 keys in force"},
+                                {"tls", false, "TLS: cannot read 'x.crt'"}};
+  AdminSources sources;
+  sources.reload = [&] {
+    ++calls;
+    return parts;
+  };
+  reply = execute_admin_command(AdminReload{}, engine, sources).reply;
+  EXPECT_EQ(calls, 1);
+  simdjson::dom::element root = parser.parse(reply);
+  EXPECT_FALSE(root["ok"].get_bool().value()) << reply;
+  simdjson::dom::array list = root["reloaded"].get_array();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list.at(0)["what"].get_string().value(), "api_keys");
+  EXPECT_TRUE(list.at(0)["ok"].get_bool().value());
+  EXPECT_EQ(list.at(1)["detail"].get_string().value(), "TLS: cannot read 'x.crt'");
+  parts[1].ok = true;
+  reply = execute_admin_command(AdminReload{}, engine, sources).reply;
+  EXPECT_TRUE(parser.parse(reply)["ok"].get_bool().value()) << reply;
 }
 
 }  // namespace
