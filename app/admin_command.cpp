@@ -92,12 +92,12 @@ std::variant<AdminCliOptions, CliUsageError, bool> parse_args(std::vector<std::s
       words.push_back(args[i]);
     }
   }
-  if (words.empty()) return CliUsageError{"which command? (stats, watch, requests, batches, cancel ID, drain, log-level L, flush-prefix-cache, reload)"};
+  if (words.empty()) return CliUsageError{"which command? (stats, watch, requests, batches, cancel ID, drain, log-level L, flush-prefix-cache, reload, keys)"};
   options.command = words[0];
   const bool takes_argument = options.command == "cancel" || options.command == "log-level";
   const bool known = takes_argument || options.command == "stats" || options.command == "watch" ||
                      options.command == "requests" || options.command == "batches" ||
-                     options.command == "drain" || options.command == "reload" ||
+                     options.command == "drain" || options.command == "reload" || options.command == "keys" ||
                      options.command == "flush-prefix-cache";
   if (!known) return CliUsageError{fmt::format("unknown admin command '{}'", options.command)};
   if (takes_argument && words.size() != 2) {
@@ -345,6 +345,27 @@ std::string requests_table(dom::element r) {
   return out;
 }
 
+// `keys`: each API key's limits, what is left of them now, and its use since start.
+std::string keys_table(dom::element r) {
+  dom::array list;
+  if (r["keys"].get(list) != simdjson::SUCCESS || list.size() == 0) return "no API keys\n";
+  auto limit = [](int64_t per_minute, int64_t remaining, double reset_s) {
+    return per_minute == 0 ? std::string("-")
+                           : fmt::format("{}/{} (full in {:.0f}s)", remaining, per_minute, reset_s);
+  };
+  std::string out = fmt::format("{:<20} {:>24} {:>28} {:>9} {:>11} {:>8}\n", "KEY", "REQUESTS/MIN LEFT",
+                                "TOKENS/MIN LEFT", "REQUESTS", "TOKENS", "REFUSED");
+  for (dom::element k : list) {
+    out += fmt::format("{:<20} {:>24} {:>28} {:>9} {:>11} {:>8}\n", text(k, "/name"),
+                       limit(integer(k, "/rpm"), integer(k, "/remaining_requests"),
+                             number(k, "/reset_requests_s")),
+                       limit(integer(k, "/tpm"), integer(k, "/remaining_tokens"),
+                             number(k, "/reset_tokens_s")),
+                       integer(k, "/requests"), integer(k, "/tokens"), integer(k, "/refused"));
+  }
+  return out;
+}
+
 // `batches`: the actor's counters, then the newest batches of every owner.
 std::string batches_table(dom::element r) {
   std::string out = fmt::format("batch items: {} in flight, {} queued; since start {} answered, {} failed; {} live batches\n",
@@ -387,6 +408,7 @@ std::string render_reply(const AdminCliOptions& options, dom::element r) {
   }
   if (c == "requests") return requests_table(r);
   if (c == "batches") return batches_table(r);
+  if (c == "keys") return keys_table(r);
   if (c == "cancel") {
     const bool was_live = r.at_pointer("/was_live").get_bool().value_unsafe();
     return was_live ? fmt::format("request {} cancelled\n", integer(r, "/id"))
@@ -422,7 +444,7 @@ int print_reload(dom::element root) {
   int status = 0;
   for (dom::element part : parts) {
     bool ok = false;
-    (void)part["ok"].get(ok);
+    if (part["ok"].get(ok) != simdjson::SUCCESS) ok = false;
     (ok ? std::cout : std::cerr) << fmt::format("{}: {}{}\n", text(part, "/what"),
                                                 ok ? "" : "REFUSED: ", text(part, "/detail"));
     if (!ok) status = 1;
@@ -547,6 +569,7 @@ Commands:
   drain                   stop admitting, finish in-flight requests, then exit 0
   log-level L             trace, debug, info, warn, error, critical or off
   flush-prefix-cache      drop every cached, unreferenced prefix block
+  keys                    every API key's limits, what is left of them, its use since start
   reload                  re-read the API keys file and the TLS certificate and key (as
                           SIGHUP does); a file that cannot be used is refused, the old stays
 

@@ -65,7 +65,8 @@ net::HttpServerConfig http_server_config_of(const ServerConfig& config) {
 net::AccessPolicy access_policy_of(const AccessConfig& access, std::string_view environment_key) {
   try {
     return net::AccessPolicy(
-        net::ApiKeys::from_sources(access.keys, access.keys_file, environment_key),
+        net::ApiKeys::from_sources(access.keys, access.keys_file, environment_key,
+                                   access.default_limits),
         access.metrics_require_key);
   } catch (const net::ApiKeyError& e) {
     throw ConfigError(e.what());

@@ -16,6 +16,7 @@
 #include "actors/batch/batch_actor.hpp"
 #include "actors/engine/engine_config.hpp"
 #include "net/admin_server.hpp"
+#include "net/api_keys.hpp"
 #include "actors/disagg/disagg_config.hpp"
 #include "net/http_server.hpp"
 #include "net/files_routes.hpp"
@@ -39,6 +40,7 @@ struct AccessConfig {
   std::vector<std::string> keys;                   // --api-key (never from the config file)
   std::optional<std::filesystem::path> keys_file;  // api.keys_file: "KEY" or "NAME:KEY" lines
   bool metrics_require_key = true;                 // api.metrics_require_key (with keys only)
+  net::RateLimits default_limits;                  // api.rate_limit_rpm / _tpm: every key's
 };
 
 struct ServerConfig {

@@ -10,11 +10,13 @@ namespace troupe::app {
 
 CredentialReloader::CredentialReloader(AccessConfig access, std::string environment_key,
                                        std::shared_ptr<const net::AccessPolicy> in_force,
-                                       net::HttpServer& server, net::ServerState& state)
+                                       net::HttpServer& server, net::ServerState& state,
+                                       net::KeyRateLimiter& limits)
     : access_(std::move(access)),
       environment_key_(std::move(environment_key)),
       server_(server),
       state_(state),
+      limits_(limits),
       in_force_(std::move(in_force)) {}
 
 std::vector<net::ReloadPart> CredentialReloader::reload() {
@@ -47,6 +49,8 @@ net::ReloadPart CredentialReloader::reload_keys() {
                               before);
     return part;
   }
+  // Limits first: a request admitted under the new keys is metered by the new limits.
+  limits_.set_limits(next->key_limits(), net::steady_now_s());
   server_.set_access_policy(next);
   state_.api_key_required.store(next->keys_required(), std::memory_order_release);
   in_force_ = std::move(next);

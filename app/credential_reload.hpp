@@ -1,6 +1,6 @@
 // Credential rotation without a restart (issue 41): SIGHUP and `troupe admin reload` re-read the
 // API keys (api.keys_file, with the --api-key flags and TROUPE_API_KEY as they were at start) and
-// the TLS certificate and key. Requests whose header arrives after a reload are checked against
+// the TLS certificate and key, and with the keys their rate limits. Requests whose header arrives after a reload are checked against
 // the new keys and connections accepted after it get the new certificate; requests and
 // connections already established finish as they began.
 //
@@ -21,16 +21,18 @@
 #include "app/config.hpp"
 #include "net/admin_protocol.hpp"
 #include "net/http_server.hpp"
+#include "net/rate_limits.hpp"
 #include "net/server_state.hpp"
 
 namespace troupe::app {
 
 class CredentialReloader {
  public:
-  // `in_force`: the policy the server started with; `environment_key`: TROUPE_API_KEY as read then.
+  // `in_force`: the policy the server started with; `environment_key`: TROUPE_API_KEY as read
+  // then; `limits`: where the keys' rate limits go (each reload's keys may change them).
   CredentialReloader(AccessConfig access, std::string environment_key,
                      std::shared_ptr<const net::AccessPolicy> in_force, net::HttpServer& server,
-                     net::ServerState& state);
+                     net::ServerState& state, net::KeyRateLimiter& limits);
 
   // Re-reads both parts; what each did, also logged (info when in force, error when refused).
   std::vector<net::ReloadPart> reload();
@@ -43,6 +45,7 @@ class CredentialReloader {
   const std::string environment_key_;
   net::HttpServer& server_;
   net::ServerState& state_;
+  net::KeyRateLimiter& limits_;
   std::mutex mutex_;
   std::shared_ptr<const net::AccessPolicy> in_force_;  // guarded by mutex_
 };

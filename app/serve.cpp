@@ -212,14 +212,13 @@ struct Storage {
 };
 
 // The HTTP server with every route and the WebSocket chat (not started); the batch actor started.
-std::unique_ptr<net::HttpServer> make_http_server(const ServerConfig& config,
-                                                  engine::Engine& engine, net::ServerState& state,
-                                                  std::shared_ptr<const net::AccessPolicy> access,
-                                                  Storage& storage) {
+std::unique_ptr<net::HttpServer> make_http_server(
+    const ServerConfig& config, engine::Engine& engine, net::ServerState& state,
+    std::shared_ptr<const net::AccessPolicy> access,
+    const std::shared_ptr<net::ServingMetrics>& serving_metrics, Storage& storage) {
   auto router = std::make_shared<net::Router>();
   net::add_info_routes(*router, state);
-  // One set of request counters for every surface: /metrics counts WebSocket chats too.
-  auto serving_metrics = std::make_shared<net::ServingMetrics>();
+  serving_metrics->rate_limits.set_limits(access->key_limits(), net::steady_now_s());
   auto openai = net::add_openai_routes(*router, engine, state, config.api, serving_metrics);
   net::add_files_routes(*router, engine, storage.files, config.files);
   storage.batch_thread = std::make_unique<actors::runtime::ExecutorThreads>("batch", 1);
@@ -335,12 +334,18 @@ int run_serve(const ServeOptions& options) {
                m.num_layers, m.context_length, m.num_parameters, m.quantization);
 
   boost::asio::io_context signals_io;
+  // One set of request counters and key limits for every surface: /metrics counts WebSocket
+  // chats too, and a key's requests per minute span HTTP, WebSocket and batch items.
+  auto serving_metrics = std::make_shared<net::ServingMetrics>();
   std::unique_ptr<net::HttpServer> server =
-      make_http_server(config, *engine, *state, access, storage);
-  CredentialReloader reloader(config.access, environment_api_key(), access, *server, *state);
+      make_http_server(config, *engine, *state, access, serving_metrics, storage);
+  CredentialReloader reloader(config.access, environment_api_key(), access, *server, *state,
+                              serving_metrics->rate_limits);
   std::unique_ptr<net::AdminServer> admin;
-  net::AdminSources admin_sources{.batches = storage.admin_view(),
-                                  .reload = [&reloader] { return reloader.reload(); }};
+  net::AdminSources admin_sources{
+      .batches = storage.admin_view(),
+      .reload = [&reloader] { return reloader.reload(); },
+      .keys = [serving_metrics] { return serving_metrics->rate_limits.usage(net::steady_now_s()); }};
   if (!start_admin(config, options, *engine, signals_io, std::move(admin_sources), admin)) {
     storage.shut_down();
     return 1;

@@ -295,8 +295,9 @@ void add_api_settings(std::vector<Setting>& s) {
   {
     Setting keys =
         base("api.keys_file", {}, "path",
-             "API keys, one a line, `KEY` or `NAME:KEY` (`#` comments); with `--api-key` and "
-             "`$TROUPE_API_KEY` (see [Securing troupe](#securing-troupe))");
+             "API keys, one a line, `KEY` or `NAME:KEY`, then optionally that key's limits "
+             "`rpm=N tpm=N` (`#` comments); with `--api-key` and `$TROUPE_API_KEY` (see "
+             "[Securing troupe](#securing-troupe)); re-read on SIGHUP");
     keys.read_text = [](ServerConfig& c, std::string_view t, const std::string&) {
       if (t.empty()) {
         c.access.keys_file.reset();
@@ -326,6 +327,17 @@ void add_api_settings(std::vector<Setting>& s) {
     key.show = [](const ServerConfig&) { return std::string("none"); };
     add(std::move(key));
   }
+  add(uint_setting(
+      "api.rate_limit_rpm", 0, uint64_t{1} << 40,
+      "requests per minute each API key may start (HTTP, WebSocket chats, batch items); more "
+      "get 429 with OpenAI's `x-ratelimit-*` headers and `Retry-After`; a keys-file `rpm=` "
+      "overrides it per key; `0`: no limit ([per-key limits](#per-key-rate-limits))",
+      [](auto& c) -> auto& { return c.access.default_limits.requests_per_minute; }));
+  add(uint_setting(
+      "api.rate_limit_tpm", 0, uint64_t{1} << 40,
+      "tokens per minute (prompt + completion) each API key may use, counted as requests end; "
+      "a keys-file `tpm=` overrides it per key; `0`: no limit",
+      [](auto& c) -> auto& { return c.access.default_limits.tokens_per_minute; }));
   add(bool_setting(
       "api.metrics_require_key", "with keys configured, `/metrics` needs one too",
       [](auto& c) -> auto& { return c.access.metrics_require_key; }));

@@ -37,6 +37,8 @@ class AccessPolicy {
 
   bool keys_required() const { return !keys_.empty(); }
   size_t num_keys() const { return keys_.size(); }
+  // Every key's name and rate limits (for the KeyRateLimiter).
+  std::vector<std::pair<std::string, RateLimits>> key_limits() const { return keys_.limits(); }
 
   // Whether a request for `path` (no query string) needs a key under this policy.
   bool needs_key(std::string_view path) const;

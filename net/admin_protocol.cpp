@@ -59,6 +59,7 @@ std::variant<AdminCommand, AdminError> parse_fields(std::string_view cmd, dom::o
   if (cmd == "flush_prefix_cache") return AdminCommand{AdminFlushPrefixCache{}};
   if (cmd == "batches") return AdminCommand{AdminBatches{}};
   if (cmd == "reload") return AdminCommand{AdminReload{}};
+  if (cmd == "keys") return AdminCommand{AdminKeys{}};
   if (cmd == "cancel") {
     dom::element id;
     if (object["id"].get(id) != simdjson::SUCCESS) {
@@ -80,7 +81,7 @@ std::variant<AdminCommand, AdminError> parse_fields(std::string_view cmd, dom::o
   }
   return bad_request(fmt::format(
       "unknown command '{}' (stats, watch, requests, cancel, drain, log_level, "
-      "flush_prefix_cache, batches, reload)",
+      "flush_prefix_cache, batches, reload, keys)",
       cmd));
 }
 
@@ -224,6 +225,23 @@ std::string admin_reload_reply(const std::vector<ReloadPart>& parts) {
   return json.take();
 }
 
+std::string admin_keys_reply(const std::vector<KeyUsage>& keys) {
+  JsonWriter json;
+  json.begin_object().field("ok", true).key("keys").begin_array();
+  for (const KeyUsage& k : keys) {
+    const RateLimitStatus& s = k.status;
+    json.begin_object().field("name", k.name);
+    json.field("rpm", s.limits.requests_per_minute).field("tpm", s.limits.tokens_per_minute);
+    json.field("remaining_requests", s.remaining_requests);
+    json.field("remaining_tokens", s.remaining_tokens);
+    json.field("reset_requests_s", s.reset_requests_s).field("reset_tokens_s", s.reset_tokens_s);
+    json.field("requests", k.requests).field("tokens", k.tokens).field("refused", k.refused);
+    json.end_object();
+  }
+  json.end_array().end_object();
+  return json.take();
+}
+
 AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& engine,
                                    const AdminSources& sources) {
   struct Visitor {
@@ -233,6 +251,10 @@ AdminOutcome execute_admin_command(const AdminCommand& command, engine::Engine& 
     AdminOutcome operator()(const AdminBatches&) const {
       if (!sources.batches) return {admin_error_reply("this server keeps no batches")};
       return {admin_batches_reply(sources.batches())};
+    }
+    AdminOutcome operator()(const AdminKeys&) const {
+      if (!sources.keys) return {admin_error_reply("this server has no API keys")};
+      return {admin_keys_reply(sources.keys())};
     }
     AdminOutcome operator()(const AdminReload&) const {
       if (!sources.reload) return {admin_error_reply("this server has nothing to reload")};

@@ -18,6 +18,7 @@
 #include "actors/batch/batch_stats.hpp"
 #include "actors/batch/batch_store.hpp"
 #include "actors/engine/engine.hpp"
+#include "net/rate_limits.hpp"
 
 namespace troupe::net {
 
@@ -39,9 +40,11 @@ struct AdminLogLevel {
 struct AdminFlushPrefixCache {};
 struct AdminBatches {};
 struct AdminReload {};
+struct AdminKeys {};
 
-using AdminCommand = std::variant<AdminStats, AdminWatch, AdminRequests, AdminCancel, AdminDrain,
-                                  AdminLogLevel, AdminFlushPrefixCache, AdminBatches, AdminReload>;
+using AdminCommand =
+    std::variant<AdminStats, AdminWatch, AdminRequests, AdminCancel, AdminDrain, AdminLogLevel,
+                 AdminFlushPrefixCache, AdminBatches, AdminReload, AdminKeys>;
 
 // What `batches` shows (issue 40): the newest batches of every owner and the batch actor's
 // counters. The source runs on the admin io thread (a short SQLite read).
@@ -66,6 +69,8 @@ using AdminReloadAction = std::function<std::vector<ReloadPart>()>;
 struct AdminSources {
   AdminBatchesSource batches;  // `batches` (runs on the admin io thread: a short SQLite read)
   AdminReloadAction reload;    // `reload` (runs on the admin io thread: reads a few small files)
+  // `keys`: every API key's limits, what is left of them and its use since start (never a key).
+  std::function<std::vector<KeyUsage>()> keys;
 };
 
 // Why a line was refused. kUnauthorized closes a TCP connection; the others leave it usable.
@@ -91,6 +96,7 @@ std::string admin_stats_reply(const engine::EngineStats& stats, const engine::Mo
 std::string admin_requests_reply(const std::vector<engine::RequestInfo>& requests);
 std::string admin_batches_reply(const AdminBatchesView& view);
 std::string admin_reload_reply(const std::vector<ReloadPart>& parts);
+std::string admin_keys_reply(const std::vector<KeyUsage>& keys);
 
 struct AdminOutcome {
   std::string reply;

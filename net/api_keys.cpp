@@ -49,6 +49,44 @@ std::string_view trim(std::string_view s) {
 
 char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
+// A keys-file line's limit columns after its key: "rpm=N" and "tpm=N" (N a whole number, 0: no
+// limit), each at most once, over `limits` (the defaults).
+RateLimits parse_limit_columns(std::string_view columns, RateLimits limits, std::string_view where) {
+  constexpr int64_t kMaxLimit = int64_t{1} << 40;
+  bool seen_rpm = false, seen_tpm = false;
+  while (!(columns = trim(columns)).empty()) {
+    const size_t end = columns.find_first_of(" \t");
+    const std::string_view column = columns.substr(0, end);
+    columns = end == std::string_view::npos ? std::string_view{} : columns.substr(end);
+    const size_t equals = column.find('=');
+    const std::string_view name = column.substr(0, equals);
+    const bool rpm = name == "rpm", tpm = name == "tpm";
+    if (equals == std::string_view::npos || !(rpm || tpm)) {
+      // Not echoed: it may be the rest of a key with a blank in it.
+      throw ApiKeyError(fmt::format(
+          "{}: what follows the key is not a limit column (rpm=N, tpm=N; a key has no blanks)",
+          where));
+    }
+    if ((rpm && seen_rpm) || (tpm && seen_tpm)) {
+      throw ApiKeyError(fmt::format("{}: {} is given twice", where, name));
+    }
+    const std::string_view digits = column.substr(equals + 1);
+    int64_t value = 0;
+    const bool whole = !digits.empty() && digits.size() <= 13 &&
+                       digits.find_first_not_of("0123456789") == std::string_view::npos;
+    if (whole) {
+      for (const char c : digits) value = value * 10 + (c - '0');
+    }
+    if (!whole || value > kMaxLimit) {
+      throw ApiKeyError(fmt::format("{}: {} must be a whole number of at most {} (0: no limit)",
+                                    where, name, kMaxLimit));
+    }
+    (rpm ? limits.requests_per_minute : limits.tokens_per_minute) = value;
+    (rpm ? seen_rpm : seen_tpm) = true;
+  }
+  return limits;
+}
+
 }  // namespace
 
 ApiKeys::Digest ApiKeys::digest_of(std::string_view bytes) {
@@ -61,7 +99,8 @@ ApiKeys::Digest ApiKeys::digest_of(std::string_view bytes) {
   return digest;
 }
 
-void ApiKeys::add(std::string name, std::string_view key, std::string_view source) {
+void ApiKeys::add(std::string name, std::string_view key, std::string_view source,
+                  RateLimits limits) {
   if (!is_valid_key(key)) {
     throw ApiKeyError(fmt::format(
         "{}: an API key must be 1-{} printable ASCII characters without spaces or commas",
@@ -71,10 +110,16 @@ void ApiKeys::add(std::string name, std::string_view key, std::string_view sourc
   for (const Stored& stored : keys_) {
     if (stored.name == name) throw ApiKeyError(fmt::format("{}: a second key named '{}'", source, name));
   }
-  keys_.push_back({std::move(name), digest_of(key)});
+  keys_.push_back({std::move(name), digest_of(key), limits});
 }
 
-void ApiKeys::add_lines(std::string_view text, std::string_view source) {
+std::vector<std::pair<std::string, RateLimits>> ApiKeys::limits() const {
+  std::vector<std::pair<std::string, RateLimits>> out;
+  for (const Stored& stored : keys_) out.emplace_back(stored.name, stored.limits);
+  return out;
+}
+
+void ApiKeys::add_lines(std::string_view text, std::string_view source, RateLimits default_limits) {
   size_t line_number = 0;
   while (!text.empty()) {
     const size_t end = text.find('\n');
@@ -83,28 +128,34 @@ void ApiKeys::add_lines(std::string_view text, std::string_view source) {
     ++line_number;
     if (line.empty() || line.front() == '#') continue;
     const std::string where = fmt::format("{} line {}", source, line_number);
-    // "NAME:KEY" only when what precedes the first ':' is a valid name; else all of it is the key.
+    // "NAME:KEY" only when what precedes the first ':' is a valid name; else all of it is the
+    // key. After the key and a blank, its limit columns.
     const size_t colon = line.find(':');
-    if (colon != std::string_view::npos && is_valid_name(line.substr(0, colon))) {
-      add(std::string(line.substr(0, colon)), trim(line.substr(colon + 1)), where);
-    } else {
-      add({}, line, where);
-    }
+    const bool named = colon != std::string_view::npos && is_valid_name(line.substr(0, colon));
+    const std::string_view entry = named ? trim(line.substr(colon + 1)) : line;
+    const size_t blank = entry.find_first_of(" \t");
+    const std::string_view key = entry.substr(0, blank);
+    const RateLimits limits = blank == std::string_view::npos
+                                  ? default_limits
+                                  : parse_limit_columns(entry.substr(blank), default_limits, where);
+    add(named ? std::string(line.substr(0, colon)) : std::string(), key, where, limits);
   }
 }
 
 ApiKeys ApiKeys::from_sources(const std::vector<std::string>& flag_keys,
                               const std::optional<std::filesystem::path>& keys_file,
-                              std::string_view environment_key) {
+                              std::string_view environment_key, RateLimits default_limits) {
   ApiKeys keys;
-  for (const std::string& key : flag_keys) keys.add({}, key, "--api-key");
-  if (!environment_key.empty()) keys.add({}, trim(environment_key), "TROUPE_API_KEY");
+  for (const std::string& key : flag_keys) keys.add({}, key, "--api-key", default_limits);
+  if (!environment_key.empty()) {
+    keys.add({}, trim(environment_key), "TROUPE_API_KEY", default_limits);
+  }
   if (keys_file) {
     std::ifstream in(*keys_file, std::ios::binary);
     if (!in) throw ApiKeyError(fmt::format("api.keys_file: cannot read {}", keys_file->string()));
     std::stringstream text;
     text << in.rdbuf();
-    keys.add_lines(text.str(), keys_file->string());
+    keys.add_lines(text.str(), keys_file->string(), default_limits);
   }
   return keys;
 }

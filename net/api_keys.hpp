@@ -1,8 +1,10 @@
 // API keys (issue 16): who may use the API. Keys come from `--api-key KEY` (repeatable), the
 // file named by api.keys_file and the TROUPE_API_KEY environment variable. A keys file holds one
-// key per line, optionally named ("NAME:KEY", NAME of [A-Za-z0-9_.-], at most 64 characters);
-// blank lines and lines starting with '#' are skipped. An unnamed key is called "key-N" (N its
-// position, from 1).
+// key per line, optionally named ("NAME:KEY", NAME of [A-Za-z0-9_.-], at most 64 characters),
+// optionally followed by that key's rate limits ("NAME:KEY rpm=60 tpm=100000": requests and
+// tokens per minute, 0 for none; net/rate_limits.hpp); blank lines and lines starting with '#'
+// are skipped. An unnamed key is called "key-N" (N its position, from 1). A key without its own
+// limits has the defaults (api.rate_limit_rpm / api.rate_limit_tpm).
 //
 // A presented key is compared with every configured key in constant time: both sides are
 // reduced to SHA-256 digests and compared with CRYPTO_memcmp, so neither a key's bytes nor its
@@ -19,9 +21,18 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace troupe::net {
+
+// A key's limits per minute (0: none).
+struct RateLimits {
+  int64_t requests_per_minute = 0;
+  int64_t tokens_per_minute = 0;
+  bool limited() const { return requests_per_minute > 0 || tokens_per_minute > 0; }
+  bool operator==(const RateLimits&) const = default;
+};
 
 // A malformed key, name or keys file: an error at start, naming the source and line.
 class ApiKeyError : public std::runtime_error {
@@ -33,14 +44,19 @@ class ApiKeys {
  public:
   ApiKeys() = default;  // no keys: authentication is off
 
-  // All keys from every source (empty arguments: that source adds nothing). Throws
-  // ApiKeyError for a malformed key, a duplicate name, or an unreadable file.
+  // All keys from every source (empty arguments: that source adds nothing), each with
+  // `default_limits` unless its keys-file line sets its own. Throws ApiKeyError for a malformed
+  // key, column or name, a duplicate name, or an unreadable file.
   static ApiKeys from_sources(const std::vector<std::string>& flag_keys,
                               const std::optional<std::filesystem::path>& keys_file,
-                              std::string_view environment_key);
+                              std::string_view environment_key, RateLimits default_limits = {});
   // One key per entry of `lines`, as in a keys file; `source` names them in errors.
-  void add_lines(std::string_view text, std::string_view source);
-  void add(std::string name, std::string_view key, std::string_view source);
+  void add_lines(std::string_view text, std::string_view source, RateLimits default_limits = {});
+  void add(std::string name, std::string_view key, std::string_view source,
+           RateLimits limits = {});
+
+  // Every key's name and limits, in the order they were added.
+  std::vector<std::pair<std::string, RateLimits>> limits() const;
 
   bool empty() const { return keys_.empty(); }
   size_t size() const { return keys_.size(); }
@@ -54,6 +70,7 @@ class ApiKeys {
   struct Stored {
     std::string name;
     Digest digest;
+    RateLimits limits;
   };
   static Digest digest_of(std::string_view bytes);
 

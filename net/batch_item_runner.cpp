@@ -84,6 +84,12 @@ std::variant<std::string, batch::LineProblem> check_batch_input_line(std::string
 
 uint64_t OpenAiItemRunner::start(const batch::BatchRecord& batch, int64_t index, std::string_view line,
                                  std::function<void(batch::ItemResult)> done) {
+  // The owner's requests per minute: over it, the item waits (the actor retries it next tick)
+  // instead of failing; it is not a request yet, so it leaves no access line.
+  if (!context_->metrics->rate_limits.admit(batch.owner, steady_now_s(), /*counted=*/false).admitted) {
+    done(batch::ItemResult{batch::ItemEnd::kRetry, {}});
+    return kNoRequest;
+  }
   auto destination = std::make_shared<DurableItem>(std::move(done));
   BatchItem item = decode_batch_line(line, context_->state.model.id, context_->config);
   if (item.embedding) {

@@ -133,12 +133,21 @@ void handle_batch(const std::shared_ptr<OpenAiContext>& context, const HttpReque
   const BatchItemOrigin origin{"/v1/batch", request.api_key_name, std::string(request.header("Authorization")),
                                http_connection_label(request.connection_id)};
   // Failed items first, so that only the engine's thread completes items afterwards.
+  // Each item is a request of the key's requests per minute: one over the limit fails alone.
   std::vector<size_t> valid;
   for (size_t i = 0; i < num_items; ++i) {
-    if (batch.items[i].request || batch.items[i].embedding) {
+    BatchItem& item = batch.items[i];
+    if (item.request || item.embedding) {
+      if (auto refused = context->admit(origin.key_name)) {
+        item.response_error = std::move(*refused);
+        item.request.reset();
+        item.embedding.reset();
+      }
+    }
+    if (item.request || item.embedding) {
       valid.push_back(i);
     } else {
-      fail_batch_item(*context, *run, i, batch.items[i], origin);
+      fail_batch_item(*context, *run, i, item, origin);
     }
   }
   auto ids = std::make_shared<std::vector<engine::RequestId>>();

@@ -92,7 +92,9 @@ HttpResponse error_response(int status, std::string_view message, std::string_vi
 }
 
 HttpResponse error_response(const ApiError& error) {
-  return error_response(error.status, error.message, error.type, error.param, error.code);
+  HttpResponse response = error_response(error.status, error.message, error.type, error.param, error.code);
+  response.headers.insert(response.headers.end(), error.headers.begin(), error.headers.end());
+  return response;
 }
 
 HttpResponse json_response(int status, std::string body) {

@@ -67,6 +67,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;
   std::string code;
+  std::vector<std::pair<std::string, std::string>> headers;  // a 429's Retry-After, x-ratelimit-*
 };
 
 HttpResponse error_response(const ApiError& error);

@@ -20,6 +20,7 @@
 #include "actors/batch/batch_stats.hpp"
 #include "actors/messages/engine_types.hpp"
 #include "net/connection_metrics.hpp"
+#include "net/rate_limits.hpp"
 
 namespace troupe::net {
 
@@ -69,6 +70,11 @@ struct ServingMetrics {
   // batch metrics.
   void set_batch_stats(std::function<batch::BatchStats()> stats) { batch_stats = std::move(stats); }
   std::function<batch::BatchStats()> batch_stats;
+
+  // Every API key's requests and tokens per minute (issue 41): admitted by the surfaces, spent
+  // by RequestRecord as requests end. Its limits come from the access policy (set at start and
+  // on each key reload); without any, everything is admitted.
+  KeyRateLimiter rate_limits;
 };
 
 // Prometheus text exposition format 0.0.4.

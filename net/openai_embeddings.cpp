@@ -434,6 +434,7 @@ void handle_embeddings(const std::shared_ptr<OpenAiContext>& context, const Http
     refusal =
         check_embedding_support(std::get<EmbeddingRequest>(parsed), context->engine.model_card());
   }
+  if (!refusal) refusal = context->admit(request.api_key_name, out.get());
   if (refusal) {
     context->record(route, "-", {}, request.api_key_name, engine::RequestKind::kEmbedding)->fail(*refusal);
     out->respond(error_response(*refusal));

@@ -36,6 +36,11 @@ void handle_completion(const std::shared_ptr<OpenAiContext>& context, ApiKind ki
     out->respond(error_response(*error));
     return;
   }
+  if (auto refused = context->admit(request.api_key_name, out.get())) {
+    context->record(route, "-", {}, request.api_key_name)->fail(*refused);
+    out->respond(error_response(*refused));
+    return;
+  }
   CompletionRequest& completion = std::get<CompletionRequest>(parsed);
   completion.generate.client = client_key(request.api_key_name, request.header("Authorization"), completion.user,
                                           http_connection_label(request.connection_id));

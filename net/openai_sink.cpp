@@ -24,9 +24,19 @@ std::shared_ptr<RequestRecord> OpenAiContext::record(std::string_view route, std
                             std::move(key_name), kind});
 }
 
+std::optional<ApiError> OpenAiContext::admit(std::string_view key_name, ResponseStream* out) const {
+  const RateDecision decision = metrics->rate_limits.admit(key_name, steady_now_s());
+  if (!decision.admitted) return rate_limit_error(decision, key_name);
+  if (out != nullptr) out->add_headers(rate_limit_headers(decision));
+  return std::nullopt;
+}
+
 HttpResponse engine_error_response(const ApiError& error) {
   HttpResponse response = error_response(error);
-  if (error.status == 429) response.headers.emplace_back("Retry-After", "1");
+  const bool has_retry_after =
+      std::any_of(error.headers.begin(), error.headers.end(),
+                  [](const auto& header) { return header.first == "Retry-After"; });
+  if (error.status == 429 && !has_retry_after) response.headers.emplace_back("Retry-After", "1");
   return response;
 }
 

@@ -45,6 +45,10 @@ struct OpenAiContext {
   TokenTextFn token_text() const;
   // The format a request's answer is parsed with for tool calls (kNone: not parsed).
   model::ToolCallFormat tool_format(const engine::GenerateRequest& request) const;
+  // Admits one request of API key `key_name` against its rate limits (net/rate_limits.hpp):
+  // nullopt, with the key's x-ratelimit-* headers added to `out` when there is one, or the 429
+  // to answer (it carries its headers).
+  std::optional<ApiError> admit(std::string_view key_name, ResponseStream* out = nullptr) const;
   // A record for one request of `route` (id "-" until it has one).
   // `key_name`: the API key that authenticated it (HttpRequest::api_key_name).
   std::shared_ptr<RequestRecord> record(std::string_view route, std::string id,

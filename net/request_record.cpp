@@ -36,6 +36,11 @@ bool RequestRecord::finish(std::string_view finish_reason, const engine::Usage& 
   if (ended_.exchange(true, std::memory_order_acq_rel)) return false;
   metrics_->count_finished(finish_reason);
   metrics_->count_kind(label_.kind);
+  // The key's tokens per minute are spent as requests end, when their usage is known.
+  if (!label_.key_name.empty()) {
+    metrics_->rate_limits.charge_tokens(
+        label_.key_name, int64_t{usage.prompt_tokens} + usage.completion_tokens, steady_now_s());
+  }
   write_line(200, finish_reason, usage, nullptr, client_gone);
   return true;
 }

@@ -6,7 +6,9 @@
 //       token; the admin socket; the server draining);
 //   troupe:request_failure_total  an error or a refusal (invalid request, queue full, draining,
 //       a failed step);
-// and one count of its kind, troupe:requests_by_kind_total{kind="generate"|"embedding"|"score"}.
+// and one count of its kind, troupe:requests_by_kind_total{kind="generate"|"embedding"|"score"};
+// a finish also spends the request's tokens from its API key's tokens per minute
+// (ServingMetrics::rate_limits).
 // A surface creates one RequestRecord per request as soon as it knows it has one, and ends it
 // from the sink's final call (the engine makes exactly one, even after the client left) or from
 // its own refusal before the engine saw the request. The first end counts; later ones are

@@ -24,8 +24,15 @@ void ResponseStream::respond(HttpResponse response) {
   std::unique_lock lock(mutex_);
   if (phase_ != Phase::kNotStarted) return;
   phase_ = Phase::kComplete;
+  response.headers.insert(response.headers.end(), extra_headers_.begin(), extra_headers_.end());
   head_ = std::move(response);
   wake(lock);
+}
+
+void ResponseStream::add_headers(std::vector<std::pair<std::string, std::string>> headers) {
+  std::unique_lock lock(mutex_);
+  extra_headers_.insert(extra_headers_.end(), std::make_move_iterator(headers.begin()),
+                        std::make_move_iterator(headers.end()));
 }
 
 bool ResponseStream::begin_stream(HttpResponse head) {
@@ -34,6 +41,7 @@ bool ResponseStream::begin_stream(HttpResponse head) {
   phase_ = Phase::kStreaming;
   streamed_ = true;
   head.body.clear();
+  head.headers.insert(head.headers.end(), extra_headers_.begin(), extra_headers_.end());
   head_ = std::move(head);
   wake(lock);
   return true;

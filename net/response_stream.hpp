@@ -27,6 +27,9 @@ class ResponseStream {
       : max_pending_bytes_(max_pending_bytes) {}
 
   // ---- producer side -------------------------------------------------------------------
+  // Headers every response on this stream carries, whoever answers it (the x-ratelimit-*
+  // headers an admission decided, before the answer is known). Before respond()/begin_stream().
+  void add_headers(std::vector<std::pair<std::string, std::string>> headers);
   // The whole response. Ignored after a stream began or a response was given.
   void respond(HttpResponse response);
   // Sends `head` (status, content type, headers; its body is ignored) and starts a streamed
@@ -72,6 +75,7 @@ class ResponseStream {
   bool head_taken_ = false;
   bool finished_taken_ = false;
   std::optional<HttpResponse> head_;
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
   std::string data_;
   std::function<void()> wakeup_;
   std::function<void()> on_gone_;

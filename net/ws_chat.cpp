@@ -230,6 +230,12 @@ void WsChatConnection::start_chat(std::string_view frame, const std::string& cli
                                  "tools"));
     return;
   }
+  // The key's requests per minute, as on HTTP (net/rate_limits.hpp).
+  if (const RateDecision admission = metrics_->rate_limits.admit(key_name_, steady_now_s());
+      !admission.admitted) {
+    refuse(client_id, rate_limit_error(admission, key_name_));
+    return;
+  }
   request.generate.origin = engine::RequestOrigin::kWebSocket;
   request.generate.client_label = client_id;
   request.generate.client = client_key(key_name_, "", request.user, connection_label_);

@@ -39,7 +39,8 @@ class CredentialReloadTest : public ::testing::Test {
     server_->set_access_policy(policy);
     state_.api_key_required.store(true);
     server_->start();
-    reloader_ = std::make_unique<CredentialReloader>(access_, "", policy, *server_, state_);
+    reloader_ =
+        std::make_unique<CredentialReloader>(access_, "", policy, *server_, state_, limits_);
   }
   void TearDown() override {
     server_->stop();
@@ -69,6 +70,7 @@ class CredentialReloadTest : public ::testing::Test {
   std::filesystem::path dir_, keys_file_;
   AccessConfig access_;
   net::ServerState state_;
+  net::KeyRateLimiter limits_;
   std::unique_ptr<net::HttpServer> server_;
   std::unique_ptr<CredentialReloader> reloader_;
 };

@@ -58,6 +58,40 @@ TEST(ApiKeys, KeysFileLinesNamesCommentsAndErrors) {
   EXPECT_THROW(twice.add_lines("a:k1\na:k2\n", "f"), ApiKeyError);
 }
 
+// "NAME:KEY rpm=N tpm=N": a key's own limits over the defaults, each column optional; a column
+// that is not one is an error that does not echo it (it may be half of a key with a blank).
+TEST(ApiKeys, KeysFileLimitColumns) {
+  const RateLimits defaults{10, 1000};
+  ApiKeys keys;
+  keys.add_lines("alice:sk-a rpm=5 tpm=200\nbob:sk-b\ttpm=0\ncarol:sk-c\nsk-d rpm=7\n", "keys.txt",
+                 defaults);
+  EXPECT_EQ(keys.authenticate("sk-a"), "alice");
+  EXPECT_EQ(keys.authenticate("sk-d"), "key-4");
+  const auto limits = keys.limits();
+  ASSERT_EQ(limits.size(), 4u);
+  EXPECT_EQ(limits[0], (std::pair<std::string, RateLimits>{"alice", {5, 200}}));
+  EXPECT_EQ(limits[1], (std::pair<std::string, RateLimits>{"bob", {10, 0}}));
+  EXPECT_EQ(limits[2], (std::pair<std::string, RateLimits>{"carol", defaults}));
+  EXPECT_EQ(limits[3], (std::pair<std::string, RateLimits>{"key-4", {7, 1000}}));
+  for (const std::string line : {"a:sk-1 RPM=5", "a:sk-1 rpm=5 rpm=6", "a:sk-1 rpm=-1",
+                                 "a:sk-1 rpm=", "a:sk-1 tpm=1e6", "a:sk-1 secret-half"}) {
+    try {
+      ApiKeys bad;
+      bad.add_lines(line, "keys.txt");
+      FAIL() << "accepted: " << line;
+    } catch (const ApiKeyError& e) {
+      EXPECT_NE(std::string(e.what()).find("keys.txt line 1"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("secret-half"), std::string::npos) << e.what();
+    }
+  }
+  const auto path = std::filesystem::temp_directory_path() / "troupe_api_keys_limits.txt";
+  std::ofstream(path) << "ops:sk-file rpm=3\n";
+  const ApiKeys all = ApiKeys::from_sources({"sk-flag"}, path, "", defaults);
+  std::filesystem::remove(path);
+  EXPECT_EQ(all.limits().at(0).second, defaults);  // --api-key: the defaults
+  EXPECT_EQ(all.limits().at(1).second, (RateLimits{3, 1000}));
+}
+
 TEST(ApiKeys, FromEverySource) {
   const auto path = std::filesystem::temp_directory_path() / "troupe_api_keys_test.txt";
   std::ofstream(path) << "ops:sk-file\n";
