@@ -297,6 +297,10 @@ void serve_until_stopped(const ServerConfig& config, boost::asio::io_context& si
 // Resolve the configuration (exit 2), load the model and start the actors (exit 1), wire the
 // admin socket and the HTTP server, serve until a stop signal, drain.
 int run_serve(const ServeOptions& options) {
+  // A peer that goes away while we write to it (an HTTP client, a P/D peer, an admin client)
+  // must cost a write error on that connection, never the process: Asio sends with
+  // MSG_NOSIGNAL, but not every library this process links does.
+  std::signal(SIGPIPE, SIG_IGN);
   ServerConfig config;
   std::shared_ptr<const net::AccessPolicy> access;
   try {

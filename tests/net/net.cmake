@@ -1,7 +1,7 @@
 troupe_add_test(NAME net_test
   SOURCES json_writer_test.cpp router_test.cpp http_server_test.cpp slow_client_test.cpp
     request_record_test.cpp accept_backoff_test.cpp http_framing_test.cpp access_policy_test.cpp
-    http_auth_test.cpp rate_limits_test.cpp
+    http_auth_test.cpp rate_limits_test.cpp session_chaos_test.cpp
   LIBS troupe_net LABELS "unit;net")
 troupe_add_test(NAME net_openai_test
   SOURCES openai_request_test.cpp openai_structured_output_test.cpp openai_codec_test.cpp
