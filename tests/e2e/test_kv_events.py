@@ -54,11 +54,18 @@ class Mirror:
 
 
 class Subscriber:
-    def __init__(self, endpoint, replay_endpoint):
+    def __init__(self, endpoint, replay_endpoint, bind=False):
+        """`bind`: the SUB binds `endpoint` and the server connects to it, as llm-d's indexer
+        does. A bound SUB sends its subscription to a newly connected server only when this
+        thread next polls it; the server drops every batch until then."""
         self.context = zmq.Context()
         self.sub = self.context.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
-        self.sub.connect(endpoint)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        if bind:
+            self.sub.bind(endpoint)
+        else:
+            self.sub.connect(endpoint)
         self.replay_endpoint = replay_endpoint
         self.received = {}  # seq -> payload bytes
         self.mirror = Mirror()
@@ -162,6 +169,57 @@ def subscribe(server):
         if events is not None:
             return subscriber
     raise AssertionError("the subscription never became live")
+
+
+@pytest.fixture
+def connecting_kv_server(start_server, tmp_path):
+    """A server whose PUB connects to the indexer (a host, no wildcard), which binds."""
+    port, replay_port = free_port(), free_port()
+    config = {"kv_events": {"enabled": True, "endpoint": f"tcp://127.0.0.1:{port}",
+                            "replay_endpoint": f"tcp://127.0.0.1:{replay_port}",
+                            "topic": TOPIC, "hash_seed": SEED}}
+    path = tmp_path / "kv.json"
+    path.write_text(json.dumps(config))
+    server = start_with_admin(start_server, tmp_path / "admin.sock", "--config", str(path))
+    server.admin_socket = tmp_path / "admin.sock"
+    server.kv_endpoint = f"tcp://127.0.0.1:{port}"
+    server.replay_endpoint = f"tcp://127.0.0.1:{replay_port}"
+    return server
+
+
+def flush_until_received(server, subscriber, after_seq):
+    """Flushes the cache (each flush is one AllBlocksCleared batch) until a batch numbered after
+    `after_seq` arrives live."""
+    for _ in range(100):
+        assert admin_cli(server.admin_socket, "flush-prefix-cache").returncode == 0
+        while subscriber.poll(300) is not None:
+            if max(subscriber.received) > after_seq:
+                return max(subscriber.received)
+    raise AssertionError(f"no batch after {after_seq} arrived")
+
+
+def test_an_indexer_that_binds_late_or_restarts_gets_events_and_replays_the_gap(
+        connecting_kv_server):
+    server = connecting_kv_server
+    # The server has been up a while with nothing at its endpoint: its connects were refused.
+    indexer = Subscriber(server.kv_endpoint, server.replay_endpoint, bind=True)
+    try:
+        last_before = flush_until_received(server, indexer, -1)
+    finally:
+        indexer.close()
+    # While the indexer restarts, two batches go out that nobody receives live.
+    for _ in range(2):
+        assert admin_cli(server.admin_socket, "flush-prefix-cache").returncode == 0
+    restarted = Subscriber(server.kv_endpoint, server.replay_endpoint, bind=True)
+    try:
+        live = flush_until_received(server, restarted, last_before + 2)
+        gap = restarted.replay(last_before + 1)
+        assert all(seq in gap for seq in range(last_before + 1, live + 1)), sorted(gap)
+        for seq, payload in restarted.received.items():
+            assert gap[seq] == payload
+        assert msgpack.unpackb(gap[last_before + 1])[1][0]["type"] == "AllBlocksCleared"
+    finally:
+        restarted.close()
 
 
 def test_events_mirror_the_prefix_cache_with_router_hashes(kv_server):

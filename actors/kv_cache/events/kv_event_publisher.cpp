@@ -116,6 +116,13 @@ KvEventPublisher::KvEventPublisher(const KvEventsConfig& config, std::string med
     if (kv_event_endpoint_binds(config.endpoint)) {
       s.pub.bind(config.endpoint);
     } else {
+      // An indexer that binds may start after troupe or restart mid-run (issue 41 item 6), and
+      // nothing more is needed for it: ZeroMQ retries a refused or dropped connection every
+      // reconnect_ivl (100 ms; -1 would end the endpoint at the first refusal), and the PUB
+      // keeps its pipe, so events flow again once the indexer's subscription is in. What was
+      // sent before that is dropped by the PUB and lies in the replay ring. The indexer's SUB,
+      // bound, sends its subscription only when its own thread next enters the socket: a
+      // subscriber that binds and does not poll hears nothing, whichever starts first.
       s.pub.connect(config.endpoint);
     }
   } catch (const zmq::error_t& e) {
