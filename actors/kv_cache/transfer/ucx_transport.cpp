@@ -299,7 +299,7 @@ void UcxTransport::shut_down_on_progress_thread() {
   const Status shutting_down =
       Status::failure(StatusCode::kShuttingDown, "the UCX transport is shutting down");
   for (Peer* peer : connected) retire_peer(peer, shutting_down);  // finishes every pull
-  // Let the force closes finish, so the worker is destroyed with no endpoint half closed.
+  // Let the closes finish, so the worker is destroyed with no endpoint half closed.
   const Clock::time_point give_up = Clock::now() + config_.shutdown_timeout;
   while (!retiring_peers_.empty() && Clock::now() < give_up) {
     progress_once();

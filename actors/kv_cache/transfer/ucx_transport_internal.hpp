@@ -29,7 +29,7 @@
 //                 never by pointer, so a reply that arrives after its pull finished finds nothing
 //                 and is dropped.
 //   Peer        — in peers_ while usable; on failure, timeout, forget or shutdown it moves to
-//                 retiring_peers_ (its pulls finish at once) and its endpoint is force-closed;
+//                 retiring_peers_ (its pulls finish at once) and its endpoint is closed (flushed);
 //                 freed once the close finished.
 //   SendBuffers — the bytes of our outgoing messages that UCX may still read (1.13 packs a
 //                 bcopy AM's user header when the fragment leaves, which can be after
@@ -132,7 +132,7 @@ struct Peer {
   ucp_ep_h endpoint = nullptr;
   std::unordered_set<uint64_t> pulls;  // ids of its pulls in flight
   bool retiring = false;
-  void* close_request = nullptr;  // force close still in progress
+  void* close_request = nullptr;  // close still in progress
 };
 
 // See "SendBuffers" above. One read request (pull_id != 0) or the replies to one (pull_id == 0).
