@@ -289,84 +289,124 @@ TEST(CudaOps, KvWriteStoresFp16AtMappedSlots) {
   }
 }
 
+// A mixed batch over a shuffled paged cache: for each sequence (context_len, num_tokens), its
+// block-table row and the positions of its last num_tokens tokens.
+struct PagedBatch {
+  int32_t max_blocks = 0;
+  std::vector<int32_t> tables, positions, table_rows;
+  int32_t num_tokens() const { return static_cast<int32_t>(positions.size()); }
+};
+
+PagedBatch make_paged_batch(const std::vector<std::pair<int32_t, int32_t>>& seqs, int32_t bs,
+                            int32_t num_blocks, uint32_t seed) {
+  PagedBatch batch;
+  for (auto [ctx, n] : seqs) batch.max_blocks = std::max(batch.max_blocks, (ctx + bs - 1) / bs);
+  std::vector<int32_t> order(num_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  batch.tables.assign(seqs.size() * batch.max_blocks, -1);
+  size_t next = 0;
+  for (size_t r = 0; r < seqs.size(); ++r) {
+    const auto [ctx, n] = seqs[r];
+    for (int32_t b = 0; b < (ctx + bs - 1) / bs; ++b) {
+      batch.tables[r * batch.max_blocks + b] = order.at(next++);
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      batch.positions.push_back(ctx - n + i);
+      batch.table_rows.push_back(static_cast<int32_t>(r));
+    }
+  }
+  return batch;
+}
+
+struct AttentionShape {
+  int32_t n_head, n_head_kv, head_dim;
+};
+
+// The CPU reference over an fp16 view of the cache, every token and KV head of `batch`.
+std::vector<float> reference_attention(const cpu::KvLayerView& view, const PagedBatch& batch,
+                                       const std::vector<float>& q, AttentionShape s, float scale) {
+  const int64_t Q = s.n_head * s.head_dim;
+  const int32_t group = s.n_head / s.n_head_kv;
+  std::vector<float> want(batch.num_tokens() * Q);
+  for (int32_t t = 0; t < batch.num_tokens(); ++t) {
+    for (int32_t h = 0; h < s.n_head_kv; ++h) {
+      const int64_t at = t * Q + static_cast<int64_t>(h) * group * s.head_dim;
+      cpu::attention_group_reference(view, &batch.tables[batch.table_rows[t] * batch.max_blocks],
+                                     batch.positions[t] + 1, h, &q[at], group, scale, &want[at]);
+    }
+  }
+  return want;
+}
+
+// Runs paged_attention on `batch` (F32 output) with the cache already on the device.
+std::vector<float> device_attention(const PagedBatch& batch, const std::vector<float>& q,
+                                    const void* k_cache, const void* v_cache, AttentionShape s,
+                                    int32_t bs, float scale, KvElement element = KvElement::kF16,
+                                    float k_scale = 1.0f, float v_scale = 1.0f) {
+  const int64_t Q = s.n_head * s.head_dim;
+  DeviceArray<float> dq(q), out(batch.num_tokens() * Q);
+  DeviceArray<int32_t> d_pos(batch.positions), d_rows(batch.table_rows), d_tables(batch.tables);
+  AttentionArgs a;
+  a.q = dq.get();
+  a.ld_q = Q;
+  a.k_cache = k_cache;
+  a.v_cache = v_cache;
+  a.element = element;
+  a.k_scale = k_scale;
+  a.v_scale = v_scale;
+  a.positions = d_pos.get();
+  a.token_table_row = d_rows.get();
+  a.block_tables = d_tables.get();
+  a.max_blocks_per_seq = batch.max_blocks;
+  a.num_tokens = batch.num_tokens();
+  a.n_head = s.n_head;
+  a.n_head_kv = s.n_head_kv;
+  a.head_dim = s.head_dim;
+  a.block_size = bs;
+  a.scale = scale;
+  a.out = out.get();
+  a.ld_out = Q;
+  a.out_f32 = true;
+  paged_attention(a, nullptr);
+  return out.download();
+}
+
+cpu::KvLayerView fp16_view(std::vector<uint16_t>& k, std::vector<uint16_t>& v, int32_t num_blocks,
+                           int32_t bs, AttentionShape s) {
+  cpu::KvLayerView view;
+  view.k = k.data();
+  view.v = v.data();
+  view.num_blocks = num_blocks;
+  view.block_size = bs;
+  view.num_kv_heads = s.n_head_kv;
+  view.head_dim = s.head_dim;
+  return view;
+}
+
 TEST(CudaOps, PagedAttentionMixedBatchMatchesFloat64Reference) {
   TROUPE_REQUIRE_CUDA_DEVICE();
-  struct Shape {
-    int32_t n_head, n_head_kv, head_dim;
-  };
-  for (const Shape s : {Shape{9, 3, 64}, Shape{32, 8, 128}, Shape{4, 4, 32}, Shape{8, 1, 96}}) {
+  for (const AttentionShape s : {AttentionShape{9, 3, 64}, AttentionShape{32, 8, 128},
+                                 AttentionShape{4, 4, 32}, AttentionShape{8, 1, 96}}) {
     const int32_t bs = 16, num_blocks = 160;
     // Sequences: (context_len, num_tokens): a long prefill chunk on a cached prefix, decodes.
-    const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {40, 40}, {300, 1}, {1000, 37}, {17, 1}};
-    int32_t max_blocks = 0;
-    for (auto [ctx, n] : seqs) max_blocks = std::max(max_blocks, (ctx + bs - 1) / bs);
-    std::vector<int32_t> order(num_blocks);
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), std::mt19937(s.head_dim));
-    std::vector<int32_t> tables(seqs.size() * max_blocks, -1), positions, table_rows;
-    size_t next = 0;
-    for (size_t r = 0; r < seqs.size(); ++r) {
-      const auto [ctx, n] = seqs[r];
-      for (int32_t b = 0; b < (ctx + bs - 1) / bs; ++b) tables[r * max_blocks + b] = order.at(next++);
-      for (int32_t i = 0; i < n; ++i) {
-        positions.push_back(ctx - n + i);
-        table_rows.push_back(static_cast<int32_t>(r));
-      }
-    }
-    const int32_t T = static_cast<int32_t>(positions.size());
+    const PagedBatch batch = make_paged_batch({{1, 1}, {40, 40}, {300, 1}, {1000, 37}, {17, 1}},
+                                              bs, num_blocks, static_cast<uint32_t>(s.head_dim));
     const size_t cache = static_cast<size_t>(num_blocks) * s.n_head_kv * bs * s.head_dim;
     std::vector<uint16_t> k(cache), v(cache);
     const std::vector<float> kf = randn(cache, 5), vf = randn(cache, 6);
     for (size_t i = 0; i < cache; ++i) k[i] = model::fp32_to_fp16(kf[i]), v[i] = model::fp32_to_fp16(vf[i]);
-    const int64_t Q = s.n_head * s.head_dim;
-    std::vector<float> q = randn(T * Q, 9);
+    std::vector<float> q = randn(batch.num_tokens() * s.n_head * s.head_dim, 9);
     for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
     DeviceArray<uint16_t> dk(k), dv(v);
-    DeviceArray<float> dq(q), out(T * Q);
-    DeviceArray<int32_t> d_pos(positions), d_rows(table_rows), d_tables(tables);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-    AttentionArgs a;
-    a.q = dq.get();
-    a.ld_q = Q;
-    a.k_cache = dk.get();
-    a.v_cache = dv.get();
-    a.positions = d_pos.get();
-    a.token_table_row = d_rows.get();
-    a.block_tables = d_tables.get();
-    a.max_blocks_per_seq = max_blocks;
-    a.num_tokens = T;
-    a.n_head = s.n_head;
-    a.n_head_kv = s.n_head_kv;
-    a.head_dim = s.head_dim;
-    a.block_size = bs;
-    a.scale = scale;
-    a.out = out.get();
-    a.ld_out = Q;
-    a.out_f32 = true;
-    paged_attention(a, nullptr);
-    const std::vector<float> got = out.download();
-    cpu::KvLayerView view;
-    view.k = k.data();
-    view.v = v.data();
-    view.num_blocks = num_blocks;
-    view.block_size = bs;
-    view.num_kv_heads = s.n_head_kv;
-    view.head_dim = s.head_dim;
-    const int32_t group = s.n_head / s.n_head_kv;
-    std::vector<float> want(T * Q);
-    for (int32_t t = 0; t < T; ++t) {
-      for (int32_t h = 0; h < s.n_head_kv; ++h) {
-        const int64_t at = t * Q + static_cast<int64_t>(h) * group * s.head_dim;
-        cpu::attention_group_reference(view, &tables[table_rows[t] * max_blocks], positions[t] + 1, h,
-                                       &q[at], group, scale, &want[at]);
-      }
-    }
+    const std::vector<float> got = device_attention(batch, q, dk.get(), dv.get(), s, bs, scale);
+    const std::vector<float> want =
+        reference_attention(fp16_view(k, v, num_blocks, bs, s), batch, q, s, scale);
     EXPECT_LT(relative_error(got, want), 1e-4) << "heads " << s.n_head << "/" << s.n_head_kv << " dim " << s.head_dim;
   }
 }
 
-// The FP8 form of the KV write against its CPU twin, bit for bit: value / scale rounded to
-// E4M3 (ties to even), saturating at ±448 (some values are scaled past it on purpose).
 TEST(CudaOps, KvWriteStoresFp8E4M3LikeItsCpuTwin) {
   TROUPE_REQUIRE_CUDA_DEVICE();
   const int32_t n_kv = 2, hd = 128, bs = 16, num_blocks = 6, T = 23;
@@ -422,28 +462,11 @@ TEST(CudaOps, KvWriteStoresFp8E4M3LikeItsCpuTwin) {
 // through the fp16 reference, k_scale folded into the score scale and v_scale into the output.
 TEST(CudaOps, PagedAttentionReadsAnFp8CacheLikeItsCpuTwin) {
   TROUPE_REQUIRE_CUDA_DEVICE();
-  struct Shape {
-    int32_t n_head, n_head_kv, head_dim;
-  };
-  for (const Shape s : {Shape{9, 3, 64}, Shape{4, 1, 128}, Shape{4, 4, 32}, Shape{8, 1, 96}}) {
+  for (const AttentionShape s : {AttentionShape{9, 3, 64}, AttentionShape{4, 1, 128},
+                                 AttentionShape{4, 4, 32}, AttentionShape{8, 1, 96}}) {
     const int32_t bs = 16, num_blocks = 96;
-    const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {40, 40}, {700, 1}, {300, 21}};
-    int32_t max_blocks = 0;
-    for (auto [ctx, n] : seqs) max_blocks = std::max(max_blocks, (ctx + bs - 1) / bs);
-    std::vector<int32_t> order(num_blocks);
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), std::mt19937(s.head_dim + 1));
-    std::vector<int32_t> tables(seqs.size() * max_blocks, -1), positions, table_rows;
-    size_t next = 0;
-    for (size_t r = 0; r < seqs.size(); ++r) {
-      const auto [ctx, n] = seqs[r];
-      for (int32_t b = 0; b < (ctx + bs - 1) / bs; ++b) tables[r * max_blocks + b] = order.at(next++);
-      for (int32_t i = 0; i < n; ++i) {
-        positions.push_back(ctx - n + i);
-        table_rows.push_back(static_cast<int32_t>(r));
-      }
-    }
-    const int32_t T = static_cast<int32_t>(positions.size());
+    const PagedBatch batch = make_paged_batch({{1, 1}, {40, 40}, {700, 1}, {300, 21}}, bs,
+                                              num_blocks, static_cast<uint32_t>(s.head_dim + 1));
     const size_t cache = static_cast<size_t>(num_blocks) * s.n_head_kv * bs * s.head_dim;
     const float k_scale = 0.75f, v_scale = 1.5f;
     std::vector<uint8_t> k8(cache), v8(cache);
@@ -455,52 +478,14 @@ TEST(CudaOps, PagedAttentionReadsAnFp8CacheLikeItsCpuTwin) {
       k16[i] = model::fp32_to_fp16(fp8_e4m3_to_fp32(k8[i]));
       v16[i] = model::fp32_to_fp16(fp8_e4m3_to_fp32(v8[i]));
     }
-    const int64_t Q = s.n_head * s.head_dim;
-    std::vector<float> q = randn(T * Q, 19);
+    std::vector<float> q = randn(batch.num_tokens() * s.n_head * s.head_dim, 19);
     for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
     DeviceArray<uint8_t> dk(k8), dv(v8);
-    DeviceArray<float> dq(q), out(T * Q);
-    DeviceArray<int32_t> d_pos(positions), d_rows(table_rows), d_tables(tables);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-    AttentionArgs a;
-    a.q = dq.get();
-    a.ld_q = Q;
-    a.k_cache = dk.get();
-    a.v_cache = dv.get();
-    a.element = KvElement::kFp8E4M3;
-    a.k_scale = k_scale;
-    a.v_scale = v_scale;
-    a.positions = d_pos.get();
-    a.token_table_row = d_rows.get();
-    a.block_tables = d_tables.get();
-    a.max_blocks_per_seq = max_blocks;
-    a.num_tokens = T;
-    a.n_head = s.n_head;
-    a.n_head_kv = s.n_head_kv;
-    a.head_dim = s.head_dim;
-    a.block_size = bs;
-    a.scale = scale;
-    a.out = out.get();
-    a.ld_out = Q;
-    a.out_f32 = true;
-    paged_attention(a, nullptr);
-    const std::vector<float> got = out.download();
-    cpu::KvLayerView view;
-    view.k = k16.data();
-    view.v = v16.data();
-    view.num_blocks = num_blocks;
-    view.block_size = bs;
-    view.num_kv_heads = s.n_head_kv;
-    view.head_dim = s.head_dim;
-    const int32_t group = s.n_head / s.n_head_kv;
-    std::vector<float> want(T * Q);
-    for (int32_t t = 0; t < T; ++t) {
-      for (int32_t h = 0; h < s.n_head_kv; ++h) {
-        const int64_t at = t * Q + static_cast<int64_t>(h) * group * s.head_dim;
-        cpu::attention_group_reference(view, &tables[table_rows[t] * max_blocks], positions[t] + 1,
-                                       h, &q[at], group, scale * k_scale, &want[at]);
-      }
-    }
+    const std::vector<float> got = device_attention(batch, q, dk.get(), dv.get(), s, bs, scale,
+                                                    KvElement::kFp8E4M3, k_scale, v_scale);
+    std::vector<float> want =
+        reference_attention(fp16_view(k16, v16, num_blocks, bs, s), batch, q, s, scale * k_scale);
     for (float& y : want) y *= v_scale;
     EXPECT_LT(relative_error(got, want), 1e-4)
         << "heads " << s.n_head << "/" << s.n_head_kv << " dim " << s.head_dim;

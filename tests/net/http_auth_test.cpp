@@ -11,6 +11,7 @@
 
 #include "net/http_server.hpp"
 #include "tests/net/ws_test_client.hpp"
+#include "tests/net/ws_test_endpoint.hpp"
 
 namespace troupe::net {
 namespace {
@@ -18,27 +19,6 @@ namespace {
 using testing::WsTestClient;
 
 constexpr std::string_view kAliceKey = "sk-alice-0123456789";
-
-// Answers every text frame with the name of the key its session authenticated with.
-class KeyNameEndpoint final : public WebSocketEndpoint {
- public:
-  KeyNameEndpoint(Wake wake, std::string key_name)
-      : wake_(std::move(wake)), key_name_(std::move(key_name)) {}
-  void on_text(std::string_view) override {
-    output_.push_back(key_name_.empty() ? "(none)" : key_name_);
-    wake_();
-  }
-  void on_binary() override {}
-  void on_closed() override {}
-  std::deque<std::string> take_output() override { return std::exchange(output_, {}); }
-  void on_shutdown() override {}
-  bool idle() const override { return true; }
-
- private:
-  Wake wake_;
-  std::string key_name_;
-  std::deque<std::string> output_;
-};
 
 class HttpAuthTest : public ::testing::Test {
  protected:
@@ -63,7 +43,11 @@ class HttpAuthTest : public ::testing::Test {
     server_->add_websocket_route(
         "/v1/chat/ws", [](WebSocketEndpoint::Post, WebSocketEndpoint::Wake wake,
                           const WebSocketPeer& peer) {
-          return std::make_shared<KeyNameEndpoint>(std::move(wake), peer.key_name);
+          // Answers every text frame with the name of the key its session authenticated with.
+          return std::make_shared<testing::AnsweringEndpoint>(
+              std::move(wake), [name = peer.key_name](std::string_view) {
+                return name.empty() ? std::string("(none)") : name;
+              });
         });
     server_->start();
   }

@@ -34,6 +34,7 @@
 #include "net/http_server.hpp"
 #include "tests/net/chaos_peer.hpp"
 #include "tests/net/ws_test_client.hpp"
+#include "tests/net/ws_test_endpoint.hpp"
 
 namespace troupe::net {
 namespace {
@@ -41,25 +42,6 @@ namespace {
 using testing::Peer;
 
 constexpr std::string_view kDone = "event: done\n\n";
-
-// Echoes each text frame.
-class EchoEndpoint final : public WebSocketEndpoint {
- public:
-  explicit EchoEndpoint(Wake wake) : wake_(std::move(wake)) {}
-  void on_text(std::string_view frame) override {
-    output_.emplace_back(frame);
-    wake_();
-  }
-  void on_binary() override {}
-  void on_closed() override {}
-  std::deque<std::string> take_output() override { return std::exchange(output_, {}); }
-  void on_shutdown() override {}
-  bool idle() const override { return true; }
-
- private:
-  Wake wake_;
-  std::deque<std::string> output_;
-};
 
 // GET /stream: 48 chunks of 8 KiB written from a thread of its own, as a generation would, so a
 // client that stops reading or leaves meets a write in progress.
@@ -198,7 +180,8 @@ class SessionChaos : public ::testing::Test {
     auto server = std::make_unique<HttpServer>(config, router, metrics);
     server->add_websocket_route("/ws", [](WebSocketEndpoint::Post, WebSocketEndpoint::Wake wake,
                                           const WebSocketPeer&) {
-      return std::make_shared<EchoEndpoint>(std::move(wake));
+      return std::make_shared<testing::AnsweringEndpoint>(
+          std::move(wake), [](std::string_view frame) { return std::string(frame); });
     });
     server->start();
     const uint16_t port = server->port();
