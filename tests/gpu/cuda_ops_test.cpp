@@ -239,33 +239,60 @@ TEST(CudaOps, SiluMulMatchesFloat64Reference) {
   }
 }
 
-TEST(CudaOps, KvWriteStoresFp16AtMappedSlots) {
-  TROUPE_REQUIRE_CUDA_DEVICE();
-  const int32_t n_kv = 3, hd = 64, bs = 16, num_blocks = 8, T = 20;
-  const int64_t Q = 9 * hd, KV = n_kv * hd, W = Q + 2 * KV;
-  const std::vector<float> qkv = randn(T * W, 11);
-  std::vector<int32_t> all(num_blocks * bs);
+// One KV write case: n_kv heads of hd values in num_blocks blocks of bs slots; T tokens whose
+// fused QKV rows hold Q query columns, then K, then V.
+struct KvWriteCase {
+  int32_t n_kv, hd, bs, num_blocks, T;
+  int64_t Q;
+  int64_t KV() const { return int64_t{n_kv} * hd; }
+  int64_t W() const { return Q + 2 * KV(); }
+  size_t cache() const { return static_cast<size_t>(num_blocks) * n_kv * bs * hd; }
+};
+
+// T distinct slots of the cache, shuffled.
+std::vector<int32_t> random_slots(const KvWriteCase& c, uint32_t seed) {
+  std::vector<int32_t> all(c.num_blocks * c.bs);
   std::iota(all.begin(), all.end(), 0);
-  std::shuffle(all.begin(), all.end(), std::mt19937(3));
-  const std::vector<int32_t> slots(all.begin(), all.begin() + T);
+  std::shuffle(all.begin(), all.end(), std::mt19937(seed));
+  return {all.begin(), all.begin() + c.T};
+}
+
+// kv_write of `qkv` into fresh caches of `Element` (uint16_t: fp16, uint8_t: E4M3); their bytes.
+template <class Element>
+std::pair<std::vector<Element>, std::vector<Element>> run_kv_write(
+    const KvWriteCase& c, const std::vector<float>& qkv, const std::vector<int32_t>& slots,
+    KvElement element = KvElement::kF16, float k_scale = 1.0f, float v_scale = 1.0f) {
   DeviceArray<float> d_qkv(qkv);
   DeviceArray<int32_t> d_slots(slots);
-  const size_t cache = static_cast<size_t>(num_blocks) * n_kv * bs * hd;
-  DeviceArray<uint16_t> k(cache), v(cache);
+  DeviceArray<Element> k(c.cache()), v(c.cache());
   KvWriteArgs a;
   a.qkv = d_qkv.get();
-  a.ld = W;
-  a.k_column = Q;
-  a.v_column = Q + KV;
+  a.ld = c.W();
+  a.k_column = c.Q;
+  a.v_column = c.Q + c.KV();
   a.slot_mapping = d_slots.get();
-  a.num_tokens = T;
-  a.n_head_kv = n_kv;
-  a.head_dim = hd;
-  a.block_size = bs;
+  a.num_tokens = c.T;
+  a.n_head_kv = c.n_kv;
+  a.head_dim = c.hd;
+  a.block_size = c.bs;
   a.k_cache = k.get();
   a.v_cache = v.get();
+  a.element = element;
+  a.k_scale = k_scale;
+  a.v_scale = v_scale;
   kv_write(a, nullptr);
-  const std::vector<uint16_t> gk = k.download(), gv = v.download();
+  return {k.download(), v.download()};
+}
+
+TEST(CudaOps, KvWriteStoresFp16AtMappedSlots) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  const KvWriteCase c{3, 64, 16, 8, 20, 9 * 64};
+  const int32_t n_kv = c.n_kv, hd = c.hd, bs = c.bs, num_blocks = c.num_blocks, T = c.T;
+  const int64_t Q = c.Q, KV = c.KV(), W = c.W();
+  const size_t cache = c.cache();
+  const std::vector<float> qkv = randn(T * W, 11);
+  const std::vector<int32_t> slots = random_slots(c, 3);
+  const auto [gk, gv] = run_kv_write<uint16_t>(c, qkv, slots);
   cpu::KvLayerView view;
   view.num_blocks = num_blocks;
   view.block_size = bs;
@@ -409,35 +436,15 @@ TEST(CudaOps, PagedAttentionMixedBatchMatchesFloat64Reference) {
 
 TEST(CudaOps, KvWriteStoresFp8E4M3LikeItsCpuTwin) {
   TROUPE_REQUIRE_CUDA_DEVICE();
-  const int32_t n_kv = 2, hd = 128, bs = 16, num_blocks = 6, T = 23;
-  const int64_t Q = 4 * hd, KV = n_kv * hd, W = Q + 2 * KV;
+  const KvWriteCase c{2, 128, 16, 6, 23, 4 * 128};
+  const int32_t n_kv = c.n_kv, hd = c.hd, bs = c.bs, num_blocks = c.num_blocks, T = c.T;
+  const int64_t Q = c.Q, KV = c.KV(), W = c.W();
   std::vector<float> qkv = randn(T * W, 21);
   for (size_t i = 0; i < qkv.size(); i += 97) qkv[i] *= 900.0f;  // beyond E4M3's range
-  std::vector<int32_t> all(num_blocks * bs);
-  std::iota(all.begin(), all.end(), 0);
-  std::shuffle(all.begin(), all.end(), std::mt19937(5));
-  const std::vector<int32_t> slots(all.begin(), all.begin() + T);
-  DeviceArray<float> d_qkv(qkv);
-  DeviceArray<int32_t> d_slots(slots);
-  const size_t cache = static_cast<size_t>(num_blocks) * n_kv * bs * hd;
-  DeviceArray<uint8_t> k(cache), v(cache);
-  KvWriteArgs a;
-  a.qkv = d_qkv.get();
-  a.ld = W;
-  a.k_column = Q;
-  a.v_column = Q + KV;
-  a.slot_mapping = d_slots.get();
-  a.num_tokens = T;
-  a.n_head_kv = n_kv;
-  a.head_dim = hd;
-  a.block_size = bs;
-  a.k_cache = k.get();
-  a.v_cache = v.get();
-  a.element = KvElement::kFp8E4M3;
-  a.k_scale = 0.5f;
-  a.v_scale = 3.0f;
-  kv_write(a, nullptr);
-  const std::vector<uint8_t> gk = k.download(), gv = v.download();
+  const std::vector<int32_t> slots = random_slots(c, 5);
+  const float k_scale = 0.5f, v_scale = 3.0f;
+  const auto [gk, gv] =
+      run_kv_write<uint8_t>(c, qkv, slots, KvElement::kFp8E4M3, k_scale, v_scale);
   cpu::KvLayerView view;  // its offsets count elements, whatever their size
   view.num_blocks = num_blocks;
   view.block_size = bs;
@@ -449,8 +456,8 @@ TEST(CudaOps, KvWriteStoresFp8E4M3LikeItsCpuTwin) {
       const size_t at = view.offset(slots[t] / bs, h, slots[t] % bs);
       for (int32_t d = 0; d < hd; ++d) {
         const float kx = qkv[t * W + Q + h * hd + d], vx = qkv[t * W + Q + KV + h * hd + d];
-        ASSERT_EQ(gk[at + d], fp32_to_fp8_e4m3(kx / a.k_scale)) << "k " << kx;
-        ASSERT_EQ(gv[at + d], fp32_to_fp8_e4m3(vx / a.v_scale)) << "v " << vx;
+        ASSERT_EQ(gk[at + d], fp32_to_fp8_e4m3(kx / k_scale)) << "k " << kx;
+        ASSERT_EQ(gv[at + d], fp32_to_fp8_e4m3(vx / v_scale)) << "v " << vx;
         saturated += (gk[at + d] & 0x7F) == 0x7E;
       }
     }
