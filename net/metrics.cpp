@@ -201,6 +201,34 @@ void render_schema(PrometheusText& p, const engine::EngineStats& s) {
 
 // What net/ measures itself: request outcomes and latencies on every surface (HTTP, WebSocket,
 // batch items), and the listener's connections.
+// Each API key's use and refusals (its name as the label: the keys are configured, so the label
+// set is bounded); nothing when no key is configured.
+void render_api_keys(PrometheusText& p, const std::vector<KeyUsage>& keys) {
+  if (keys.empty()) return;
+  std::vector<std::pair<PrometheusText::Labels, double>> requests, tokens, refused, left;
+  for (const KeyUsage& k : keys) {
+    const PrometheusText::Labels key{{"key", k.name}};
+    requests.push_back({key, double(k.requests)});
+    tokens.push_back({key, double(k.tokens)});
+    refused.push_back({key, double(k.refused)});
+    if (k.status.limits.requests_per_minute > 0) {
+      left.push_back({{{"key", k.name}, {"limit", "requests"}}, double(k.status.remaining_requests)});
+    }
+    if (k.status.limits.tokens_per_minute > 0) {
+      left.push_back({{{"key", k.name}, {"limit", "tokens"}}, double(k.status.remaining_tokens)});
+    }
+  }
+  p.counter("troupe:api_key_requests_total", "Requests admitted, by API key name.", requests);
+  p.counter("troupe:api_key_tokens_total",
+            "Tokens (prompt + completion) of finished requests, by API key name.", tokens);
+  p.counter("troupe:api_key_rate_limited_total",
+            "Requests refused with 429 by the key's requests or tokens per minute.", refused);
+  if (!left.empty()) {
+    p.gauge("troupe:api_key_rate_limit_remaining",
+            "What is left of a limited key's requests or tokens per minute now.", left);
+  }
+}
+
 void render_serving(PrometheusText& p, const ServingMetrics& serving,
                     const ConnectionMetrics* connections) {
   p.counter("troupe:request_success_total",
@@ -231,6 +259,7 @@ void render_serving(PrometheusText& p, const ServingMetrics& serving,
     p.gauge("troupe:batch_items_queued", "Items of live /v1/batches batches not yet in the engine.", double(b.items_queued));
     p.gauge("troupe:batches_live", "Batches validating, in progress, finalizing or cancelling.", double(b.live_batches));
   }
+  render_api_keys(p, serving.rate_limits.usage(steady_now_s()));
   p.histogram("troupe:time_to_first_token_seconds", "Time to first token.",
               serving.time_to_first_token_s.snapshot());
   p.histogram("troupe:inter_token_latency_seconds", "Time between streamed tokens.",

@@ -134,6 +134,13 @@ def test_a_durable_batch_waits_for_its_key_instead_of_failing(limited):
     assert keys["durable"]["requests"] == 63 and keys["durable"]["refused"] == 0, keys["durable"]
     assert keys["tight"]["rpm"] == 3, keys["tight"]
     assert keys["free"]["rpm"] == 0
+    metrics = httpx.get(limited.base_url + "/metrics", timeout=30,
+                        headers={"Authorization": f"Bearer {KEYS['free']}"}).text
+    durable = [line for line in metrics.splitlines()
+               if line.startswith("troupe:api_key_requests_total{") and 'key="durable"' in line]
+    assert durable and durable[0].endswith(" 63"), durable
+    assert any(line.startswith("troupe:api_key_rate_limit_remaining{") and 'key="tight"' in line
+               and 'limit="requests"' in line for line in metrics.splitlines())
     table = admin_cli(limited.admin_socket, "keys")
     assert table.returncode == 0 and "durable" in table.stdout and "/60" in table.stdout, table.stdout
     for secret in KEYS.values():
