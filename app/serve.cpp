@@ -25,6 +25,7 @@
 #include "net/api_routes.hpp"
 #include "net/batch_item_runner.hpp"
 #include "net/batches_routes.hpp"
+#include "net/dashboard_routes.hpp"
 #include "net/http_server.hpp"
 #include "net/openai_routes.hpp"
 #include "net/http_peer_client.hpp"
@@ -240,6 +241,7 @@ std::unique_ptr<net::HttpServer> make_http_server(
   });
   net::add_batches_routes(*router, engine, storage.files, storage.batches, storage.batch_actor);
   net::add_web_page_routes(*router);
+  net::add_dashboard_routes(*router, engine, serving_metrics);
   auto server =
       std::make_unique<net::HttpServer>(http_server_config_of(config), router, state.connections);
   server->set_access_policy(std::move(access));

@@ -33,6 +33,7 @@ AccessDecision AccessPolicy::check(std::string_view path, std::string_view autho
     decision.refusal = unauthorized_response("Incorrect API key provided.");
     return decision;
   }
+  decision.key_is_admin = keys_.is_admin(*name);
   decision.key_name = std::move(*name);
   return decision;
 }

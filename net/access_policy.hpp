@@ -28,6 +28,7 @@ struct AccessDecision {
   std::optional<HttpResponse> refusal;
   // The name of the key that authenticated the request; empty when none was needed.
   std::string key_name;
+  bool key_is_admin = false;  // that key has the keys file's `admin` column
 };
 
 class AccessPolicy {

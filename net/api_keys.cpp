@@ -49,22 +49,31 @@ std::string_view trim(std::string_view s) {
 
 char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// A keys-file line's limit columns after its key: "rpm=N" and "tpm=N" (N a whole number, 0: no
-// limit), each at most once, over `limits` (the defaults).
-RateLimits parse_limit_columns(std::string_view columns, RateLimits limits, std::string_view where) {
+// A keys-file line's columns after its key: "rpm=N" and "tpm=N" (N a whole number, 0: no limit)
+// over `limits` (the defaults), and "admin"; each at most once.
+struct KeyColumns {
+  RateLimits limits;
+  bool admin = false;
+};
+KeyColumns parse_key_columns(std::string_view columns, RateLimits limits, std::string_view where) {
   constexpr int64_t kMaxLimit = int64_t{1} << 40;
-  bool seen_rpm = false, seen_tpm = false;
+  bool seen_rpm = false, seen_tpm = false, admin = false;
   while (!(columns = trim(columns)).empty()) {
     const size_t end = columns.find_first_of(" \t");
     const std::string_view column = columns.substr(0, end);
     columns = end == std::string_view::npos ? std::string_view{} : columns.substr(end);
+    if (column == "admin") {
+      if (admin) throw ApiKeyError(fmt::format("{}: admin is given twice", where));
+      admin = true;
+      continue;
+    }
     const size_t equals = column.find('=');
     const std::string_view name = column.substr(0, equals);
     const bool rpm = name == "rpm", tpm = name == "tpm";
     if (equals == std::string_view::npos || !(rpm || tpm)) {
       // Not echoed: it may be the rest of a key with a blank in it.
       throw ApiKeyError(fmt::format(
-          "{}: what follows the key is not a limit column (rpm=N, tpm=N; a key has no blanks)",
+          "{}: what follows the key is not a column (rpm=N, tpm=N, admin; a key has no blanks)",
           where));
     }
     if ((rpm && seen_rpm) || (tpm && seen_tpm)) {
@@ -84,7 +93,7 @@ RateLimits parse_limit_columns(std::string_view columns, RateLimits limits, std:
     (rpm ? limits.requests_per_minute : limits.tokens_per_minute) = value;
     (rpm ? seen_rpm : seen_tpm) = true;
   }
-  return limits;
+  return {limits, admin};
 }
 
 }  // namespace
@@ -100,7 +109,7 @@ ApiKeys::Digest ApiKeys::digest_of(std::string_view bytes) {
 }
 
 void ApiKeys::add(std::string name, std::string_view key, std::string_view source,
-                  RateLimits limits) {
+                  RateLimits limits, bool admin) {
   if (!is_valid_key(key)) {
     throw ApiKeyError(fmt::format(
         "{}: an API key must be 1-{} printable ASCII characters without spaces or commas",
@@ -110,7 +119,14 @@ void ApiKeys::add(std::string name, std::string_view key, std::string_view sourc
   for (const Stored& stored : keys_) {
     if (stored.name == name) throw ApiKeyError(fmt::format("{}: a second key named '{}'", source, name));
   }
-  keys_.push_back({std::move(name), digest_of(key), limits});
+  keys_.push_back({std::move(name), digest_of(key), limits, admin});
+}
+
+bool ApiKeys::is_admin(std::string_view name) const {
+  for (const Stored& stored : keys_) {
+    if (stored.name == name) return stored.admin;
+  }
+  return false;
 }
 
 std::vector<std::pair<std::string, RateLimits>> ApiKeys::limits() const {
@@ -135,10 +151,11 @@ void ApiKeys::add_lines(std::string_view text, std::string_view source, RateLimi
     const std::string_view entry = named ? trim(line.substr(colon + 1)) : line;
     const size_t blank = entry.find_first_of(" \t");
     const std::string_view key = entry.substr(0, blank);
-    const RateLimits limits = blank == std::string_view::npos
-                                  ? default_limits
-                                  : parse_limit_columns(entry.substr(blank), default_limits, where);
-    add(named ? std::string(line.substr(0, colon)) : std::string(), key, where, limits);
+    const KeyColumns columns = blank == std::string_view::npos
+                                   ? KeyColumns{default_limits}
+                                   : parse_key_columns(entry.substr(blank), default_limits, where);
+    add(named ? std::string(line.substr(0, colon)) : std::string(), key, where, columns.limits,
+        columns.admin);
   }
 }
 

@@ -2,7 +2,8 @@
 // file named by api.keys_file and the TROUPE_API_KEY environment variable. A keys file holds one
 // key per line, optionally named ("NAME:KEY", NAME of [A-Za-z0-9_.-], at most 64 characters),
 // optionally followed by that key's rate limits ("NAME:KEY rpm=60 tpm=100000": requests and
-// tokens per minute, 0 for none; net/rate_limits.hpp); blank lines and lines starting with '#'
+// tokens per minute, 0 for none; net/rate_limits.hpp) and `admin` (the key may act on other
+// users' requests: the dashboard's cancel); blank lines and lines starting with '#'
 // are skipped. An unnamed key is called "key-N" (N its position, from 1). A key without its own
 // limits has the defaults (api.rate_limit_rpm / api.rate_limit_tpm).
 //
@@ -53,7 +54,10 @@ class ApiKeys {
   // One key per entry of `lines`, as in a keys file; `source` names them in errors.
   void add_lines(std::string_view text, std::string_view source, RateLimits default_limits = {});
   void add(std::string name, std::string_view key, std::string_view source,
-           RateLimits limits = {});
+           RateLimits limits = {}, bool admin = false);
+
+  // Whether the key named `name` is an admin's (the keys file's `admin` column).
+  bool is_admin(std::string_view name) const;
 
   // Every key's name and limits, in the order they were added.
   std::vector<std::pair<std::string, RateLimits>> limits() const;
@@ -71,6 +75,7 @@ class ApiKeys {
     std::string name;
     Digest digest;
     RateLimits limits;
+    bool admin = false;
   };
   static Digest digest_of(std::string_view bytes);
 

@@ -188,6 +188,7 @@ struct RequestRead {
   bool connection_ended = false;        // nothing to answer: leave
   std::optional<HttpResponse> refusal;  // answer this and close (parse, framing or auth error)
   std::string key_name;                 // the API key that authenticated the request
+  bool key_is_admin = false;
 };
 
 // A refused request's body is read (and dropped) when it is at most this large, so that closing
@@ -352,6 +353,7 @@ asio::awaitable<void> HttpServer::Impl::run_session(std::shared_ptr<Connection<S
         HttpRequest plain = to_plain_request(std::move(request));
         plain.connection_id = connection->id;
         plain.api_key_name = std::move(read.key_name);
+        plain.api_key_is_admin = read.key_is_admin;
         router->dispatch(std::move(plain), out);
       }
     }
@@ -440,6 +442,7 @@ asio::awaitable<RequestRead> HttpServer::Impl::read_request(
     co_return read;
   }
   read.key_name = std::move(access_decision.key_name);
+  read.key_is_admin = access_decision.key_is_admin;
   if (parser.is_done()) co_return read;
   auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, kAsTuple);
   if (connection_ended(body_ec)) {

@@ -23,6 +23,7 @@ struct HttpRequest {
   // The name of the API key that authenticated the request (access_policy.hpp); empty when the
   // server needs no key.
   std::string api_key_name;
+  bool api_key_is_admin = false;  // that key has the keys file's `admin` column
 
   // The target without its query string.
   std::string_view path() const {
