@@ -73,7 +73,14 @@ TEST(ApiKeys, KeysFileLimitColumns) {
   EXPECT_EQ(limits[1], (std::pair<std::string, RateLimits>{"bob", {10, 0}}));
   EXPECT_EQ(limits[2], (std::pair<std::string, RateLimits>{"carol", defaults}));
   EXPECT_EQ(limits[3], (std::pair<std::string, RateLimits>{"key-4", {7, 1000}}));
-  for (const std::string line : {"a:sk-1 RPM=5", "a:sk-1 rpm=5 rpm=6", "a:sk-1 rpm=-1",
+  EXPECT_FALSE(keys.is_admin("alice"));
+  ApiKeys admins;
+  admins.add_lines("ops:sk-o admin rpm=9\nuser:sk-u\n", "keys.txt");
+  EXPECT_TRUE(admins.is_admin("ops"));
+  EXPECT_FALSE(admins.is_admin("user"));
+  EXPECT_FALSE(admins.is_admin("nobody"));
+  EXPECT_EQ(admins.limits().at(0).second.requests_per_minute, 9);
+  for (const std::string line : {"a:sk-1 RPM=5", "a:sk-1 rpm=5 rpm=6", "a:sk-1 rpm=-1", "a:sk-1 admin admin",
                                  "a:sk-1 rpm=", "a:sk-1 tpm=1e6", "a:sk-1 secret-half"}) {
     try {
       ApiKeys bad;
