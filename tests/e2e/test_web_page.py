@@ -46,6 +46,15 @@ def browser():
     driver.quit()
 
 
+def running_on(server):
+    """The server's running requests, from /metrics."""
+    import requests
+    for line in requests.get(server.base_url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("troupe:num_requests_running"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("troupe:num_requests_running is not in /metrics")
+
+
 def set_field(driver, element_id, value):
     field = driver.find_element(By.ID, element_id)
     field.clear()
@@ -96,6 +105,8 @@ def test_chat_page_streams_stops_and_limits(server, browser):
     reason, meta_text = finish_reason(browser, bubble, timeout=120)
     assert reason == "cancelled", meta_text
     assert "tokens/s" in meta_text and "first token" in meta_text
+    # The server stopped computing it, not just the page (its stats catch up within a step).
+    WebDriverWait(browser, 30, poll_frequency=0.2).until(lambda d: running_on(server) == 0)
     stopped_text = answer_text(browser, bubble)
     assert stopped_text.startswith(grown)
     assert not browser.find_element(By.ID, "stop").is_enabled()
@@ -255,14 +266,17 @@ def test_conversations_are_kept_switched_renamed_regenerated_and_deleted(server,
     assert browser.find_element(By.ID, "max_tokens").get_attribute("value") == "6"  # kept too
 
 
-def test_a_code_answer_renders_as_a_code_block(server, browser):
-    """Greedy SmolLM2 answers this with a fenced Python block and an inline `add`."""
+def test_a_three_turn_conversation_renders_markdown_and_a_code_block(server, browser):
+    """Greedy SmolLM2 answers the third turn with a fenced Python block and inline code."""
     browser.get(server.base_url + "/")
     wait = WebDriverWait(browser, 60, poll_frequency=0.2)
     wait.until(lambda d: d.find_element(By.ID, "send").is_enabled())
     set_field(browser, "temperature", 0)
-    set_field(browser, "max_tokens", 120)
-    assert ask_and_finish(browser, "Write a Python function that adds two numbers. Use a code block.")
+    for question, max_tokens in (("Hi!", 12), ("What is Python?", 24),
+                                 ("Write a Python function that adds two numbers. Use a code block.", 120)):
+        set_field(browser, "max_tokens", max_tokens)
+        assert ask_and_finish(browser, question)
+    assert len(assistant_bubbles(browser)) == 3
     answer = assistant_bubbles(browser)[-1]
     code = answer.find_element(By.CSS_SELECTOR, ".code pre code")
     assert code.text.startswith("def add_two_numbers(num1, num2):"), code.text
