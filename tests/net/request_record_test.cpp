@@ -32,6 +32,28 @@ TEST(RequestRecord, TheFirstEndCountsAndLaterOnesAreIgnored) {
   EXPECT_EQ(metrics->e2e_latency_s.snapshot().count, 1u);
 }
 
+// A finish spends the request's tokens (prompt + completion) from its key's tokens per minute,
+// once; a refusal spends none.
+TEST(RequestRecord, AFinishSpendsTheKeysTokensOnce) {
+  auto metrics = std::make_shared<ServingMetrics>();
+  metrics->rate_limits.set_limits({{"alice", {0, 100}}}, steady_now_s());
+  engine::Completion big = completion_with("length");
+  big.usage.prompt_tokens = 70;
+  big.usage.completion_tokens = 40;
+  {
+    RequestRecord refused(metrics, {"http", "/v1/completions", "-", "", "alice"});
+    refused.fail(ApiError{429, "busy", "server_error", "", "queue_full"});
+  }
+  EXPECT_TRUE(metrics->rate_limits.admit("alice", steady_now_s()).admitted);
+  {
+    RequestRecord record(metrics, {"http", "/v1/completions", "cmpl-2", "", "alice"});
+    EXPECT_TRUE(record.finish(big, false));
+    EXPECT_FALSE(record.finish(big, false));  // a second end spends nothing more
+  }
+  EXPECT_EQ(metrics->rate_limits.usage(steady_now_s()).at(0).tokens, 110);
+  EXPECT_EQ(metrics->rate_limits.admit("alice", steady_now_s()).exceeded, "tokens");
+}
+
 TEST(RequestRecord, ARefusalCountsAsAFailure) {
   auto metrics = std::make_shared<ServingMetrics>();
   RequestRecord record(metrics, {"ws", "/v1/chat/ws", "c1", "ws:1"});
