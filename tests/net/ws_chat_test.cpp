@@ -55,10 +55,11 @@ class ManualStrand {
 
 class WsChatTest : public ::testing::Test {
  protected:
-  std::shared_ptr<WsChatConnection> connect(WsChatConfig config = {}) {
+  std::shared_ptr<WsChatConnection> connect(WsChatConfig config = {}, std::string key_name = {}) {
     config.served_model_id = "test-model";
     return std::make_shared<WsChatConnection>(engine_, std::move(config), strand_.post(),
-                                              [this] { ++num_wakes_; }, metrics_);
+                                              [this] { ++num_wakes_; }, metrics_,
+                                              std::move(key_name));
   }
 
   // Runs posted work and collects output until `done(frames)` holds (or 5 s pass).
@@ -390,6 +391,20 @@ TEST_F(WsChatTest, EveryChatIsCountedOnceWhateverEndsIt) {
   EXPECT_EQ(metrics_->finished_cancelled.load(), 2u);
   EXPECT_EQ(metrics_->failed.load(), 1u);
   EXPECT_EQ(metrics_->finished_length.load(), 0u);
+}
+
+// A chat is one request of its key's requests per minute, as on HTTP: over it, an error frame
+// that says when to try again, and nothing reaches the engine.
+TEST_F(WsChatTest, AKeysRequestsPerMinuteApplyToChats) {
+  metrics_->rate_limits.set_limits({{"alice", {2, 0}}}, steady_now_s());
+  auto connection = connect({}, "alice");
+  for (const char* id : {"a", "b", "c"}) connection->on_text(chat(id));
+  ASSERT_TRUE(pump_until(*connection, done_for({"a", "b", "c"})));
+  const Frame* error = find(frames_, "error", "c");
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->code, "rate_limit_exceeded");
+  EXPECT_EQ(engine_.submitted().size(), 2u);
+  EXPECT_EQ(count(frames_, "done", "a") + count(frames_, "done", "b"), 2u);
 }
 
 TEST_F(WsChatTest, TooManyLiveGenerationsIsAnError) {
