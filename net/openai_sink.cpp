@@ -1,7 +1,5 @@
 #include "net/openai_sink.hpp"
 
-#include <algorithm>
-
 #include "model/tokenizer.hpp"
 
 namespace troupe::net {
@@ -33,10 +31,7 @@ std::optional<ApiError> OpenAiContext::admit(std::string_view key_name, Response
 
 HttpResponse engine_error_response(const ApiError& error) {
   HttpResponse response = error_response(error);
-  const bool has_retry_after =
-      std::any_of(error.headers.begin(), error.headers.end(),
-                  [](const auto& header) { return header.first == "Retry-After"; });
-  if (error.status == 429 && !has_retry_after) response.headers.emplace_back("Retry-After", "1");
+  if (error.status == 429) response.headers.emplace_back("Retry-After", "1");
   return response;
 }
 
