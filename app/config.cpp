@@ -52,6 +52,7 @@ engine::EngineConfig engine_config_of(const ServerConfig& config) {
     e.disagg.advertise_host = (host.empty() || host == "0.0.0.0" || host == "::") ? "127.0.0.1" : host;
   }
   if (e.disagg.advertise_port == 0) e.disagg.advertise_port = config.http.port;
+  e.disagg.kv_listen_host = config.http.host;
   e.kv_transport_tls = config.kv_transport_tls;
   return e;
 }

@@ -377,9 +377,20 @@ void add_disagg_and_kv_events_settings(std::vector<Setting>& s) {
       "disagg.advertise_host",
       "`remote_host` in `kv_transfer_params` (empty: the listen host, `127.0.0.1` for `0.0.0.0`)",
       [](auto& c) -> auto& { return c.disagg.advertise_host; }, "--advertise-host"));
+  add(enum_setting(
+      "disagg.kv_transport",
+      {{"tcp", disagg::KvTransportKind::kTcp}, {"ucx", disagg::KvTransportKind::kUcx}},
+      "what moves KV between prefill and decode servers: `tcp` (troupe's own sockets; a dead "
+      "peer is an error, never fatal) or `ucx` (for RDMA hosts); both ends must agree",
+      [](auto& c) -> auto& { return c.disagg.kv_transport; }, "--kv-transport"));
+  add(uint_setting(
+      "disagg.kv_port", 0, 65535,
+      "`tcp` transport: the port peers read KV from, on `http.host` (0 picks a free one)",
+      [](auto& c) -> auto& { return c.disagg.kv_port; }, "--kv-port"));
   add(text_setting(
-      "disagg.ucx_tls", "UCX transports for KV pulls, e.g. `tcp`; empty: `UCX_TLS` or UCX's choice",
-      [](auto& c) -> auto& { return c.kv_transport_tls; }, "--kv-transport"));
+      "disagg.ucx_tls",
+      "`ucx` transport: UCX transports for KV pulls, e.g. `tcp`; empty: `UCX_TLS` or UCX's choice",
+      [](auto& c) -> auto& { return c.kv_transport_tls; }, "--ucx-tls"));
 
   add(bool_setting(
       "kv_events.enabled",

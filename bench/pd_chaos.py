@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Disaggregated prefill/decode under SIGKILL (issue 41): real `troupe serve` processes — two
-prefill servers and two decode servers, each decode server using both prefill servers over the
-UCX tcp transport — serve a steady load of remote-prefill requests while a chaos loop SIGKILLs a
+prefill servers and two decode servers, each decode server using both prefill servers over a KV
+transport (`--transport`: troupe's own `tcp`, the default, or `ucx`, UCX over tcp) — serve a steady load of remote-prefill requests while a chaos loop SIGKILLs a
 random one of them at a random moment and restarts it on its port, --kills times.
 
   .venv/bin/python bench/pd_chaos.py --kills 1000        # ~40 min on 2 cores
   .venv/bin/python bench/pd_chaos.py --kills 30 --json /tmp/pd.json
+  .venv/bin/python bench/pd_chaos.py --kills 200 --transport ucx --keep-going   # UCX 1.13 aborts
 
 Checks (exit code 1 if any fails):
   - no server dies but the one the loop kills: before every kill and at the end each other
@@ -48,8 +49,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+TRANSPORT_ARGS = {"tcp": ["--kv-transport", "tcp"],
+                  "ucx": ["--kv-transport", "ucx", "--ucx-tls", "tcp"]}
+
+
 class Proc:
     """One troupe server: its role, port, admin socket; started again on the same port."""
+
+    transport_args = TRANSPORT_ARGS["tcp"]
 
     def __init__(self, name, role, workdir, prefill_ports=()):
         self.name, self.role, self.workdir = name, role, workdir
@@ -69,7 +76,7 @@ class Proc:
 
     def start(self):
         args = [str(BINARY), "serve", "--model", str(MODEL), "--port", str(self.port),
-                "--config", str(self.config), "--role", self.role, "--kv-transport", "tcp",
+                "--config", str(self.config), "--role", self.role, *self.transport_args,
                 "--admin-socket", str(self.sock), "--storage-dir", str(self.workdir / f"{self.name}-store"),
                 "--set", "cpu.threads=1"]
         for p in self.prefill_ports:
@@ -183,12 +190,15 @@ def main():
     ap.add_argument("--keep-going", action="store_true",
                     help="restart a server that died on its own and go on (to measure a rate)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--transport", choices=sorted(TRANSPORT_ARGS), default="tcp",
+                    help="the servers' KV transport (disagg.kv_transport)")
     ap.add_argument("--json", type=pathlib.Path, default=None)
     args = ap.parse_args()
+    Proc.transport_args = TRANSPORT_ARGS[args.transport]
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="pd_chaos_"))
-    print(f"pd_chaos: seed {seed}, {args.kills} kills, logs in {workdir}", flush=True)
+    print(f"pd_chaos: seed {seed}, {args.kills} kills, {args.transport} transport, logs in {workdir}", flush=True)
 
     prefills = [Proc(f"prefill{i}", "prefill", workdir) for i in range(2)]
     decoders = [Proc(f"decode{i}", "decode", workdir, [p.port for p in prefills]) for i in range(2)]
@@ -264,7 +274,7 @@ def main():
             p.process.send_signal(signal.SIGTERM)
     exits = {p.name: p.process.wait(timeout=60) for p in procs}
 
-    result = {"seed": seed, "kills": kills, "kills_total": sum(kills.values()),
+    result = {"seed": seed, "transport": args.transport, "kills": kills, "kills_total": sum(kills.values()),
               "kills_mid_transfer": in_transfer, "seconds": round(time.time() - started),
               "requests": dict(sorted(tally.counts.items())),
               "fallbacks_since_last_restart": fallbacks, "aborts": aborts,

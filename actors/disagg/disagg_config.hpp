@@ -12,6 +12,13 @@
 
 namespace troupe::disagg {
 
+// What moves KV bytes between servers (actors/kv_cache/transfer/). Both ends must use the same:
+// the handshake refuses a peer whose descriptor another transport made.
+enum class KvTransportKind : uint8_t {
+  kTcp,  // troupe's own sockets (tcp_transport.hpp): a dead peer is a socket error, never fatal
+  kUcx,  // UCX (ucx_transport.hpp), for RDMA hosts; disagg.ucx_tls picks its transports
+};
+
 struct DisaggConfig {
   Role role = Role::kCombined;
   // Decode role: prefill servers to send long prompts to (least in-flight calls first, then
@@ -30,6 +37,11 @@ struct DisaggConfig {
   // peers reach it). Empty host: the listen address, or 127.0.0.1 when listening on all.
   std::string advertise_host;
   uint16_t advertise_port = 0;
+  KvTransportKind kv_transport = KvTransportKind::kTcp;
+  // The tcp transport listens for peers' KV reads on this port (0: one the kernel picks) of the
+  // HTTP listen host (kv_listen_host, set from http.host), and tells peers advertise_host.
+  uint16_t kv_port = 0;
+  std::string kv_listen_host = "127.0.0.1";
   // Sent as `Authorization: Bearer` to prefill servers that require an API key.
   std::string peer_api_key;
 };

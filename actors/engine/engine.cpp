@@ -24,6 +24,7 @@
 #include "actors/disagg/compatibility.hpp"
 #include "actors/disagg/peer_client.hpp"
 #include "actors/engine/engine_config.hpp"
+#include "actors/kv_cache/transfer/tcp_transport.hpp"
 #include "actors/kv_cache/transfer/ucx_transport.hpp"
 #include "actors/common/stats_board.hpp"
 #include "actors/gpu_worker/gpu_worker_actor.hpp"
@@ -126,11 +127,26 @@ KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
         disagg::to_string(config.disagg.role), backend.name()));
   }
   KvMovement movement;
-  kv_transfer::UcxTransportConfig ucx;
-  ucx.transports = config.kv_transport_tls;
   std::string error;
-  movement.transport = kv_transfer::make_ucx_transport(memory->base, static_cast<size_t>(memory->bytes), ucx, &error);
-  if (!movement.transport) throw std::runtime_error("KV transport (UCX) failed to start: " + error);
+  switch (config.disagg.kv_transport) {
+    case disagg::KvTransportKind::kTcp: {
+      kv_transfer::TcpTransportConfig tcp;
+      tcp.listen_host = config.disagg.kv_listen_host;
+      tcp.port = config.disagg.kv_port;
+      tcp.advertise_host = config.disagg.advertise_host;
+      movement.transport = kv_transfer::make_tcp_transport(
+          memory->base, static_cast<size_t>(memory->bytes), tcp, &error);
+      break;
+    }
+    case disagg::KvTransportKind::kUcx: {
+      kv_transfer::UcxTransportConfig ucx;
+      ucx.transports = config.kv_transport_tls;
+      movement.transport = kv_transfer::make_ucx_transport(
+          memory->base, static_cast<size_t>(memory->bytes), ucx, &error);
+      break;
+    }
+  }
+  if (!movement.transport) throw std::runtime_error("KV transport failed to start: " + error);
   disagg::KvMetadata& m = movement.metadata;
   m.engine_id = random_engine_id();
   m.descriptor = movement.transport->local_descriptor();
@@ -146,8 +162,9 @@ KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
   m.layout.kv_stride = static_cast<uint64_t>(memory->kv_stride);
   m.layout.layer_stride = static_cast<uint64_t>(memory->layer_stride);
   m.compatibility_hash = disagg::kv_compatibility_hash(file, m.layout);
-  spdlog::info("disagg: role {}, engine id {}, KV over {} ({} blocks, {:.1f} MiB registered)",
+  spdlog::info("disagg: role {}, engine id {}, KV over {} {} ({} blocks, {:.1f} MiB registered)",
                disagg::to_string(config.disagg.role), m.engine_id, movement.transport->name(),
+               movement.transport->name() == "tcp" ? m.descriptor.worker_address : std::string(),
                m.layout.num_blocks, static_cast<double>(m.descriptor.region_bytes) / (1 << 20));
   return movement;
 }

@@ -1,6 +1,6 @@
-# KV transfer over real UCX, each UCX case under UCX_TLS=tcp and UCX_TLS=posix,cma,tcp (the tests
-# set the variable themselves; posix,cma alone cannot connect on UCX 1.13, which one more case
-# checks). Shared fixtures: kv_transfer_test_support.hpp.
+# KV transfer over real sockets: each case over troupe's own TCP transport, then over UCX under
+# UCX_TLS=tcp and UCX_TLS=posix,cma,tcp (the tests set the variable themselves; posix,cma alone
+# cannot connect on UCX 1.13, which one more case checks). Shared fixtures: kv_transfer_test_support.hpp.
 #   kv_transfer_in_process_test: two transports in one process.
 #   kv_transfer_cross_process_test: forked peer processes (killed, stopped, dying mid-pull).
 #   kv_transfer_segments_test: the pure helpers (segment coalescing and range checks, UCX_TLS
@@ -10,10 +10,11 @@ troupe_add_tests(LIBS troupe_kv_transfer LABELS "unit;actors"
 # The kv-cache actor's transfer agent (handshake, pulls, leases) with a fake transport and a
 # fake peer client.
 troupe_add_tests(LIBS troupe_actors LABELS "unit;actors" TESTS kv_transfer_agent_test)
-# Stress (label slow, ~4 min on 2 cores): the decode-death case above repeated, 3 decode
-# processes SIGKILLed mid-pull per run, 510 in all; this process (the prefill side) must survive
-# every one. UCX 1.13's emulated get used to abort it about once per 25-200 kills.
+# Stress (label slow, ~4 min on 2 cores per transport): the decode-death case above repeated, 3
+# decode processes SIGKILLed mid-pull per run, 510 in all, over each transport a deployment uses
+# over TCP; this process (the prefill side) must survive every one. UCX 1.13's emulated get used
+# to abort it about once per 25-200 kills.
 add_test(NAME kv_transfer_decode_deaths_stress
   COMMAND kv_transfer_cross_process_test --gtest_brief=1 --gtest_repeat=170
-    --gtest_filter=UcxTls/KvTransferTest.ADecodeEngineDyingMidPullLeavesThePrefillEngineServing/Tcp)
+    --gtest_filter=Transports/KvTransferTest.ADecodeEngineDyingMidPullLeavesThePrefillEngineServing/Tcp:Transports/KvTransferTest.ADecodeEngineDyingMidPullLeavesThePrefillEngineServing/UcxTcp)
 set_tests_properties(kv_transfer_decode_deaths_stress PROPERTIES LABELS "actors:slow" TIMEOUT 1200)

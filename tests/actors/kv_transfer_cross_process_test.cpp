@@ -1,8 +1,8 @@
-// The KV transfer transport over real UCX (actors/kv_cache/transfer/ucx_transport.hpp) with a
-// peer engine in a forked process (ChildEngine), and the failure paths a disaggregated
+// The KV transfer transports — troupe's own TCP one (actors/kv_cache/transfer/tcp_transport.hpp)
+// and UCX (ucx_transport.hpp) — with a peer engine in a forked process (ChildEngine), and the failure paths a disaggregated
 // deployment meets there: a peer that is killed (before the first pull, between pulls, mid-pull),
 // one that stops answering, a decode engine dying mid-pull from us, and a transport destroyed
-// with pulls in flight. The shared fixtures, and how each case runs once per UCX_TLS setting,
+// with pulls in flight. The shared fixtures, and how each case runs once per transport setting,
 // are in kv_transfer_test_support.hpp. The ctest kv_transfer_decode_deaths_stress (label slow,
 // tests/actors/kv_transfer.cmake) repeats one case here.
 #include <cstdint>
@@ -175,7 +175,7 @@ TEST_P(KvTransferTest, DestroyingTheTransportAnswersEveryPull) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(UcxTls, KvTransferTest, ::testing::ValuesIn(kTransportSettings),
+INSTANTIATE_TEST_SUITE_P(Transports, KvTransferTest, ::testing::ValuesIn(kTransportSettings),
                          transport_setting_name);
 
 }  // namespace

@@ -1,8 +1,8 @@
-// The KV transfer transport over real UCX (actors/kv_cache/transfer/ucx_transport.hpp) between
-// two transports in this process: pulls, coalescing, refusals of bad segments and descriptors,
+// The KV transfer transports — troupe's own TCP one (actors/kv_cache/transfer/tcp_transport.hpp)
+// and UCX (ucx_transport.hpp) — between two transports in this process: pulls, coalescing, refusals of bad segments and descriptors,
 // reconnecting, concurrent pulls both ways, reads split into reply chunks; and one UCX_TLS
 // setting that cannot connect at all. The shared fixtures, and how each case runs once per
-// UCX_TLS setting, are in kv_transfer_test_support.hpp; peers in other processes are tested in
+// transport setting, are in kv_transfer_test_support.hpp; peers in other processes are tested in
 // kv_transfer_cross_process_test.cpp.
 #include <cstdint>
 #include <cstdlib>
@@ -94,7 +94,7 @@ TEST_P(KvTransferTest, RefusesSegmentsOutsideEitherRegionAndReadsNothing) {
   EXPECT_EQ(stats.peers, 0);  // refused before connecting
 }
 
-TEST_P(KvTransferTest, RefusesADescriptorThatIsNotUcx) {
+TEST_P(KvTransferTest, RefusesADescriptorOfAnotherTransport) {
   LocalEngine prefill(/*seed=*/4);
   LocalEngine decode;
   ASSERT_TRUE(prefill.transport && decode.transport);
@@ -222,7 +222,7 @@ TEST_P(KvTransferTest, ReadsLongerThanAReplyChunkLandInPlace) {
   EXPECT_EQ(prefill.transport->stats().bytes_served, 2500u + 1 + 1000 + 1001 + (1ull << 20));
 }
 
-INSTANTIATE_TEST_SUITE_P(UcxTls, KvTransferTest, ::testing::ValuesIn(kTransportSettings),
+INSTANTIATE_TEST_SUITE_P(Transports, KvTransferTest, ::testing::ValuesIn(kTransportSettings),
                          transport_setting_name);
 
 // UCX 1.13: posix (and sysv) shared memory has no peer-failure handler, and cma has no active
@@ -232,6 +232,8 @@ INSTANTIATE_TEST_SUITE_P(UcxTls, KvTransferTest, ::testing::ValuesIn(kTransportS
 // the decode-death test on it many times: with UCX_MM_ERROR_HANDLING=y on 1.13 it connects, but
 // a peer killed mid-send can leave our shared-memory receive stuck for good, ucx_transport.hpp).
 TEST(KvTransferUcxTls, PosixAndCmaAloneAreRefusedFast) {
+  static constexpr TransportSetting kPosixCma{"UcxPosixCma", "ucx", "posix,cma"};
+  current_setting() = &kPosixCma;
   setenv("UCX_TLS", "posix,cma", /*overwrite=*/1);
   LocalEngine prefill(/*seed=*/12);
   LocalEngine decode;
@@ -244,6 +246,7 @@ TEST(KvTransferUcxTls, PosixAndCmaAloneAreRefusedFast) {
   EXPECT_EQ(status.code, StatusCode::kPeerFailed) << status.error;
   EXPECT_NE(status.error.find("unreachable"), std::string::npos) << status.error;
   EXPECT_EQ(decode.transport->stats().peers, 0);
+  current_setting() = nullptr;
 }
 
 }  // namespace

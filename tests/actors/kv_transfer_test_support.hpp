@@ -1,8 +1,9 @@
 // Shared pieces of the KV transfer tests (kv_transfer_in_process_test.cpp,
-// kv_transfer_cross_process_test.cpp): the UCX transport (actors/kv_cache/transfer/
-// ucx_transport.hpp) over a patterned or zeroed region in this process (LocalEngine) or in a
-// forked peer process (ChildEngine), pulls that wait for their done, checks of what landed where,
-// and the parameterised fixture that runs each case once per UCX transport setting.
+// kv_transfer_cross_process_test.cpp): a transport — troupe's own TCP one (actors/kv_cache/
+// transfer/tcp_transport.hpp) or UCX (ucx_transport.hpp) — over a patterned or zeroed region in
+// this process (LocalEngine) or in a forked peer process (ChildEngine), pulls that wait for their
+// done, checks of what landed where, and the parameterised fixture that runs each case once per
+// transport setting.
 //
 // Threads: everything here is for the test's own (main) thread. A pull's done callback, set by
 // pull_and_wait() or by a test, runs on the pulling transport's progress thread and only fulfils
@@ -10,12 +11,14 @@
 // LocalEngine of the test): a fork after UCX started its threads would copy them half-way. The
 // child (ChildEngine::run_child) never returns into gtest.
 //
-// Every UCX test runs once per UCX transport setting, chosen with UCX_TLS before the transports
-// are created (forked peers inherit it):
-//   tcp            — a pull is a READ_REQUEST active message answered by the peer's progress
+// Every case runs once per transport setting (the transports a test makes follow it; forked
+// peers inherit it):
+//   Tcp            — troupe's own TCP transport, the default (tcp_transport.hpp).
+// and, for UCX, once per UCX_TLS value, set before the transports are created:
+//   UcxTcp         — a pull is a READ_REQUEST active message answered by the peer's progress
 //                    thread with READ_REPLY messages (ucx_transport.hpp). Works on loopback with
 //                    UCX's default devices (it picks tcp/lo here); UCX_NET_DEVICES is not needed.
-//   posix,cma,tcp  — what a same-host deployment would set. On UCX 1.13 it behaves exactly like
+//   UcxPosixCmaTcp — posix,cma,tcp, what a same-host deployment would set. On UCX 1.13 it behaves exactly like
 //                    tcp: posix cannot report peer failures (required by our endpoints' PEER
 //                    error mode) and cma has no active messages. Kept so that a UCX upgrade
 //                    that changes this is exercised.
@@ -41,6 +44,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -48,6 +52,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include "actors/kv_cache/transfer/tcp_transport.hpp"
 #include "actors/kv_cache/transfer/ucx_transport.hpp"
 
 namespace troupe::kv_transfer::testing {
@@ -134,6 +139,29 @@ inline Status pull_and_wait(KvTransport& transport, const std::string& peer_key,
   return answered.get();
 }
 
+struct TransportSetting {
+  const char* test_name;
+  const char* transport;  // "tcp" (troupe's own) or "ucx"
+  const char* ucx_tls;    // UCX_TLS for "ucx"
+};
+
+// The setting of the running case (KvTransferTest::SetUp); tests outside the suite get tcp.
+inline const TransportSetting*& current_setting() {
+  static const TransportSetting* setting = nullptr;
+  return setting;
+}
+
+// A transport of the running case's kind over [base, base + bytes); `ucx` only applies to UCX.
+inline std::unique_ptr<KvTransport> make_test_transport(void* base, size_t bytes,
+                                                        const UcxTransportConfig& ucx,
+                                                        std::string* error) {
+  const TransportSetting* setting = current_setting();
+  if (setting != nullptr && std::string_view(setting->transport) == "ucx") {
+    return make_ucx_transport(base, bytes, ucx, error);
+  }
+  return make_tcp_transport(base, bytes, TcpTransportConfig{}, error);
+}
+
 // A transport over its own zeroed (or patterned) region, in this process.
 struct LocalEngine {
   explicit LocalEngine(std::optional<uint32_t> seed = std::nullopt,
@@ -141,7 +169,7 @@ struct LocalEngine {
       : region(kRegionBytes, 0) {
     if (seed) fill_pattern(region, *seed);
     std::string error;
-    transport = make_ucx_transport(region.data(), region.size(), config, &error);
+    transport = make_test_transport(region.data(), region.size(), config, &error);
     EXPECT_NE(transport, nullptr) << error;
   }
   std::vector<uint8_t> region;  // declared first: outlives the transport registered over it
@@ -312,7 +340,7 @@ class ChildEngine {
     fill_pattern(region, seed);
     std::string error;
     std::unique_ptr<KvTransport> transport =
-        make_ucx_transport(region.data(), region.size(), UcxTransportConfig{}, &error);
+        make_test_transport(region.data(), region.size(), UcxTransportConfig{}, &error);
     const uint8_t started = transport != nullptr ? 1 : 0;
     write_all(report_fd, &started, 1);
     if (transport == nullptr) _exit(2);
@@ -351,28 +379,30 @@ inline void pull_first_block(LocalEngine& decode, const ChildEngine& prefill) {
 
 // ---------------------------------------------------------------------------------------------
 
-struct TransportSetting {
-  const char* test_name;
-  const char* ucx_tls;
-};
-
 // Names the setting in test listings (and ctest names) instead of dumping its bytes.
 inline void PrintTo(const TransportSetting& setting, std::ostream* out) {
-  *out << "UCX_TLS=" << setting.ucx_tls;
+  *out << setting.transport;
+  if (std::string_view(setting.transport) == "ucx") *out << " UCX_TLS=" << setting.ucx_tls;
 }
 
 class KvTransferTest : public ::testing::TestWithParam<TransportSetting> {
  protected:
   // UCX reads UCX_TLS when a transport creates its context; children inherit it.
-  void SetUp() override { setenv("UCX_TLS", GetParam().ucx_tls, /*overwrite=*/1); }
+  void SetUp() override {
+    current_setting() = &GetParam();
+    if (std::string_view(GetParam().transport) == "ucx") {
+      setenv("UCX_TLS", GetParam().ucx_tls, /*overwrite=*/1);
+    }
+  }
+  void TearDown() override { current_setting() = nullptr; }
 };
 
 // The settings every KvTransferTest case runs under, and their names in test listings: each
 // file instantiates the suite as
-//   INSTANTIATE_TEST_SUITE_P(UcxTls, KvTransferTest, ::testing::ValuesIn(kTransportSettings),
+//   INSTANTIATE_TEST_SUITE_P(Transports, KvTransferTest, ::testing::ValuesIn(kTransportSettings),
 //                            transport_setting_name);
-inline constexpr TransportSetting kTransportSettings[] = {{"Tcp", "tcp"},
-                                                          {"PosixCmaTcp", "posix,cma,tcp"}};
+inline constexpr TransportSetting kTransportSettings[] = {
+    {"Tcp", "tcp", ""}, {"UcxTcp", "ucx", "tcp"}, {"UcxPosixCmaTcp", "ucx", "posix,cma,tcp"}};
 
 inline std::string transport_setting_name(const ::testing::TestParamInfo<TransportSetting>& info) {
   return std::string(info.param.test_name);
