@@ -3,10 +3,12 @@
 # cannot connect on UCX 1.13, which one more case checks). Shared fixtures: kv_transfer_test_support.hpp.
 #   kv_transfer_in_process_test: two transports in one process.
 #   kv_transfer_cross_process_test: forked peer processes (killed, stopped, dying mid-pull).
+#   kv_transfer_tcp_test: the tcp transport's wire format, and its port against strangers.
 #   kv_transfer_segments_test: the pure helpers (segment coalescing and range checks, UCX_TLS
 #     lists refused at start).
 troupe_add_tests(LIBS troupe_kv_transfer LABELS "unit;actors"
-  TESTS kv_transfer_in_process_test kv_transfer_cross_process_test kv_transfer_segments_test)
+  TESTS kv_transfer_in_process_test kv_transfer_cross_process_test kv_transfer_tcp_test
+    kv_transfer_segments_test)
 # The kv-cache actor's transfer agent (handshake, pulls, leases) with a fake transport and a
 # fake peer client.
 troupe_add_tests(LIBS troupe_actors LABELS "unit;actors" TESTS kv_transfer_agent_test)
