@@ -33,11 +33,13 @@ struct Status {
 
 // What a peer needs to read our registered memory. Binary blobs (worker address, packed rkey)
 // are raw bytes in std::string; the JSON layer base64-encodes them.
+// The field names are UCX's (and vLLM's NIXL metadata's); troupe's tcp transport fills them with
+// its own values (tcp_transport.hpp): worker_address "host:port", rkey its 16-byte access token.
 struct LocalDescriptor {
-  std::string transport;       // "ucx"; a pull refuses a descriptor made by another transport
-  std::string worker_address;  // ucp_worker_get_address bytes
-  std::string rkey;            // ucp_rkey_pack bytes of the registered region
-  uint64_t base_address = 0;   // address of the registered region in the owner's process
+  std::string transport;       // "tcp" or "ucx"; a pull refuses a descriptor of another transport
+  std::string worker_address;  // ucp_worker_get_address bytes, or tcp's "host:port"
+  std::string rkey;            // ucp_rkey_pack bytes of the registered region, or tcp's token
+  uint64_t base_address = 0;   // address of the registered region in the owner's process (ucx)
   uint64_t region_bytes = 0;
 
   bool operator==(const LocalDescriptor&) const = default;

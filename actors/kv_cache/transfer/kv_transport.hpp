@@ -1,7 +1,8 @@
 // KvTransport: moves KV-cache bytes from a peer engine's registered memory into ours.
 //
-// Transport-neutral so that NIXL (or another RDMA library) can sit behind the same calls as
-// UCX (ucx_transport.hpp). The model is one-sided "pull": the decode engine reads the prefill
+// Transport-neutral: troupe's own TCP transport (tcp_transport.hpp, the default) and UCX
+// (ucx_transport.hpp, for RDMA hosts) implement it, and NIXL (or another RDMA library) could sit
+// behind the same calls. The model is one-sided "pull": the decode engine reads the prefill
 // engine's KV blocks straight out of the prefill engine's arena into its own arena.
 //
 //   prefill engine (peer)                         decode engine (us)
