@@ -375,7 +375,8 @@ void add_disagg_and_kv_events_settings(std::vector<Setting>& s) {
       [](auto& c) -> auto& { return c.disagg.pull_timeout; }));
   add(text_setting(
       "disagg.advertise_host",
-      "`remote_host` in `kv_transfer_params` (empty: the listen host, `127.0.0.1` for `0.0.0.0`)",
+      "`remote_host` in `kv_transfer_params`, and the host peers read KV from (`tcp` transport); "
+      "empty: the listen host, `127.0.0.1` for `0.0.0.0`",
       [](auto& c) -> auto& { return c.disagg.advertise_host; }, "--advertise-host"));
   add(enum_setting(
       "disagg.kv_transport",

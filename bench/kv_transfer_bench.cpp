@@ -1,11 +1,12 @@
-// KV transfer benchmark: the UCX transport alone (no model, no servers), a decode engine pulling
+// KV transfer benchmark: a KV transport alone (no model, no servers) — troupe's own tcp one or
+// UCX — a decode engine pulling
 // a 1k-token prompt's KV from a prefill engine in another process, shaped as troupe's pulls are
 // for SmolLM2-135M (30 layers, K and V planes, 6,144-byte blocks, 63 consecutive blocks: 60
 // coalesced reads of 387,072 bytes, 23.2 MB). Prints per-pull ms and GB/s (1e9); asserts
-// nothing about speed (docs/design.md §5). UCX_TLS from the environment (e.g. UCX_TLS=tcp); pin
-// with taskset, e.g. the prefill child follows the parent's CPU set.
+// nothing about speed (docs/design.md §5). For ucx, UCX_TLS from the environment (e.g.
+// UCX_TLS=tcp); pin with taskset, e.g. the prefill child follows the parent's CPU set.
 //
-//   kv_transfer_bench [pulls=30] [reply_chunk_bytes=65280]
+//   kv_transfer_bench [pulls=30] [reply_chunk_bytes=65280 (ucx)] [transport=tcp|ucx]
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include "actors/kv_cache/transfer/tcp_transport.hpp"
 #include "actors/kv_cache/transfer/ucx_transport.hpp"
 
 namespace {
@@ -72,13 +74,22 @@ bool read_blob(int fd, std::string* blob) {
   return read_all(fd, blob->data(), size);
 }
 
-[[noreturn]] void run_prefill_child(int report_fd, int hold_fd,
+std::unique_ptr<KvTransport> make_transport(const std::string& kind, std::vector<uint8_t>& region,
+                                           const troupe::kv_transfer::UcxTransportConfig& config,
+                                           std::string* error) {
+  if (kind == "ucx") {
+    return troupe::kv_transfer::make_ucx_transport(region.data(), region.size(), config, error);
+  }
+  return troupe::kv_transfer::make_tcp_transport(region.data(), region.size(),
+                                                 troupe::kv_transfer::TcpTransportConfig{}, error);
+}
+
+[[noreturn]] void run_prefill_child(int report_fd, int hold_fd, const std::string& kind,
                                     const troupe::kv_transfer::UcxTransportConfig& config) {
   std::vector<uint8_t> region(kRegionBytes);
   for (uint64_t i = 0; i < region.size(); ++i) region[i] = static_cast<uint8_t>(i * 131 + 7);
   std::string error;
-  std::unique_ptr<KvTransport> transport =
-      troupe::kv_transfer::make_ucx_transport(region.data(), region.size(), config, &error);
+  std::unique_ptr<KvTransport> transport = make_transport(kind, region, config, &error);
   if (transport == nullptr) {
     std::fprintf(stderr, "prefill: %s\n", error.c_str());
     _exit(2);
@@ -108,18 +119,23 @@ int main(int argc, char** argv) {
   const int num_pulls = argc > 1 ? std::atoi(argv[1]) : 30;
   troupe::kv_transfer::UcxTransportConfig config;
   if (argc > 2) config.reply_chunk_bytes = static_cast<size_t>(std::atoll(argv[2]));
+  const std::string kind = argc > 3 ? argv[3] : "tcp";
+  if (kind != "tcp" && kind != "ucx") {
+    std::fprintf(stderr, "transport must be tcp or ucx, not '%s'\n", kind.c_str());
+    return 2;
+  }
 
   int report_pipe[2];
   int hold_pipe[2];
   if (pipe(report_pipe) != 0 || pipe(hold_pipe) != 0) return 1;
   const pid_t parent = getpid();
-  const pid_t child = fork();  // before UCX starts here
+  const pid_t child = fork();  // before a transport's threads start here
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(4);
     close(report_pipe[0]);
     close(hold_pipe[1]);
-    run_prefill_child(report_pipe[1], hold_pipe[0], config);
+    run_prefill_child(report_pipe[1], hold_pipe[0], kind, config);
   }
   close(report_pipe[1]);
   close(hold_pipe[0]);
@@ -134,8 +150,7 @@ int main(int argc, char** argv) {
 
   std::vector<uint8_t> region(kRegionBytes, 0);
   std::string error;
-  std::unique_ptr<KvTransport> decode =
-      troupe::kv_transfer::make_ucx_transport(region.data(), region.size(), config, &error);
+  std::unique_ptr<KvTransport> decode = make_transport(kind, region, config, &error);
   if (decode == nullptr) {
     std::fprintf(stderr, "decode: %s\n", error.c_str());
     return 1;
@@ -186,8 +201,9 @@ int main(int argc, char** argv) {
 
   const double median = percentile(ms, 0.5);
   std::printf(
-      "kv_transfer_bench: %d pulls of %.1f MB (%llu reads), reply_chunk_bytes %zu, UCX_TLS=%s\n",
-      num_pulls, pull_bytes / 1e6, static_cast<unsigned long long>(kPlanes),
+      "kv_transfer_bench: %s, %d pulls of %.1f MB (%llu reads), reply_chunk_bytes %zu (ucx), "
+      "UCX_TLS=%s\n",
+      kind.c_str(), num_pulls, pull_bytes / 1e6, static_cast<unsigned long long>(kPlanes),
       config.reply_chunk_bytes, std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "(unset)");
   std::printf("  first (connects): %.1f ms\n", first_ms);
   std::printf("  ms p10/median/p90: %.1f / %.1f / %.1f\n", percentile(ms, 0.1), median,

@@ -64,6 +64,17 @@ Checks (any failing one makes the exit code 1; the outcomes are defined in soak_
       --max-fds-per-min 1: ~1,400 a day, a default 1024-fd limit gone within a day; the soak
         opens over 100 connections a minute, so even one leaked fd per 100 connections shows.
         The exact check is the idle fd count: after == before, not a single fd more.
+Peer faults (--pd-kill-s S, issue 41): the server under soak is a *decode* server whose prompts of
+64 tokens or more go to a prefill server (disagg.min_remote_prefill_tokens 64, KV over the
+default tcp transport), and that prefill server is SIGKILLed every 0.5-1.5 x S seconds during the
+soak and restarted on its port. The soak server's own checks stay the same (every request
+answered — by the local-prefill fallback when its prefill died — no leak, idle at the end); one
+more: the prefill server never died but by our SIGKILL. Remote prefills and fallbacks are
+reported from the decode server's /metrics. The decode server's own connections to the prefill
+server's ports (pooled HTTP calls, the KV connection) are live load like client connections: the
+fd checks leave out those ESTABLISHED (a connection to a killed prefill ends up closed or in
+CLOSE_WAIT, and still counts).
+
 Results: a summary table on stdout, JSON appended to bench/results/soak_<commit>.json.
 """
 from __future__ import annotations
@@ -79,8 +90,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -106,28 +119,105 @@ MIX = {  # kind: (weight, runner(ctx, rng))
     "malformed_ws": (9, lambda ctx, rng: sc.malformed_ws_item(ctx, rng, "malformed_ws")),
 }
 STARTED: list = []
+# --pd-kill-s: the prefill server's HTTP and KV ports. The decode server's connections to them
+# (pooled HTTP calls, the KV connection) are load like client connections, not leaks: the fd
+# checks subtract those ESTABLISHED, as they do the server port's own.
+PEER_PORTS: set = set()
 
 
 # ----------------------------------------------------------------------------- the server
 
-def write_config(args, tmp: str) -> tuple[str, dict]:
+PD_DISAGG = {"min_remote_prefill_tokens": 64, "kv_lease_ms": 4000, "pull_timeout_ms": 5000,
+             "prefill_timeout_ms": 20000}
+
+
+def write_config(args, tmp: str, name: str = "troupe") -> tuple[str, dict]:
     with open(args.config) as f:
         cfg = json.load(f)
     cfg["model"] = args.model
-    cfg["admin"]["socket_path"] = os.path.join(tmp, "admin.sock")
+    cfg["admin"]["socket_path"] = os.path.join(tmp, f"{name}-admin.sock")
     cfg["log"]["level"] = args.log_level
+    # Its own: servers sharing a storage dir take turns holding the batch lock (one more fd
+    # whenever the holder dies, which the idle fd check would count).
+    cfg["storage"]["dir"] = os.path.join(tmp, f"{name}-storage")
     if args.max_queue >= 0:
         cfg["scheduler"]["max_queue"] = args.max_queue or 2 * cfg["scheduler"]["max_num_seqs"]
-    path = os.path.join(tmp, "troupe.json")
+    if args.pd_kill_s:
+        cfg["disagg"].update(PD_DISAGG)
+    path = os.path.join(tmp, f"{name}.json")
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
     return path, cfg
 
 
-def start_server(args, tmp: str) -> tuple[sbs.Server, dict]:
+class PrefillPeer:
+    """--pd-kill-s: the soak server's prefill server, SIGKILLed every 0.5-1.5 x S seconds while
+    `killing` runs, and restarted on its port. Runs on its own thread (starting a server blocks)."""
+
+    def __init__(self, args, tmp: str):
+        self.args, self.tmp = args, tmp
+        self.port = sbs.free_port()
+        self.kv_port = sbs.free_port()
+        path, _ = write_config(args, tmp, "prefill")
+        PEER_PORTS.update({self.port, self.kv_port})
+        self.cmd = [args.troupe_bin, "serve", "--config", path, "--port", str(self.port),
+                    "--role", "prefill", "--kv-port", str(self.kv_port)]
+        self.kills, self.restarts = 0, 0
+        self.died_on_its_own: list = []
+        self.stop_event = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.server: sbs.Server | None = None
+
+    def start(self):
+        self.server = sbs.Server("prefill", self.cmd, self.port,
+                                 os.path.join(self.tmp, f"prefill-{self.restarts}.log"))
+        STARTED.append(self.server)
+        self.server.start(wait_s=180)
+
+    def start_killing(self, seed: int):
+        rng = random.Random(seed)
+        self.thread = threading.Thread(target=self._kill_loop, args=(rng,), daemon=True)
+        self.thread.start()
+
+    def _kill_loop(self, rng: random.Random):
+        while not self.stop_event.wait(rng.uniform(0.5, 1.5) * self.args.pd_kill_s):
+            proc = self.server.proc
+            if proc.poll() is not None:
+                self.died_on_its_own.append(f"exit {proc.returncode}, log {self.server.log_path}")
+            else:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                self.kills += 1
+            STARTED.remove(self.server)
+            self.restarts += 1
+            try:
+                self.start()
+            except SystemExit as e:  # did not come back: counted, tried again next round
+                self.died_on_its_own.append(f"restart failed: {e}")
+
+    def stop_killing(self):
+        self.stop_event.set()
+        if self.thread:
+            self.thread.join()
+
+    def result(self) -> dict:
+        return {"prefill_port": self.port, "kill_every_s": self.args.pd_kill_s,
+                "kills": self.kills, "died_on_its_own": self.died_on_its_own}
+
+
+def metric_total(url: str, name: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def start_server(args, tmp: str, prefill: PrefillPeer | None = None) -> tuple[sbs.Server, dict]:
     path, cfg = write_config(args, tmp)
     port = sbs.free_port()
     cmd = [args.troupe_bin, "serve", "--config", path, "--port", str(port)]
+    if prefill is not None:
+        cmd += ["--role", "decode", "--prefill-url", f"127.0.0.1:{prefill.port}"]
     server = sbs.Server("troupe", cmd, port, os.path.join(tmp, "troupe.log"))
     STARTED.append(server)
     server.start(wait_s=180)
@@ -178,16 +268,23 @@ def proc_rss_kib(pid: int) -> int:
     return 0
 
 
-def proc_fds(pid: int) -> dict:
+def proc_fds(pid: int, by_kind: bool = False) -> dict:
+    """The process's fd count and sockets among them; by_kind: also counts by what each is (a
+    file's path, else socket / pipe / anon_inode:[eventfd] ...), to name what an extra fd is."""
     fds = os.listdir(f"/proc/{pid}/fd")
     sockets = 0
+    kinds: dict[str, int] = {}
     for fd in fds:
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
-                sockets += 1
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
-            pass
-    return {"fds": len(fds), "socket_fds": sockets}
+            continue
+        if target.startswith("socket:"):
+            sockets += 1
+        if by_kind:
+            kind = target if target.startswith("/") else target.split(":[")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {"fds": len(fds), "socket_fds": sockets, **({"by_kind": kinds} if by_kind else {})}
 
 
 TCP_STATES = {"01": "established", "08": "close_wait", "0A": "listen", "06": "time_wait",
@@ -212,6 +309,25 @@ def server_tcp(port: int) -> dict:
     return out
 
 
+def established_to_peers() -> int:
+    """ESTABLISHED sockets whose remote port is one of PEER_PORTS (only the server has them)."""
+    if not PEER_PORTS:
+        return 0
+    ports = {f"{p:04X}" for p in PEER_PORTS}
+    count = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "01" and parts[2].rsplit(":", 1)[1] in ports:
+                        count += 1
+        except OSError:
+            pass
+    return count
+
+
 async def admin_stats(admin: sc.AdminLink) -> dict:
     try:
         s = await admin.ask(cmd="stats")
@@ -228,7 +344,7 @@ async def sample(pid: int, port: int, admin: sc.AdminLink, t0: float, tally: sc.
     out = {"t_s": round(time.perf_counter() - t0, 2), "rss_kib": proc_rss_kib(pid),
            **proc_fds(pid), "tcp": tcp, "client_inflight_items": tally.inflight,
            "items_done": tally.items_done}
-    out["fds_minus_established"] = out["fds"] - tcp.get("established", 0)
+    out["fds_minus_established"] = out["fds"] - tcp.get("established", 0) - established_to_peers()
     out["server"] = await admin_stats(admin)
     return out
 
@@ -402,8 +518,12 @@ async def wait_fds(pid: int, port: int, want: int, timeout_s: float) -> dict:
     t0 = time.perf_counter()
     while True:
         fds = proc_fds(pid)
+        if PEER_PORTS:
+            fds["peer_connections"] = established_to_peers()
+            fds["fds"] -= fds["peer_connections"]
         if fds["fds"] <= want or time.perf_counter() - t0 > timeout_s:
-            return {**fds, "tcp": server_tcp(port), "rss_kib": proc_rss_kib(pid),
+            return {**fds, "by_kind": proc_fds(pid, by_kind=True)["by_kind"],
+                    "tcp": server_tcp(port), "rss_kib": proc_rss_kib(pid),
                     "waited_s": round(time.perf_counter() - t0, 1)}
         await asyncio.sleep(0.5)
 
@@ -522,8 +642,11 @@ def run_checks(r: dict, args) -> list[dict]:
                      f"{m.get('num_requests_running')} / {m.get('num_requests_waiting')} / "
                      f"{m.get('kv_blocks_used')}", "0 / 0 / 0"))
     base, fin = r["idle_baseline"], end["idle_fds"]
+    grew = {k: n - base["by_kind"].get(k, 0) for k, n in fin["by_kind"].items()
+            if n > base["by_kind"].get(k, 0)}
     out.append(check("end: idle fds back to baseline", fin["fds"] <= base["fds"],
-                     f"{base['fds']} -> {fin['fds']}", "<= baseline"))
+                     f"{base['fds']} -> {fin['fds']}" + (f" (more: {grew})" if grew else ""),
+                     "<= baseline"))
     cw = fin["tcp"].get("close_wait", 0)
     out.append(check("end: CLOSE_WAIT sockets on the server port", cw == 0, cw, "0"))
     sl = r["slopes"]
@@ -548,6 +671,10 @@ def run_checks(r: dict, args) -> list[dict]:
     else:
         out.append(check("soak: fd slope", True, f"inconclusive: window {fd_window} too short",
                          "a window >= 120 s and 20 % of the run"))
+    if "pd" in r:
+        died = r["pd"]["died_on_its_own"]
+        out.append(check("pd: the prefill server died only by our SIGKILL", not died,
+                         f"{r['pd']['kills']} kills; {died[:3]}", "0 other deaths"))
     srv = r["server_exit"]
     out.append(check("server alive to the end, exit 0 on SIGTERM",
                      srv["alive_at_end"] and srv["exit_code"] == 0,
@@ -625,6 +752,11 @@ def summary(r: dict) -> str:
     base, end = r["idle_baseline"], r["end"]["idle_fds"]
     out.append(f"\nidle before -> after: fds {base['fds']} -> {end['fds']}, RSS "
                f"{base['rss_kib']} -> {end['rss_kib']} KiB; end stats {r['end']['stats']}\n")
+    if "pd" in r:
+        pd = r["pd"]
+        out.append(f"P/D: prefill server SIGKILLed {pd['kills']} times (every ~{pd['kill_every_s']} s);"
+                   f" the decode server's remote prefills {pd['remote_prefills']:.0f}, fallbacks "
+                   f"{pd['fallbacks']:.0f}\n")
     out.append("### checks\n\n| check | value | limit | ok |\n|---|---|---|---|")
     for c in r["checks"]:
         out.append(f"| {c['check']} | {c['value']} | {c['limit']} | "
@@ -678,7 +810,8 @@ async def progress(ctx: sc.Ctx, samples: list, t0: float, stop: asyncio.Event):
               f"429={tot.get('refused_429', 0)}", file=sys.stderr, flush=True)
 
 
-async def soak(args, cfg, port, model, admin, pid, rate) -> tuple[dict, list]:
+async def soak(args, cfg, port, model, admin, pid, rate,
+               prefill: PrefillPeer | None = None) -> tuple[dict, list]:
     ctx = make_ctx(args, cfg, port, model, admin)
     samples: list = []
     stop = asyncio.Event()
@@ -690,11 +823,17 @@ async def soak(args, cfg, port, model, admin, pid, rate) -> tuple[dict, list]:
     tasks: set = set()
     duration = args.minutes * 60
     print(f"soak: {rate:.2f} items/s for {duration:.0f} s", file=sys.stderr, flush=True)
+    if prefill is not None:
+        prefill.start_killing(args.seed + 2)
     try:
         load = await open_loop(ctx, rate, duration, args.seed + 1, tasks)
+        if prefill is not None:
+            await asyncio.to_thread(prefill.stop_killing)
         print(f"soak: load stopped; draining {len(tasks)} items", file=sys.stderr, flush=True)
         drained = await drain(ctx, tasks, args.request_timeout + 60, args.idle_wait_s)
     finally:
+        if prefill is not None:
+            await asyncio.to_thread(prefill.stop_killing)
         await close_ctx(ctx)
         stop.set()
         await asyncio.gather(*bg, return_exceptions=True)
@@ -711,7 +850,7 @@ async def model_id(url: str) -> str:
             return (await resp.json())["data"][0]["id"]
 
 
-async def run_all(args, server: sbs.Server, cfg: dict) -> dict:
+async def run_all(args, server: sbs.Server, cfg: dict, prefill: PrefillPeer | None = None) -> dict:
     pid, port, url = server.proc.pid, server.port, server.url
     admin = sc.AdminLink(cfg["admin"]["socket_path"])
     model = await model_id(url)
@@ -727,7 +866,11 @@ async def run_all(args, server: sbs.Server, cfg: dict) -> dict:
     r["idle_baseline"] = await wait_fds(pid, port, 0, 0)
     print(f"idle baseline: {r['idle_baseline']}", file=sys.stderr, flush=True)
     rate = max(0.1, args.overload * r["capacity_items_per_s"])
-    r["soak"], r["samples"] = await soak(args, cfg, port, model, admin, pid, rate)
+    r["soak"], r["samples"] = await soak(args, cfg, port, model, admin, pid, rate, prefill)
+    if prefill is not None:
+        r["pd"] = {**prefill.result(),
+                   "remote_prefills": metric_total(url, "troupe:remote_prefills_total"),
+                   "fallbacks": metric_total(url, "troupe:kv_transfer_fallbacks_total")}
     stats = await wait_idle(url, admin, args.idle_wait_s)
     fds = await wait_fds(pid, port, r["idle_baseline"]["fds"], args.idle_wait_s)
     r["end"] = {"stats": stats, "idle_fds": fds}
@@ -767,6 +910,9 @@ def parse_args():
     a("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     a("--log-level", default="info")
     a("--seed", type=int, default=1)
+    a("--pd-kill-s", type=float, default=0.0,
+      help="soak a decode server whose prefill server is SIGKILLed and restarted every ~S s "
+           "(0: a combined server, no peer)")
     a("--out", default="", help="JSON (default bench/results/soak_<commit>.json; appended)")
     return ap.parse_args()
 
@@ -778,7 +924,7 @@ def meta(args, tmp: str) -> dict:
                 "%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(args.troupe_bin))),
             "config": args.config, "model": args.model, "minutes": args.minutes,
             "max_queue_arg": args.max_queue,
-            "overload": args.overload, "mix_weights": {k: w for k, (w, _) in MIX.items()},
+            "overload": args.overload, "pd_kill_s": args.pd_kill_s, "mix_weights": {k: w for k, (w, _) in MIX.items()},
             "thresholds": {"rss_kib_per_min": args.max_rss_kib_per_min,
                            "fds_per_min": args.max_fds_per_min},
             "logs": tmp, "nproc": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -794,11 +940,18 @@ def main() -> int:
     result = {"meta": meta(args, tmp)}
     cpu0, ru0 = sb.read_cpu_stat(), resource.getrusage(resource.RUSAGE_SELF)
     load0 = sb.loadavg()
-    server, cfg = start_server(args, tmp)
+    prefill = None
+    if args.pd_kill_s:
+        prefill = PrefillPeer(args, tmp)
+        prefill.start()
+    server, cfg = start_server(args, tmp, prefill)
     try:
-        result.update(asyncio.run(run_all(args, server, cfg)))
+        result.update(asyncio.run(run_all(args, server, cfg, prefill)))
     finally:
         result["server_exit"] = stop_server(server)
+        if prefill is not None:
+            prefill.stop_killing()
+            prefill.server.stop()
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     result["host"] = {"loadavg_before": load0, "loadavg_after": sb.loadavg(),
                       **sb.steal_between(cpu0, sb.read_cpu_stat()),

@@ -269,6 +269,19 @@ TEST(Config, FlagsOverrideTheFileAndAreValidated) {
   EXPECT_EQ(pod.kv_events.topic, "kv@10.0.0.7@m");
   EXPECT_EQ(pod.disagg.advertise_host, "10.0.0.7");
   EXPECT_EQ(engine_config_of(pod).disagg.advertise_host, "10.0.0.7");
+  // The KV transport: troupe's tcp by default, on the HTTP listen host; ucx by name.
+  EXPECT_EQ(pod.disagg.kv_transport, disagg::KvTransportKind::kTcp);
+  EXPECT_EQ(engine_config_of(pod).disagg.kv_listen_host, pod.http.host);
+  options.settings.push_back({"--kv-transport", "disagg.kv_transport", "--kv-transport", "ucx"});
+  options.settings.push_back({"--ucx-tls", "disagg.ucx_tls", "--ucx-tls", "tcp"});
+  options.settings.push_back({"--kv-port", "disagg.kv_port", "--kv-port", "7500"});
+  const ServerConfig ucx = resolve_config(options);
+  EXPECT_EQ(ucx.disagg.kv_transport, disagg::KvTransportKind::kUcx);
+  EXPECT_EQ(ucx.kv_transport_tls, "tcp");
+  EXPECT_EQ(ucx.disagg.kv_port, 7500);
+  options.settings.push_back({"--kv-transport", "disagg.kv_transport", "--kv-transport", "posix,cma"});
+  EXPECT_THROW((void)resolve_config(options), ConfigError) << "a UCX list is not a transport";
+  options.settings.resize(options.settings.size() - 4);
 
   options.settings.push_back({"--port", "http.port", "--port", "80x"});
   EXPECT_THROW((void)resolve_config(options), ConfigError);

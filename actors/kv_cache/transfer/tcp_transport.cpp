@@ -249,6 +249,16 @@ std::shared_ptr<PeerConnection> TcpTransport::find_or_connect(const std::string&
   tcp_wire::encode_hello(token, std::span<uint8_t, tcp_wire::kHelloBytes>(hello));
   connection->outgoing.push_back(std::move(hello));
 
+  // A numeric host needs no resolver (Asio resolves on a thread and io_context of its own,
+  // started at the first use).
+  boost::system::error_code not_numeric;
+  const asio::ip::address address = asio::ip::make_address(endpoint->host, not_numeric);
+  if (!not_numeric) {
+    on_resolved(connection, tcp::resolver::results_type::create(
+                                tcp::endpoint(address, endpoint->port), endpoint->host,
+                                std::to_string(endpoint->port)));
+    return connection;
+  }
   connection->resolver.async_resolve(
       endpoint->host, std::to_string(endpoint->port), tcp::resolver::numeric_service,
       [this, connection](const boost::system::error_code& error,
