@@ -861,6 +861,13 @@ async def run_all(args, server: sbs.Server, cfg: dict, prefill: PrefillPeer | No
     else:
         r["capacity"] = await measure_capacity(args, cfg, port, model, admin)
         r["capacity_items_per_s"] = r["capacity"]["capacity_items_per_s"]
+    if prefill is not None:
+        # One remote prefill before the baseline: the first call to a peer starts Asio's resolver
+        # thread and its io_context in the decode server's peer client (3 fds, once).
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url + "/v1/completions", json={
+                    "model": model, "prompt": " ".join(["river"] * 150), "max_tokens": 1}) as resp:
+                await resp.read()
     await wait_idle(url, admin, args.idle_wait_s)
     await asyncio.sleep(2)   # closing connections
     r["idle_baseline"] = await wait_fds(pid, port, 0, 0)
