@@ -291,41 +291,35 @@ TCP_STATES = {"01": "established", "08": "close_wait", "0A": "listen", "06": "ti
               "09": "last_ack", "07": "close", "04": "fin_wait1", "05": "fin_wait2"}
 
 
-def server_tcp(port: int) -> dict:
-    """Server-side TCP sockets on `port` by state (/proc/net/tcp: local port == port)."""
-    out: dict[str, int] = {}
-    want = f":{port:04X}"
+def tcp_sockets():
+    """(local port, remote port, state code) of every TCP socket of the host (/proc/net/tcp*),
+    ports as /proc writes them (4 hex digits)."""
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(name) as f:
                 next(f)
                 for line in f:
                     parts = line.split()
-                    if parts[1].endswith(want):
-                        st = TCP_STATES.get(parts[3], parts[3])
-                        out[st] = out.get(st, 0) + 1
+                    yield parts[1].rsplit(":", 1)[1], parts[2].rsplit(":", 1)[1], parts[3]
         except OSError:
             pass
+
+
+def server_tcp(port: int) -> dict:
+    """Server-side TCP sockets on `port` by state (local port == port)."""
+    out: dict[str, int] = {}
+    want = f"{port:04X}"
+    for local, _, state in tcp_sockets():
+        if local == want:
+            st = TCP_STATES.get(state, state)
+            out[st] = out.get(st, 0) + 1
     return out
 
 
 def established_to_peers() -> int:
     """ESTABLISHED sockets whose remote port is one of PEER_PORTS (only the server has them)."""
-    if not PEER_PORTS:
-        return 0
     ports = {f"{p:04X}" for p in PEER_PORTS}
-    count = 0
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if parts[3] == "01" and parts[2].rsplit(":", 1)[1] in ports:
-                        count += 1
-        except OSError:
-            pass
-    return count
+    return sum(1 for _, remote, state in tcp_sockets() if state == "01" and remote in ports)
 
 
 async def admin_stats(admin: sc.AdminLink) -> dict:

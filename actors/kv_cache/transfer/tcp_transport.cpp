@@ -265,10 +265,7 @@ std::shared_ptr<PeerConnection> TcpTransport::find_or_connect(const std::string&
                          const tcp::resolver::results_type& endpoints) {
         if (connection->closed) return;
         if (error) {
-          retire(*connection, Status::failure(StatusCode::kPeerFailed,
-                                              "cannot resolve peer '" + connection->key + "' at " +
-                                                  connection->descriptor.worker_address + ": " +
-                                                  describe(error)));
+          fail_connection(*connection, "cannot resolve its host", error);
           return;
         }
         on_resolved(connection, endpoints);
@@ -283,10 +280,7 @@ void TcpTransport::on_resolved(const std::shared_ptr<PeerConnection>& connection
       [this, connection](const boost::system::error_code& error, const tcp::endpoint&) {
         if (connection->closed) return;
         if (error) {
-          retire(*connection, Status::failure(StatusCode::kPeerFailed,
-                                              "cannot connect to peer '" + connection->key +
-                                                  "' at " + connection->descriptor.worker_address +
-                                                  ": " + describe(error)));
+          fail_connection(*connection, "cannot connect", error);
           return;
         }
         on_connected(connection);
@@ -343,10 +337,7 @@ void TcpTransport::write_next(const std::shared_ptr<PeerConnection>& connection)
                       if (connection->closed) return;
                       connection->writing = false;
                       if (error) {
-                        retire(*connection,
-                               Status::failure(StatusCode::kPeerFailed,
-                                               "sending to peer '" + connection->key +
-                                                   "' failed: " + describe(error)));
+                        fail_connection(*connection, "sending failed", error);
                         return;
                       }
                       connection->outgoing.pop_front();
@@ -361,10 +352,7 @@ void TcpTransport::read_reply_header(const std::shared_ptr<PeerConnection>& conn
                    [this, connection](const boost::system::error_code& error, size_t) {
                      if (connection->closed) return;
                      if (error) {
-                       retire(*connection, Status::failure(StatusCode::kPeerFailed,
-                                                           "peer '" + connection->key +
-                                                               "' closed the connection: " +
-                                                               describe(error)));
+                       fail_connection(*connection, "the connection closed", error);
                        return;
                      }
                      on_reply_header(connection);
@@ -404,16 +392,21 @@ void TcpTransport::on_reply_header(const std::shared_ptr<PeerConnection>& connec
                    [this, connection, id](const boost::system::error_code& error, size_t) {
                      if (connection->closed) return;
                      if (error) {
-                       retire(*connection, Status::failure(StatusCode::kPeerFailed,
-                                                           "peer '" + connection->key +
-                                                               "' died mid-pull: " +
-                                                               describe(error)));
+                       fail_connection(*connection, "it died mid-pull", error);
                        return;
                      }
                      connection->pull_ids.pop_front();
                      finish(id, Status::success());
                      read_reply_header(connection);
                    });
+}
+
+void TcpTransport::fail_connection(PeerConnection& connection, std::string_view what,
+                                   const boost::system::error_code& error) {
+  retire(connection, Status::failure(StatusCode::kPeerFailed,
+                                     "peer '" + connection.key + "' at " +
+                                         connection.descriptor.worker_address + ": " +
+                                         std::string(what) + " (" + describe(error) + ")"));
 }
 
 void TcpTransport::on_timeout(uint64_t pull_id) {

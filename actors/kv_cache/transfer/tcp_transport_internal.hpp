@@ -25,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -126,6 +127,9 @@ class TcpTransport final : public KvTransport {
   void read_reply_header(const std::shared_ptr<PeerConnection>& connection);
   void on_reply_header(const std::shared_ptr<PeerConnection>& connection);
   void on_timeout(uint64_t pull_id);
+  // Retires `connection` after a socket error: its pulls fail with kPeerFailed, saying `what`.
+  void fail_connection(PeerConnection& connection, std::string_view what,
+                       const boost::system::error_code& error);
   // Closes `connection` and finishes its pulls: `timed_out` (if any) with kTimedOut, the rest
   // with `why`.
   void retire(PeerConnection& connection, Status why, std::optional<uint64_t> timed_out = {});
