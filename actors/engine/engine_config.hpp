@@ -100,7 +100,8 @@ struct EngineConfig {
   int32_t mailbox_capacity = 4096;  // per actor; a full ingress mailbox refuses submits
   std::chrono::milliseconds stats_window{10'000};  // tokens/s is averaged over this window
   disagg::DisaggConfig disagg;
-  // UCX transports for KV movement ("tcp", "posix,cma"); empty: UCX_TLS or UCX's choice.
+  // disagg.kv_transport ucx only: UCX's transports ("tcp", "posix,cma"); empty: UCX_TLS or
+  // UCX's choice. The tcp transport's settings are in `disagg`.
   std::string kv_transport_tls;
   kv_cache::KvEventsConfig kv_events;  // KV-cache events for prefix-aware routers (issue 20)
 };
