@@ -267,6 +267,17 @@ std::vector<std::string> stats_lines(dom::element r) {
                             100 * number(r, "/step_budget/mean_abs_error_ratio"),
                             100 * number(r, "/step_budget/margin"),
                             integer(r, "/step_budget/budgeted_steps")));
+  if (const double wall = number(r, "/step_account/wall_ms"); wall > 0) {
+    // The step loop's wall time since start (issue 42), by part: where a served run went.
+    const auto share = [&](std::string_view part) {
+      return 100 * number(r, fmt::format("/step_account/{}_ms", part)) / wall;
+    };
+    row("time", fmt::format("idle {:.0f}%, engine {:.1f}%, layers {:.0f}% decode + {:.0f}% prompt, "
+                            "logits {:.0f}%, sampling {:.1f}%, backend other {:.1f}% of {}",
+                            share("idle"), share("engine"), share("decode_layers"),
+                            share("prompt_layers"), share("logits"), share("sampling"),
+                            share("backend_other"), format_duration_s(wall / 1000)));
+  }
   row("fairness", fmt::format("{} clients waiting, {} fair-share preemptions",
                               integer(r, "/fairness/waiting_clients"),
                               integer(r, "/fairness/preemptions")));

@@ -63,6 +63,36 @@ def loadavg() -> list[float]:
         return [float(x) for x in f.read().split()[:3]]
 
 
+def thread_cpu(pid: int) -> dict:
+    """CPU seconds (user + system) each kind of thread of process `pid` has used, by thread
+    name with its trailing "-N" index dropped (troupe names its threads: cpu-step, cpu-pool-N,
+    engine-0, ingress-0, http-N, ...); {} when the process cannot be read."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended between listdir and open
+        # comm is in parentheses and may hold spaces: the fields after it start at ") ".
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        kind = re.sub(r"-\d+$", "", name)
+        out[kind] = out.get(kind, 0.0) + seconds
+    return out
+
+
+def cpu_delta(before: dict, after: dict) -> dict:
+    return {k: round(after.get(k, 0.0) - before.get(k, 0.0), 2)
+            for k in sorted(set(before) | set(after))}
+
+
 # ----------------------------------------------------------------------------- one request
 
 @dataclass
@@ -102,6 +132,7 @@ class Target:
     ignore_eos_mode: str = "both"        # field (ignore_eos) | min_tokens | both | none
     temperature: float = 0.0
     timeout_s: float = 1800.0
+    server_pid: int = 0                  # read its threads' CPU time over each run (Linux)
 
 
 def _body(t: Target, req: workloads.Request) -> dict:
@@ -306,6 +337,30 @@ def metrics_delta(before: dict, after: dict) -> dict:
         "preemptions": d("troupe:num_preemptions_total"),
         "kv_blocks_used_after": after.get("troupe:kv_blocks_used"),
         "requests_running_after": after.get("troupe:num_requests_running"),
+        "step_account": step_account_delta(d),
+    }
+
+
+STEP_LOOP_PARTS = ("idle", "engine", "decode_layers", "prompt_layers", "logits", "sampling",
+                   "prompt_outputs", "backend_other", "interrupted")
+
+
+def step_account_delta(d) -> dict:
+    """The step loop's account over the run (troupe:step_loop_*): seconds per part of its wall
+    time, steps by kind and tokens by kind; {} for a server without it."""
+    wall = d("troupe:step_loop_wall_seconds_total")
+    if wall <= 0:
+        return {}
+    parts = {p: round(d(f'troupe:step_loop_seconds_total{{part="{p}"}}'), 3)
+             for p in STEP_LOOP_PARTS}
+    return {
+        "wall_s": round(wall, 3),
+        "seconds": parts,
+        "share": {p: round(v / wall, 4) for p, v in parts.items()},
+        "steps": {k: d(f'troupe:step_loop_steps_total{{kind="{k}"}}')
+                  for k in ("decode_only", "mixed", "prompt_only")},
+        "tokens": {k: d(f'troupe:step_loop_tokens_total{{kind="{k}"}}')
+                   for k in ("decode_row", "prompt")},
     }
 
 
@@ -362,6 +417,8 @@ async def run_benchmark(t: Target, spec: RunSpec, reqs: list[workloads.Request],
         m_before = await scrape_metrics(session, t.base_url)
 
         results: list[Result] = [None] * len(reqs)  # type: ignore
+        server_cpu0 = thread_cpu(t.server_pid) if t.server_pid else {}
+        own0 = os.times()
         stat0, load0, t0 = read_cpu_stat(), loadavg(), time.perf_counter()
 
         async def progress_loop():
@@ -418,6 +475,8 @@ async def run_benchmark(t: Target, spec: RunSpec, reqs: list[workloads.Request],
 
         duration = time.perf_counter() - t0
         stat1, load1 = read_cpu_stat(), loadavg()
+        own1 = os.times()
+        server_cpu1 = thread_cpu(t.server_pid) if t.server_pid else {}
         if prog:
             prog.cancel()
         for ws in ws_pool:
@@ -441,9 +500,39 @@ async def run_benchmark(t: Target, spec: RunSpec, reqs: list[workloads.Request],
         "num_prompts": len(reqs), "seed": spec.seed, "params": spec.params,
         "host": {**steal_between(stat0, stat1), "loadavg_before": load0, "loadavg_after": load1},
         "server_metrics": metrics_delta(m_before, m_after),
+        # CPU seconds over the run: the server's by kind of thread (--server-pid), and this
+        # load generator's own (it shares the box).
+        "cpu_seconds": {"server_threads": cpu_delta(server_cpu0, server_cpu1),
+                        "load_generator": round((own1.user - own0.user)
+                                                + (own1.system - own0.system), 2),
+                        "cores": os.cpu_count()},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()),
     })
     return out
+
+
+def account_text(r: dict) -> str:
+    """Where one run's time went, as text: the box's core-seconds by consumer, then the step
+    loop's wall time by part (troupe only)."""
+    cpu = r.get("cpu_seconds", {})
+    threads = cpu.get("server_threads", {})
+    if not threads:
+        return ""
+    dur = r["duration_s"]
+    cores = cpu.get("cores") or 1
+    lines = [f"account over {dur:.1f} s x {cores} cores = {dur * cores:.1f} core-s:"]
+    rows = sorted(threads.items(), key=lambda kv: -kv[1])
+    rows.append(("load generator", cpu.get("load_generator", 0.0)))
+    used = sum(v for _, v in rows)
+    rows.append(("not used by these", max(0.0, dur * cores - used)))
+    for name, sec in rows:
+        lines.append(f"  {name:<18} {sec:8.2f} core-s  {100 * sec / (dur * cores):5.1f} %")
+    acc = r.get("server_metrics", {}).get("step_account", {})
+    if acc:
+        lines.append(f"step loop over {acc['wall_s']:.1f} s: " + ", ".join(
+            f"{p} {100 * acc['share'][p]:.1f} %" for p in STEP_LOOP_PARTS if acc["share"][p] > 0))
+        lines.append(f"  steps {acc['steps']}, tokens {acc['tokens']}")
+    return "\n".join(lines)
 
 
 def pct(xs, p):
@@ -646,9 +735,13 @@ def main():
     ap.add_argument("--md", default="", help="write the Markdown table here too")
     ap.add_argument("--plot-dir", default="", help="write PNG plots here")
     ap.add_argument("--plot-prefix", default="serve_bench")
+    ap.add_argument("--server-pid", type=int, default=0,
+                    help="the server's pid (same host): its threads' CPU seconds over each run, "
+                         "and with troupe's step-loop metrics an account of where the run went")
     args = ap.parse_args()
 
-    t = Target(args.base_url.rstrip("/"), args.backend, args.model, args.ignore_eos_mode)
+    t = Target(args.base_url.rstrip("/"), args.backend, args.model, args.ignore_eos_mode,
+               server_pid=args.server_pid)
     runs = []
     specs = []
     if args.request_rate > 0:
@@ -665,6 +758,9 @@ def main():
         res = asyncio.run(run_benchmark(t, spec, reqs, progress=not args.no_progress))
         runs.append(res)
         print(markdown_table([res]).splitlines()[-1], file=sys.stderr)
+        account = account_text(res)
+        if account:
+            print(account, file=sys.stderr)
     table = markdown_table(runs)
     print(table)
     if args.out:

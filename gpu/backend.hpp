@@ -49,6 +49,16 @@ struct KvHostMemory {
   KvDtype dtype = KvDtype::kF16;  // two servers exchange KV only in the same format
 };
 
+// Where a step's time went inside the backend, in milliseconds of wall time on its compute
+// thread (the scheduler's account of a served run, issue 42). A backend that does not measure
+// its phases leaves them 0, and the scheduler books the whole step as the backend's other time.
+struct StepTimings {
+  double forward_ms = 0;         // embeddings and every layer, for every token of the step
+  double logits_ms = 0;          // the final norm and vocabulary projection of the sampled rows
+  double sampling_ms = 0;        // penalties, masks, top-k/p, logprobs, the draw
+  double prompt_outputs_ms = 0;  // prompt logprobs and hidden rows (scores, embeddings)
+};
+
 // A step either produced its tokens, failed as a whole (device error), or was given up on the
 // scheduler's request (StepInterrupt); scarcity never gets here — the scheduler only plans
 // steps that fit.
@@ -56,6 +66,7 @@ struct StepOutcome {
   StepResult result;
   std::string error;         // empty on success
   bool interrupted = false;  // given up: no tokens, and the KV it wrote is to be recomputed
+  StepTimings timings;
   bool ok() const { return error.empty(); }
 };
 

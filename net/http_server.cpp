@@ -3,6 +3,8 @@
 // for control flow.
 #include "net/http_server.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -587,6 +589,8 @@ void HttpServer::start() {
   s.listener.start();
   for (int i = 0; i < std::max(1, s.config.io_threads); ++i) {
     s.threads.emplace_back([&s] { s.io.run(); });
+    // Named for per-thread CPU accounts (bench/serve_bench.py --server-pid).
+    pthread_setname_np(s.threads.back().native_handle(), ("http-" + std::to_string(i)).c_str());
   }
   s.started = true;
 }

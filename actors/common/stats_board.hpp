@@ -54,6 +54,7 @@ struct SchedulerSnapshot {
   double total_tick_ms = 0;
   double total_device_ms = 0;
   StepCostStats step_cost;
+  StepAccount step_account;
   StructuredOutputStats structured_output;
 };
 

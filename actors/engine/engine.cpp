@@ -480,6 +480,7 @@ EngineStats EngineImpl::stats() const {
   out.tokens_per_s_10s = front->tokens_per_s;
   out.step_time = sched->step_time;
   out.step_cost = sched->step_cost;
+  out.step_account = sched->step_account;
   out.structured_output = sched->structured_output;
   if (sched->total_tick_ms > 0) {
     out.engine_overhead_ratio = 1.0 - sched->total_device_ms / sched->total_tick_ms;

@@ -250,6 +250,33 @@ struct StepCostStats {
   double interrupted_ms = 0;             // backend time those steps had used (wasted)
 };
 
+// Where the step loop's wall time went since it started (issue 42: the account of a served
+// run), in milliseconds. The loop runs one step at a time, so
+//   wall = idle + engine + decode_layers + prompt_layers + logits + sampling + prompt_outputs
+//          + backend_other + interrupted
+// exactly. A step's own time is split as the backend reports it (gpu::StepTimings); its layers'
+// share between decode rows and prompt tokens in proportion to their token counts (each token
+// goes through the same matmuls; a prompt token's attention to its chunk is a little dearer).
+struct StepAccount {
+  double wall_ms = 0;            // since the loop started
+  double idle_ms = 0;            // nothing to run: asleep on the mailbox
+  double engine_ms = 0;          // the loop's own work around steps: plan, masks, KV, reports
+  double decode_layers_ms = 0;   // the layers, decode rows' share
+  double prompt_layers_ms = 0;   // the layers, prompt tokens' share (and draft tokens')
+  double logits_ms = 0;          // final norm and vocabulary projection of sampled rows
+  double sampling_ms = 0;
+  double prompt_outputs_ms = 0;  // prompt logprobs, hidden rows
+  // Step time the backend did not place in a phase: the hand-off to its compute thread and
+  // back, its queue, and a whole step of a backend that does not time its phases.
+  double backend_other_ms = 0;
+  double interrupted_ms = 0;     // steps given up for a newcomer (their work is redone)
+  uint64_t decode_only_steps = 0;  // steps of one-token decode rows only
+  uint64_t mixed_steps = 0;        // decode rows beside prompt tokens
+  uint64_t prompt_only_steps = 0;  // prompt tokens only
+  uint64_t decode_rows = 0;
+  uint64_t prompt_tokens = 0;
+};
+
 // Structured output's cost in the step loop: filling the grammars' token bitmasks on the
 // scheduler thread before each step (StructuredOutput::fill_bitmasks).
 struct StructuredOutputStats {
@@ -328,6 +355,7 @@ struct EngineStats {
   double tokens_per_s_10s = 0;  // generated tokens per second over the last 10 s
   LatencySummary step_time;     // a whole tick: schedule, device step, bookkeeping
   StepCostStats step_cost;
+  StepAccount step_account;
   StructuredOutputStats structured_output;
   SpeculativeStats speculative;
   // Time the engine spent outside the backend, as a share of all tick time since start

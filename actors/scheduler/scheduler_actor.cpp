@@ -192,6 +192,7 @@ void SchedulerActor::cancel_everything() {
 
 boost::asio::awaitable<void> SchedulerActor::run() {
   std::optional<SchedulerMessage> woken_by;  // received while idle, without the KV manager
+  account_ = StepAccountant(Clock::now());
   for (;;) {
     const Clock::time_point tick_started = Clock::now();
     auto borrowing = borrow_kv_cache();
@@ -229,7 +230,9 @@ boost::asio::awaitable<void> SchedulerActor::run() {
     return_kv_cache();
     if (mailbox().drained() && !policy_.has_unfinished_requests()) co_return;
     // Idle: sleep until a message arrives (or the mailbox closes, or we are cancelled).
+    const Clock::time_point asleep = Clock::now();
     woken_by = co_await mailbox().receive();
+    account_.add_idle(std::chrono::duration<double, std::milli>(Clock::now() - asleep).count());
   }
 }
 
@@ -241,6 +244,8 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   measured.shape = plan.shape;
   measured.predicted_ms = plan.predicted_ms;
   measured.time_budgeted = plan.time_budgeted;
+  measured.num_prefill_tokens = plan.num_prefill_tokens;
+  measured.num_decode_tokens = plan.num_decode_tokens;
   std::vector<RequestId> scheduled;
   scheduled.reserve(plan.batch.seqs.size());
   for (const gpu::SequenceSlice& slice : plan.batch.seqs) scheduled.push_back(slice.seq_id);
@@ -264,6 +269,7 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
     // partial time says nothing about a whole step's cost, so the model does not learn from it.
     policy_.on_step_interrupted(step_id);
     interrupted_ms_ += ms(device_done - started);
+    account_.add_interrupted(ms(device_done - started));
     publish_stats();
     co_return;
   }
@@ -274,6 +280,7 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   }
   if (!outcome->ok()) {
     spdlog::error("step {} failed: {}", step_id, outcome->error);
+    account_.add_failed(ms(device_done - started));
     for (RequestId id : scheduled) {
       policy_.cancel(id);  // their KV may hold garbage now
       structured_.remove(id);
@@ -290,6 +297,8 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   accept_constrained(update);
   open_leases(update.finished);
   learn_step_cost(measured, ms(device_done - started));
+  account_.add_step(measured.num_prefill_tokens, measured.num_decode_tokens,
+                    ms(device_done - started), outcome->timings);
   const Clock::time_point finished = Clock::now();
   ingress::IngressMessage events{
       ingress::StepEvents{std::move(update), std::move(scheduled), tick_started, finished}};
@@ -369,6 +378,7 @@ void SchedulerActor::publish_stats() {
   snapshot.total_tick_ms = total_tick_ms_;
   snapshot.total_device_ms = total_device_ms_;
   snapshot.step_cost = step_cost_stats_;
+  snapshot.step_account = account_.at(Clock::now());
   snapshot.structured_output = structured_stats_;
   const StepCostModel& model = step_cost_.model();
   snapshot.step_cost.model_usable = model.usable;

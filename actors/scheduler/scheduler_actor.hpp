@@ -17,6 +17,8 @@
 //   5. one StepEvents message to ingress for the whole step;
 //   6. return the KV manager; nothing to run: suspend on the mailbox (no busy loop). A message
 //      that wakes the loop is applied in the next tick, once the manager is borrowed again.
+// The loop's wall time is booked as it goes (StepAccountant, step_account.hpp): asleep, each
+// step by the backend's phases, and the loop's own work around them.
 //
 // Shutdown: stop() closes the mailbox; the loop keeps stepping until every admitted sequence has
 // finished (drain), then returns. A cancellation (shutdown deadline) cancels what is left.
@@ -37,6 +39,7 @@
 #include "actors/messages/scheduler_messages.hpp"
 #include "actors/runtime/actor.hpp"
 #include "actors/scheduler/scheduler.hpp"
+#include "actors/scheduler/step_account.hpp"
 #include "actors/scheduler/step_cost_model.hpp"
 #include "actors/scheduler/structured_output.hpp"
 
@@ -103,6 +106,7 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   double total_tick_ms_ = 0;    // whole ticks that ran a step
   double total_device_ms_ = 0;  // ... of which the backend's step
   double interrupted_ms_ = 0;   // backend time of steps given up (first-token interrupts)
+  StepAccountant account_{std::chrono::steady_clock::now()};  // restarted when run() starts
 };
 
 }  // namespace troupe::scheduler

@@ -1,7 +1,10 @@
 // CpuBackend: step execution, sampling, and the compute thread behind launch().
 #include "gpu/cpu/cpu_backend.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <span>
 #include <stdexcept>
@@ -54,6 +57,9 @@ CpuBackend::CpuBackend(model::LlamaWeights weights, const CpuBackendConfig& conf
                                 " is not supported by this CPU");
   }
   dispatcher_ = std::thread([this] { dispatcher_loop(); });
+  // Named so that a per-thread CPU account (bench/serve_bench.py --server-pid) can tell the
+  // step thread (it also runs the pool's share 0) from the rest.
+  pthread_setname_np(dispatcher_.native_handle(), "cpu-step");
 }
 
 CpuBackend::~CpuBackend() {
@@ -111,14 +117,19 @@ std::vector<float> CpuBackend::compute_logits(const StepBatch& batch) {
 }
 
 StepOutcome CpuBackend::run_locked(const StepBatch& batch) {
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   StepOutcome outcome;
   StepResult& result = outcome.result;
   result.step_id = batch.step_id;
   const std::vector<float>* computed = forward_.forward(batch, pool_);
+  outcome.timings.forward_ms = forward_.last_layers_ms();
+  outcome.timings.logits_ms = forward_.last_logits_ms();
   if (computed == nullptr) {
     outcome.interrupted = true;
     return outcome;
   }
+  const Clock::time_point sampling_started = Clock::now();
   const std::vector<float>& logits = *computed;
   const int64_t V = forward_.config().n_vocab;
   // Each sampling slice's first logits row; with drafts it also owns that many more rows, and
@@ -175,7 +186,10 @@ StepOutcome CpuBackend::run_locked(const StepBatch& batch) {
     }
     result.tokens.resize(kept);
   }
+  const Clock::time_point sampled = Clock::now();
+  outcome.timings.sampling_ms = ms(sampled - sampling_started);
   prompt_outputs(batch, result);
+  outcome.timings.prompt_outputs_ms = ms(Clock::now() - sampled);
   return outcome;
 }
 

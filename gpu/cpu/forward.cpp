@@ -2,6 +2,7 @@
 #include "gpu/cpu/forward.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -555,6 +556,10 @@ void LlamaForward::project_output(const float* hidden, int64_t rows, float* logi
 }
 
 const std::vector<float>* LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const Clock::time_point started = Clock::now();
+  last_layers_ms_ = last_logits_ms_ = 0;
   validate(b);
   resolve_tables(b);
   prepare_scratch(b, pool);
@@ -563,11 +568,18 @@ const std::vector<float>* LlamaForward::forward(const StepBatch& b, ThreadPool& 
   for (int32_t l = 0; l < num_layers; ++l) {
     // Given up only in the first half: past it, finishing is the shorter wait for the newcomer
     // who asked and wastes less. The KV written so far is at positions the scheduler recomputes.
-    if (b.interrupt && 2 * l < num_layers && b.interrupt->requested()) return nullptr;
+    if (b.interrupt && 2 * l < num_layers && b.interrupt->requested()) {
+      last_layers_ms_ = ms(Clock::now() - started);
+      return nullptr;
+    }
     attention_block(b, l, pool);
     feed_forward_block(b.num_tokens(), l, pool);
   }
-  return &logits(b, pool);
+  const Clock::time_point layers_done = Clock::now();
+  last_layers_ms_ = ms(layers_done - started);
+  const std::vector<float>& computed = logits(b, pool);
+  last_logits_ms_ = ms(Clock::now() - layers_done);
+  return &computed;
 }
 
 }  // namespace troupe::gpu::cpu

@@ -79,6 +79,10 @@ class LlamaForward {
   // The sampling rows' logits ([rows][n_vocab]), or nullptr when the batch's interrupt was
   // honoured (gpu::StepInterrupt: it is checked before each layer of the first half).
   const std::vector<float>* forward(const StepBatch& batch, ThreadPool& pool);
+  // The last forward()'s wall time: its layers (with the embeddings) and its logits (the final
+  // norm and the vocabulary projection), in milliseconds.
+  double last_layers_ms() const { return last_layers_ms_; }
+  double last_logits_ms() const { return last_logits_ms_; }
 
   // Prompt outputs (issue 37): after forward(), the final-norm hidden rows of every position a
   // slice asked scores or hidden rows for — per slice (StepBatch::seqs order) its positions
@@ -220,6 +224,8 @@ class LlamaForward {
   // The sliding-window layers' RoPE tables (their own base), when the model has such layers.
   std::vector<float> rope_cos_sliding_, rope_sin_sliding_;
   std::vector<PromptRows> prompt_rows_;  // per slice of the last forward()
+  double last_layers_ms_ = 0;
+  double last_logits_ms_ = 0;
   std::vector<float> prompt_hidden_;
   std::vector<int32_t> token_seq_;  // seq index of each token
   std::vector<int32_t> tables_;     // the step's block tables, freed pages -> the zero page

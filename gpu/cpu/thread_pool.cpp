@@ -8,7 +8,10 @@
 #define TROUPE_CPU_RELAX() std::this_thread::yield()
 #endif
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <string>
 
 namespace troupe::gpu::cpu {
 namespace {
@@ -21,7 +24,12 @@ constexpr int kYieldIterations = 200;
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
   num_threads_ = num_threads < 1 ? 1 : num_threads;
-  for (int t = 1; t < num_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
+  for (int t = 1; t < num_threads_; ++t) {
+    workers_.emplace_back([this, t] { worker_loop(t); });
+    // Named for per-thread CPU accounts (bench/serve_bench.py --server-pid).
+    const std::string name = "cpu-pool-" + std::to_string(t);
+    pthread_setname_np(workers_.back().native_handle(), name.substr(0, 15).c_str());
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -33,6 +33,35 @@ TEST(Engine, AnswersAChatQuestionGreedily) {
   EXPECT_TRUE(wait_idle(*engine));
 }
 
+// The step loop's account (issue 42): a prompt and its decode, booked where they were computed,
+// with parts that add up to the loop's wall time.
+TEST(Engine, TheStepAccountBooksThePromptAndTheDecodeWhereTheyRan) {
+  TROUPE_REQUIRE_MODEL();
+  auto engine = Engine::start(test_config());
+  auto sink = std::make_shared<RecordingSink>();
+  engine->submit(greedy_chat("Name three rivers in Europe.", 10), sink);
+  ASSERT_TRUE(sink->wait());
+  ASSERT_FALSE(sink->error()) << sink->error()->message;
+  ASSERT_TRUE(wait_idle(*engine));
+  const Completion completion = *sink->completion();
+  const StepAccount a = engine->stats().step_account;
+  // The prompt's steps sample its first token; every later token is a one-token decode row.
+  EXPECT_EQ(a.prompt_tokens, static_cast<uint64_t>(completion.usage.prompt_tokens));
+  EXPECT_EQ(a.decode_rows, static_cast<uint64_t>(completion.usage.completion_tokens - 1));
+  EXPECT_EQ(a.decode_only_steps, a.decode_rows);
+  EXPECT_GE(a.prompt_only_steps, 1u);
+  EXPECT_EQ(a.mixed_steps, 0u);
+  EXPECT_GT(a.prompt_layers_ms, 0);
+  EXPECT_GT(a.decode_layers_ms, 0);
+  EXPECT_GT(a.logits_ms, 0);
+  EXPECT_GT(a.sampling_ms, 0);
+  EXPECT_LT(a.prompt_outputs_ms, 1.0) << "no prompt outputs were asked for: only the check runs";
+  const double parts = a.idle_ms + a.engine_ms + a.decode_layers_ms + a.prompt_layers_ms +
+                       a.logits_ms + a.sampling_ms + a.prompt_outputs_ms + a.backend_other_ms +
+                       a.interrupted_ms;
+  EXPECT_NEAR(parts, a.wall_ms, 1e-6 * a.wall_ms);
+}
+
 TEST(Engine, SameGreedyTokensAloneAndInABatch) {
   TROUPE_REQUIRE_MODEL();
   auto engine = Engine::start(test_config());

@@ -38,6 +38,11 @@ engine::EngineStats distinct_stats() {
   s.step_cost.fixed_ms = 2, s.step_cost.per_token_ms = 0.5, s.step_cost.per_context_ms = 0.25;
   s.step_cost.per_sampled_ms = 4, s.step_cost.model_usable = true;
   s.structured_output = {131, 137, 139, 1};
+  s.step_account = {.wall_ms = 3001, .idle_ms = 251, .engine_ms = 257, .decode_layers_ms = 263,
+                    .prompt_layers_ms = 269, .logits_ms = 271, .sampling_ms = 277,
+                    .prompt_outputs_ms = 281, .backend_other_ms = 283, .interrupted_ms = 293,
+                    .decode_only_steps = 307, .mixed_steps = 311, .prompt_only_steps = 313,
+                    .decode_rows = 317, .prompt_tokens = 331};
   s.speculative = {.num_drafts = 149, .num_draft_tokens = 160, .num_accepted_tokens = 40};
   s.engine_overhead_ratio = 0.03125, s.uptime_s = 163, s.draining = true;
   s.kv_transfer.role = "decode", s.kv_transfer.engine_id = "troupe-1",
