@@ -257,7 +257,9 @@ const std::array kEngineStats = {
          "troupe:step_loop_seconds_total",
          "part=idle",
          kCounter,
-         "Where the step loop's wall time went since start: asleep, its own work, the layers for decode rows and for prompt tokens, logits, sampling, prompt outputs, the backend's unplaced time, interrupted steps.",
+         "Where the step loop's wall time went since start: asleep, its own work, the layers "
+         "for decode rows and for prompt tokens, logits, sampling, prompt outputs, the "
+         "backend's unplaced time, interrupted steps.",
          TROUPE_STAT(s.step_account.idle_ms),
          nullptr,
          kMs},
@@ -329,7 +331,8 @@ const std::array kEngineStats = {
          "troupe:step_loop_steps_total",
          "kind=decode_only",
          kCounter,
-         "Steps by what they computed: decode rows only, decode rows beside prompt tokens, prompt tokens only.",
+         "Steps by what they computed: decode rows only, decode rows beside prompt tokens, "
+         "prompt tokens only.",
          TROUPE_STAT(s.step_account.decode_only_steps)},
     Stat{"step_account.mixed_steps",
          "troupe:step_loop_steps_total",
