@@ -19,8 +19,8 @@ void StepAccountant::add_step(int64_t prompt_tokens, int64_t decode_rows, double
   a.prompt_tokens += static_cast<uint64_t>(std::max<int64_t>(0, prompt_tokens));
   // The phases lie inside the step's time; should the clocks disagree by a hair, they shrink
   // to fit rather than make the remainder negative.
-  const double phases = timings.forward_ms + timings.logits_ms + timings.sampling_ms +
-                        timings.prompt_outputs_ms;
+  const double phases =
+      timings.forward_ms + timings.logits_ms + timings.sampling_ms + timings.prompt_outputs_ms;
   const double fit = phases > step_ms && phases > 0 ? step_ms / phases : 1.0;
   const int64_t tokens = prompt_tokens + decode_rows;
   const double decode_share =

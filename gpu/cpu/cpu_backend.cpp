@@ -118,7 +118,9 @@ std::vector<float> CpuBackend::compute_logits(const StepBatch& batch) {
 
 StepOutcome CpuBackend::run_locked(const StepBatch& batch) {
   using Clock = std::chrono::steady_clock;
-  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
   StepOutcome outcome;
   StepResult& result = outcome.result;
   result.step_id = batch.step_id;

@@ -557,7 +557,9 @@ void LlamaForward::project_output(const float* hidden, int64_t rows, float* logi
 
 const std::vector<float>* LlamaForward::forward(const StepBatch& b, ThreadPool& pool) {
   using Clock = std::chrono::steady_clock;
-  const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
   const Clock::time_point started = Clock::now();
   last_layers_ms_ = last_logits_ms_ = 0;
   validate(b);
