@@ -154,6 +154,42 @@ def test_metrics_names(server, client):
         assert name in text, name
 
 
+def step_loop_account(server):
+    """troupe:step_loop_* from /metrics in one scrape: (wall s, {part: s}, {token kind: n})."""
+    text = requests.get(server.base_url + "/metrics", timeout=5).text
+    wall = float(re.search(r"^troupe:step_loop_wall_seconds_total\{[^}]*\} (\S+)$", text, re.M).group(1))
+    parts = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^troupe:step_loop_seconds_total\{[^}]*part="(\w+)"\} (\S+)$', text, re.M)}
+    tokens = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^troupe:step_loop_tokens_total\{[^}]*kind="(\w+)"\} (\S+)$', text, re.M)}
+    return wall, parts, tokens
+
+
+def test_the_step_loop_accounts_for_its_wall_time(server, client):
+    """The step loop's account (where a served run's time goes): a request's decode rows are
+    booked as decode, its prompt as prompt tokens, and the parts add up to the wall time."""
+    _, parts0, tokens0 = step_loop_account(server)
+    r = chat(client, "Count from one to twenty.", max_tokens=8, temperature=0,
+             extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 8
+    # The snapshot is published after the step's tokens went out: wait for it, not for time.
+    deadline = time.time() + 30
+    while True:
+        wall, parts, tokens = step_loop_account(server)
+        if tokens["decode_row"] - tokens0["decode_row"] >= 7 or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert tokens["decode_row"] - tokens0["decode_row"] == 7  # the first token came from the prompt
+    prompt = tokens["prompt"] - tokens0["prompt"]
+    assert 1 <= prompt <= r.usage.prompt_tokens  # less when a prefix was cached
+    assert parts["decode_layers"] > parts0["decode_layers"]
+    assert parts["prompt_layers"] > parts0["prompt_layers"]
+    assert parts["logits"] > parts0["logits"] and parts["sampling"] > parts0["sampling"]
+    assert set(parts) == {"idle", "engine", "decode_layers", "prompt_layers", "logits", "sampling",
+                          "prompt_outputs", "backend_other", "interrupted"}
+    assert sum(parts.values()) == pytest.approx(wall, rel=1e-6)
+
+
 def test_dropped_streams_free_everything(server):
     body = (b'{"model":"%s","messages":[{"role":"user","content":"Write a long essay."}],'
             b'"stream":true,"max_tokens":2000,"ignore_eos":true}' % MODEL_ID.encode())
