@@ -224,28 +224,12 @@ TEST(AttentionPlan, HeadRunsCoverEveryQueryHeadOnce) {
 }
 
 // The tile is the per-token chunk order exactly, for every kernel level: against the scalar
-// per-token path and against the SIMD per-token path at the same level. Chunks start at 0 and
-// deep in the context (up to 5,000 keys), lengths that no tile, key block or 16-key panel
+// per-token path and against the SIMD per-token path at the same level. `cases` start at 0 or
+// deep in the context (up to 5,000 keys), with lengths that no tile, key block or 16-key panel
 // divides (ragged rows, row counts the AVX-512 kernels' 3-row blocks do not divide), head sizes
 // that take each kernel level and fall back.
-TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExact) {
-  std::vector<TileCase> cases;
-  for (int32_t group : {1, 3, 4}) {
-    for (int32_t hd : {64, 128}) {
-      cases.push_back({group, hd, 0, 1, 16});
-      cases.push_back({group, hd, 0, 37, 16});
-      cases.push_back({group, hd, 3, 8, 5});
-      cases.push_back({group, hd, 250, 61, 16});
-    }
-  }
-  cases.push_back({3, 64, 1021, 13, 7});
-  cases.push_back({4, 128, 1021, 13, 7});
-  cases.push_back({3, 64, 4993, 7, 16});  // context 5,000
-  cases.push_back({1, 128, 4995, 5, 16});
-  cases.push_back({3, 24, 70, 19, 16});  // AVX2 only (24 % 16 != 0)
-  cases.push_back({2, 80, 70, 19, 16});  // AVX-512 with a 16-dim remainder block
-  cases.push_back({1, 20, 9, 11, 4});    // scalar only
-  AttentionTileScratch scratch;          // reused across shapes, as a pool thread's is
+void expect_tiles_match_per_token(const std::vector<TileCase>& cases) {
+  AttentionTileScratch scratch;  // reused across shapes, as a pool thread's is
   for (const TileCase& cs : cases) {
     TileSetup setup(cs);
     // The forward pass always rounds probabilities to fp16; the unrounded form only on short
@@ -265,6 +249,30 @@ TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExact) {
       }
     }
   }
+}
+
+TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExact) {
+  std::vector<TileCase> cases;
+  for (int32_t group : {1, 3, 4}) {
+    for (int32_t hd : {64, 128}) {
+      cases.push_back({group, hd, 0, 1, 16});
+      cases.push_back({group, hd, 0, 37, 16});
+      cases.push_back({group, hd, 3, 8, 5});
+      cases.push_back({group, hd, 250, 61, 16});
+    }
+  }
+  cases.push_back({3, 64, 1021, 13, 7});
+  cases.push_back({4, 128, 1021, 13, 7});
+  cases.push_back({3, 24, 70, 19, 16});  // AVX2 only (24 % 16 != 0)
+  cases.push_back({2, 80, 70, 19, 16});  // AVX-512 with a 16-dim remainder block
+  cases.push_back({1, 20, 9, 11, 4});    // scalar only
+  expect_tiles_match_per_token(cases);
+}
+
+// The same 5,000 keys deep: two minutes under ASan for the scalar references, so SLOW there
+// (tests/gpu/cpu_kernels.cmake); the shapes above keep the tiles' edges under the sanitizer.
+TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExactDeepInTheContext) {
+  expect_tiles_match_per_token({{3, 64, 4993, 7, 16}, {1, 128, 4995, 5, 16}});  // context 5,000
 }
 
 // Sliding-window layers (gemma3): a window masks keys before position - window + 1. The per-token
