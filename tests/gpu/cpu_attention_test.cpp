@@ -269,7 +269,7 @@ TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExact) {
   expect_tiles_match_per_token(cases);
 }
 
-// The same 5,000 keys deep: two minutes under ASan for the scalar references, so SLOW there
+// The same 5,000 keys deep: half a minute under ASan for the scalar references, so SLOW there
 // (tests/gpu/cpu_kernels.cmake); the shapes above keep the tiles' edges under the sanitizer.
 TEST(AttentionTiled, MatchesPerTokenChunkOrderBitExactDeepInTheContext) {
   expect_tiles_match_per_token({{3, 64, 4993, 7, 16}, {1, 128, 4995, 5, 16}});  // context 5,000

@@ -13,8 +13,8 @@ troupe_add_tests(LIBS troupe_gpu LABELS "unit;gpu"
   TESTS cpu_matmul_test cpu_ops_test cpu_sampler_test cpu_rope_factors_test
         cpu_matmul_kquant_test cpu_matmul_q5_test cpu_token_mask_test cpu_geglu_test
         cpu_matmul_q8k_test cpu_attention_q8_test)
-# Attention kernels against their scalar twins; the tiles 5,000 keys deep are SLOW (two
-# minutes under ASan for the scalar references).
+# Attention kernels against their scalar twins; the tiles 5,000 keys deep are SLOW (half a
+# minute under ASan for the scalar references; the rest of the test takes another 100 s there).
 troupe_add_test(NAME cpu_attention_test SOURCES cpu_attention_test.cpp LIBS troupe_gpu
   LABELS "unit;gpu" SLOW AttentionTiled.MatchesPerTokenChunkOrderBitExactDeepInTheContext)
 # libm's expf in AVX2 lanes against libm itself: the whole softmax domain is SLOW (~1e9 calls).
