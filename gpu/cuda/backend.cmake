@@ -10,6 +10,7 @@ target_sources(troupe_gpu_cuda PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/rope.cu
   ${CMAKE_CURRENT_LIST_DIR}/sampling.cu
   ${CMAKE_CURRENT_LIST_DIR}/silu_mul.cu
+  ${CMAKE_CURRENT_LIST_DIR}/geglu_mul.cu
   ${CMAKE_CURRENT_LIST_DIR}/token_mask.cu
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_weights.cpp

@@ -3,7 +3,7 @@
 //
 // Tolerances: dequantize/embedding within 1 ulp of the target type (the GPU contracts Q4_1's
 // d*q + m into an fma, the CPU does not; the Q5 and K-quant decoders use explicit rounding and
-// should match exactly); RMSNorm, SiLU*up, attention with F32 outputs: relative L2
+// should match exactly); GEGLU bit for bit (the CPU's GELU table); RMSNorm, SiLU*up, attention with F32 outputs: relative L2
 // error < 1e-5 (attention 1e-4: expf and a different reduction order); RoPE (with and without
 // rope_freqs factors): 1e-4 absolute against the CPU's float table (1e-3 on queries, rounded to
 // fp16); GEMM: < 2e-3 (F16) and < 1e-2 (BF16) against float64.
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gpu/cpu/attention.hpp"
+#include "gpu/cpu/geglu.hpp"
 #include "model/fp16.hpp"
 #include "gpu/cpu/matmul.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
@@ -28,6 +29,7 @@
 #include "gpu/cuda/attention.cuh"
 #include "gpu/cuda/dequantize.cuh"
 #include "gpu/cuda/embedding.cuh"
+#include "gpu/cuda/geglu_mul.cuh"
 #include "gpu/cuda/gemm.hpp"
 #include "gpu/cuda/kv_write.cuh"
 #include "gpu/cuda/rmsnorm.cuh"
@@ -236,6 +238,32 @@ TEST(CudaOps, SiluMulMatchesFloat64Reference) {
     std::vector<float> want(static_cast<size_t>(T) * n_ff);
     for (int32_t t = 0; t < T; ++t) cpu::swiglu_reference(&gu[t * 2 * n_ff], &gu[t * 2 * n_ff + n_ff], &want[t * n_ff], n_ff);
     EXPECT_LT(relative_error(out.download(), want), 1e-5);
+  }
+}
+
+// GEGLU reads the CPU's own GELU table, so it equals the CPU twin bit for bit, past the +-10
+// cut-offs too.
+TEST(CudaOps, GegluMulEqualsTheCpuTwinBitForBit) {
+  TROUPE_REQUIRE_CUDA_DEVICE();
+  std::vector<uint16_t> table(65536);
+  for (uint32_t h = 0; h < table.size(); ++h) {
+    table[h] = cpu::gelu_fp16_table_entry(static_cast<uint16_t>(h));
+  }
+  DeviceArray<uint16_t> d_table(table);
+  for (int32_t n_ff : {64, 1536, 2048}) {
+    const int32_t T = 5;
+    std::vector<float> gu = randn(static_cast<size_t>(T) * 2 * n_ff, n_ff + 7, 4.0f);
+    gu[0] = -12.5f, gu[1] = 10.0f, gu[2] = -10.0f, gu[3] = 11.25f, gu[4] = 0.0f, gu[5] = -9.999f;
+    DeviceArray<float> d_gu(gu), out(static_cast<size_t>(T) * n_ff);
+    geglu_mul(d_gu.get(), T, n_ff, d_table.get(), out.get(), ActType::kF16, /*out_f32=*/true,
+              nullptr);
+    std::vector<float> want(static_cast<size_t>(T) * n_ff);
+    for (int32_t t = 0; t < T; ++t) {
+      cpu::geglu(&gu[t * 2 * n_ff], &gu[t * 2 * n_ff + n_ff], &want[t * n_ff], n_ff);
+    }
+    const std::vector<float> got = out.download();
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * want.size())) << "n_ff " << n_ff;
   }
 }
 
