@@ -53,7 +53,7 @@ struct KvHostMemory {
 // thread (the scheduler's account of a served run, issue 42). A backend that does not measure
 // its phases leaves them 0, and the scheduler books the whole step as the backend's other time.
 struct StepTimings {
-  double forward_ms = 0;         // embeddings and every layer, for every token of the step
+  double layers_ms = 0;          // embeddings and every layer, for every token of the step
   double logits_ms = 0;          // the final norm and vocabulary projection of the sampled rows
   double sampling_ms = 0;        // penalties, masks, top-k/p, logprobs, the draw
   double prompt_outputs_ms = 0;  // prompt logprobs and hidden rows (scores, embeddings)

@@ -268,7 +268,6 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
     // Nothing to report: the next tick replans these sequences behind the newcomer's step. Its
     // partial time says nothing about a whole step's cost, so the model does not learn from it.
     policy_.on_step_interrupted(step_id);
-    interrupted_ms_ += ms(device_done - started);
     account_.add_interrupted(ms(device_done - started));
     publish_stats();
     co_return;
@@ -389,7 +388,7 @@ void SchedulerActor::publish_stats() {
   snapshot.step_cost.num_time_budgeted_steps = snapshot.stats.num_time_budgeted_steps;
   snapshot.step_cost.num_first_token_steps = snapshot.stats.num_first_token_steps;
   snapshot.step_cost.num_interrupted_steps = snapshot.stats.num_interrupted_steps;
-  snapshot.step_cost.interrupted_ms = interrupted_ms_;
+  snapshot.step_cost.interrupted_ms = snapshot.step_account.interrupted_ms;
   board_->publish_scheduler(std::move(snapshot));
 }
 

@@ -105,8 +105,8 @@ class SchedulerActor final : public actors::runtime::Actor<SchedulerMessage> {
   engine::StepCostStats step_cost_stats_;
   double total_tick_ms_ = 0;    // whole ticks that ran a step
   double total_device_ms_ = 0;  // ... of which the backend's step
-  double interrupted_ms_ = 0;   // backend time of steps given up (first-token interrupts)
-  StepAccountant account_{std::chrono::steady_clock::now()};  // restarted when run() starts
+  // The loop's wall time by part (interrupted steps' time included); restarted when run() starts.
+  StepAccountant account_{std::chrono::steady_clock::now()};
 };
 
 }  // namespace troupe::scheduler

@@ -20,13 +20,13 @@ void StepAccountant::add_step(int64_t prompt_tokens, int64_t decode_rows, double
   // The phases lie inside the step's time; should the clocks disagree by a hair, they shrink
   // to fit rather than make the remainder negative.
   const double phases =
-      timings.forward_ms + timings.logits_ms + timings.sampling_ms + timings.prompt_outputs_ms;
+      timings.layers_ms + timings.logits_ms + timings.sampling_ms + timings.prompt_outputs_ms;
   const double fit = phases > step_ms && phases > 0 ? step_ms / phases : 1.0;
   const int64_t tokens = prompt_tokens + decode_rows;
   const double decode_share =
       tokens > 0 ? static_cast<double>(decode_rows) / static_cast<double>(tokens) : 0.0;
-  a.decode_layers_ms += timings.forward_ms * fit * decode_share;
-  a.prompt_layers_ms += timings.forward_ms * fit * (1.0 - decode_share);
+  a.decode_layers_ms += timings.layers_ms * fit * decode_share;
+  a.prompt_layers_ms += timings.layers_ms * fit * (1.0 - decode_share);
   a.logits_ms += timings.logits_ms * fit;
   a.sampling_ms += timings.sampling_ms * fit;
   a.prompt_outputs_ms += timings.prompt_outputs_ms * fit;

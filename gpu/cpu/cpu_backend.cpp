@@ -125,7 +125,7 @@ StepOutcome CpuBackend::run_locked(const StepBatch& batch) {
   StepResult& result = outcome.result;
   result.step_id = batch.step_id;
   const std::vector<float>* computed = forward_.forward(batch, pool_);
-  outcome.timings.forward_ms = forward_.last_layers_ms();
+  outcome.timings.layers_ms = forward_.last_layers_ms();
   outcome.timings.logits_ms = forward_.last_logits_ms();
   if (computed == nullptr) {
     outcome.interrupted = true;

@@ -24,8 +24,7 @@ void launch_dequantize_matrix(const void* raw, WeightType type, int64_t num_rows
   const int64_t total = num_rows * num_cols;
   if (total == 0) return;
   const int threads = 256;
-  const int64_t wanted = (total + threads - 1) / threads;
-  const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
+  const int blocks = detail::grid_stride_blocks(total, threads);
   // GGUF's row size, from the block structs of model/quants/ (through the type table).
   const auto row_bytes = static_cast<int64_t>(model::row_bytes(type, static_cast<uint64_t>(num_cols)));
   dequantize_matrix_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(raw), type,

@@ -13,6 +13,13 @@
 
 namespace troupe::gpu::cuda::detail {
 
+// Blocks of `threads` for a grid-stride loop over `total` elements: one element per thread up
+// to 65,536 blocks, the loop covering the rest.
+inline int grid_stride_blocks(int64_t total, int threads) {
+  const int64_t wanted = (total + threads - 1) / threads;
+  return static_cast<int>(wanted < 65536 ? wanted : 65536);
+}
+
 // Element j of one GGUF row (GGUF_NOTES.md §3: Q4 nibbles are j / j+16, not interleaved).
 // Q5_0/Q5_1 and the K-quants live in dequant_quants.cuh.
 __device__ __forceinline__ float load_weight_element(const uint8_t* row, WeightType type, int64_t j) {

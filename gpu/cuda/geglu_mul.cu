@@ -42,8 +42,7 @@ void geglu_mul(const float* gate_up, int32_t num_tokens, int32_t n_ff, const uin
   const int64_t total = static_cast<int64_t>(num_tokens) * n_ff;
   if (total == 0) return;
   const int threads = 256;
-  const int64_t wanted = (total + threads - 1) / threads;
-  const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
+  const int blocks = detail::grid_stride_blocks(total, threads);
   geglu_mul_kernel<<<blocks, threads, 0, stream>>>(gate_up, total, n_ff, gelu_table, out, out_type,
                                                    out_f32);
   CUDA_CHECK_LAUNCH();

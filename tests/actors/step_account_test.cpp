@@ -21,9 +21,9 @@ TEST(StepAccountTest, TheLayersAreSplitByTokensAndThePartsAddUpToTheWallTime) {
   accountant.add_idle(100);
   // 12 decode rows beside a 36-token prompt chunk: a quarter of the layers' 40 ms is decode's.
   accountant.add_step(36, 12, 50,
-                      {.forward_ms = 40, .logits_ms = 4, .sampling_ms = 2, .prompt_outputs_ms = 1});
-  accountant.add_step(0, 16, 20, {.forward_ms = 10, .logits_ms = 5, .sampling_ms = 3});
-  accountant.add_step(64, 0, 30, {.forward_ms = 29});
+                      {.layers_ms = 40, .logits_ms = 4, .sampling_ms = 2, .prompt_outputs_ms = 1});
+  accountant.add_step(0, 16, 20, {.layers_ms = 10, .logits_ms = 5, .sampling_ms = 3});
+  accountant.add_step(64, 0, 30, {.layers_ms = 29});
   accountant.add_interrupted(7);
   const engine::StepAccount a = accountant.at(start + milliseconds(300));
   EXPECT_DOUBLE_EQ(a.wall_ms, 300);
@@ -48,7 +48,7 @@ TEST(StepAccountTest, TheLayersAreSplitByTokensAndThePartsAddUpToTheWallTime) {
 TEST(StepAccountTest, PhasesLongerThanTheStepShrinkToFitIt) {
   // Two clocks a hair apart: the backend's phases may sum past the scheduler's step time.
   StepAccountant accountant(Clock::time_point{});
-  accountant.add_step(0, 4, 10, {.forward_ms = 8, .logits_ms = 4});
+  accountant.add_step(0, 4, 10, {.layers_ms = 8, .logits_ms = 4});
   const engine::StepAccount a = accountant.at(Clock::time_point{} + milliseconds(10));
   EXPECT_NEAR(a.decode_layers_ms + a.logits_ms, 10, 1e-9);
   EXPECT_NEAR(a.backend_other_ms, 0, 1e-9);
