@@ -17,9 +17,10 @@ namespace troupe::gpu {
 
 namespace {
 
-// What keeps the CUDA backend off this model and KV format, or nullopt: an unproven weight type
-// or an unproven KV format (gpu/cuda_proven_types.hpp).
+// What keeps the CUDA backend off this model and KV format, or nullopt: an unproven graph, weight
+// type or KV format (gpu/cuda_proven_types.hpp).
 std::optional<std::string> unproven_on_cuda(const model::LlamaWeights& weights, KvDtype kv_dtype) {
+  if (!cuda_graph_proof_of(weights.config())) return unproven_cuda_graph_message(weights.config());
   if (const std::optional<UnprovenTensor> t = first_unproven_cuda_tensor(weights)) {
     return unproven_cuda_message(*t);
   }

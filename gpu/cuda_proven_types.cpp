@@ -2,6 +2,7 @@
 #include "gpu/cuda_proven_types.hpp"
 
 #include <array>
+#include <string_view>
 
 namespace troupe::gpu {
 namespace {
@@ -28,7 +29,37 @@ constexpr std::array kKvProofs = {
                 "faecbdc: the F16 weights' parity run above, whose cache was f16"},
 };
 
+// gemma3 (step_forward.cpp's Gemma seams, head_rmsnorm.cu, geglu_mul.cu, attention.cu's sliding
+// window and head_dim 256: compiled and tested against their CPU twins in
+// tests/gpu/cuda_gemma3_test.cpp) earns its row from bench/device_check.sh's CudaGemma3 lines.
+constexpr std::array kGraphProofs = {
+    CudaGraphProof{"llama", "2026-12-04", "NVIDIA H200 (sm_90)",
+                   "faecbdc: the F16 parity run above (SmolLM2-135M, a llama)"},
+};
+
 }  // namespace
+
+const char* cuda_graph_of(const model::LlamaConfig& c) {
+  return c.uses_gemma_seams() ? "gemma3" : "llama";
+}
+
+std::optional<CudaGraphProof> cuda_graph_proof_of(const model::LlamaConfig& c) {
+  const std::string_view graph = cuda_graph_of(c);
+  for (const CudaGraphProof& p : kGraphProofs) {
+    if (graph == p.graph) return p;
+  }
+  return std::nullopt;
+}
+
+std::string unproven_cuda_graph_message(const model::LlamaConfig& c) {
+  std::string proven;
+  for (const CudaGraphProof& p : kGraphProofs) {
+    proven += (proven.empty() ? "" : ", ") + std::string(p.graph);
+  }
+  return "architecture " + c.architecture + " runs the CUDA backend's " + cuda_graph_of(c) +
+         " graph, which has not been proven correct on a GPU yet (proven: " + proven +
+         "; gpu/cuda_proven_types.cpp); use --backend cpu";
+}
 
 std::span<const CudaKvProof> cuda_proven_kv_dtypes() { return kKvProofs; }
 

@@ -63,4 +63,19 @@ std::optional<CudaKvProof> cuda_kv_proof_of(KvDtype dtype);
 // What a refusal of an unproven KV format says.
 std::string unproven_cuda_kv_message(KvDtype dtype);
 
+// The forward-pass graphs proven the same way: "llama" (the llama family's graph) and "gemma3"
+// (LlamaConfig's Gemma seams: QK norm, post norms, GEGLU, embedding and query scales,
+// sliding-window layers in KV groups), each by a GPU run of its parity tests.
+struct CudaGraphProof {
+  const char* graph;
+  const char* date;
+  const char* device;
+  const char* evidence;
+};
+// The graph a model runs on the CUDA backend: "gemma3" when any Gemma seam is on, else "llama".
+const char* cuda_graph_of(const model::LlamaConfig& c);
+std::optional<CudaGraphProof> cuda_graph_proof_of(const model::LlamaConfig& c);
+// What a refusal of an unproven graph says.
+std::string unproven_cuda_graph_message(const model::LlamaConfig& c);
+
 }  // namespace troupe::gpu

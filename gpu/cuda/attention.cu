@@ -54,12 +54,14 @@ struct OnlineSoftmax {
   float (&acc)[kMaxGroup][kDimsPerLane];
 };
 
-// Warp w visits keys w, w + kWarps, ... of [0, num_keys) through the sequence's block-table row
+// Warp w visits keys first_key + w, first_key + w + kWarps, ... of [first_key, num_keys) through
+// the sequence's block-table row
 // and folds each into `state` for every query head of the group (KV head h). Element: the
 // cache's (__half or E4M3 bytes); an fp16 cache's k_scale is 1, so its scores are unchanged.
 template <int kDimsPerLane, typename Element>
 __device__ __forceinline__ void attend_warp_keys(const AttentionArgs& a, int32_t h, int32_t group,
-                                                 int32_t num_keys, const int32_t* table,
+                                                 int32_t first_key, int32_t num_keys,
+                                                 const int32_t* table,
                                                  const float (&q)[kMaxGroup][kDimsPerLane],
                                                  const OnlineSoftmax<kDimsPerLane>& state) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -69,7 +71,7 @@ __device__ __forceinline__ void attend_warp_keys(const AttentionArgs& a, int32_t
   const Element* k_cache = static_cast<const Element*>(a.k_cache);
   const Element* v_cache = static_cast<const Element*>(a.v_cache);
   const float score_scale = a.scale * a.k_scale;
-  for (int32_t key = warp; key < num_keys; key += kWarps) {
+  for (int32_t key = first_key + warp; key < num_keys; key += kWarps) {
     const int64_t block = table[key / a.block_size];
     const int64_t base = block * block_stride + h * head_stride +
                          static_cast<int64_t>(key % a.block_size) * hd + lane * kDimsPerLane;
@@ -116,7 +118,8 @@ __device__ __forceinline__ void store_warp_partials(const OnlineSoftmax<kDimsPer
 }
 
 // Merges the warps' partials into the output rows of token t, query heads of KV head h: warp 0
-// saw key 0, so the overall max is finite; warps without keys carry m = -inf and weigh 0.
+// saw the first visible key, so the overall max is finite; warps without keys carry m = -inf and
+// weigh 0.
 __device__ __forceinline__ void merge_warp_partials(const AttentionArgs& a, const float* partials,
                                                     int32_t t, int32_t h, int32_t group) {
   const int32_t hd = a.head_dim;
@@ -153,6 +156,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
   const int32_t group = a.n_head / a.n_head_kv;
   const int32_t hd = a.head_dim;
   const int32_t num_keys = a.positions[t] + 1;
+  const int32_t first_key = a.sliding_window > 0 ? max(0, num_keys - a.sliding_window) : 0;
   const int32_t* table =
       a.block_tables + static_cast<int64_t>(a.token_table_row[t]) * a.max_blocks_per_seq;
   const float* q_row =
@@ -172,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
   }
   const OnlineSoftmax<kDimsPerLane> state{m, l, acc};
 
-  attend_warp_keys<kDimsPerLane, Element>(a, h, group, num_keys, table, q, state);
+  attend_warp_keys<kDimsPerLane, Element>(a, h, group, first_key, num_keys, table, q, state);
   store_warp_partials<kDimsPerLane>(state, group, hd, partials);
   __syncthreads();
   merge_warp_partials(a, partials, t, h, group);
@@ -185,9 +189,10 @@ void launch_for_head_dim(const AttentionArgs& a, dim3 grid, size_t smem, cudaStr
     case 64: paged_attention_kernel<2, Element><<<grid, kThreads, smem, stream>>>(a); break;
     case 96: paged_attention_kernel<3, Element><<<grid, kThreads, smem, stream>>>(a); break;
     case 128: paged_attention_kernel<4, Element><<<grid, kThreads, smem, stream>>>(a); break;
+    case 256: paged_attention_kernel<8, Element><<<grid, kThreads, smem, stream>>>(a); break;
     default:
       throw std::invalid_argument("paged_attention: head_dim " + std::to_string(a.head_dim) +
-                                  " is not supported (32, 64, 96, 128)");
+                                  " is not supported (32, 64, 96, 128, 256)");
   }
 }
 

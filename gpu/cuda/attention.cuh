@@ -7,7 +7,12 @@
 // GQA: one thread block per (token, KV head) computes the n_head / n_head_kv query heads that
 // share it, so each K/V row is read once per group. Each warp runs an online softmax over a
 // strided subset of the keys; the warps' partial results are merged at the end. head_dim must be
-// 32, 64, 96 or 128 and the group at most 8.
+// 32, 64, 96, 128 or 256 (gemma3) and the group at most 8.
+//
+// Sliding-window layers (gemma3's, sliding_window > 0): token t sees only keys
+// (positions[t] - sliding_window, positions[t]], as the CPU's LlamaConfig::first_visible_key; the
+// keys below are never read, so the block-table entries the scheduler freed there (-1) are not
+// either.
 //
 // Next steps (not done): split the keys of long contexts over several blocks (flash-decoding) so
 // small decode batches fill the GPU, and tile prefill queries so a chunk reads each key once.
@@ -41,6 +46,7 @@ struct AttentionArgs {
   int32_t head_dim = 0;
   int32_t block_size = 16;
   float scale = 1.0f;
+  int32_t sliding_window = 0;               // > 0: keys (position - sliding_window, position] only
   void* out = nullptr;                      // [num_tokens] rows of n_head * head_dim, ld_out apart
   int64_t ld_out = 0;
   ActType out_type = ActType::kF16;

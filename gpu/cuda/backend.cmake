@@ -11,6 +11,7 @@ target_sources(troupe_gpu_cuda PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sampling.cu
   ${CMAKE_CURRENT_LIST_DIR}/silu_mul.cu
   ${CMAKE_CURRENT_LIST_DIR}/geglu_mul.cu
+  ${CMAKE_CURRENT_LIST_DIR}/head_rmsnorm.cu
   ${CMAKE_CURRENT_LIST_DIR}/token_mask.cu
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_weights.cpp
@@ -23,3 +24,6 @@ target_sources(troupe_gpu_cuda PRIVATE
 )
 # The backend's host code includes model/ headers (C++20) and the CPU reference's validation.
 target_link_libraries(troupe_gpu_cuda PUBLIC troupe_model Threads::Threads)
+# GEGLU uploads the CPU twin's own GELU table (gpu/cpu/geglu.hpp, in troupe_gpu, which links this
+# library): a cycle of two static libraries, which CMake links by naming them twice.
+target_link_libraries(troupe_gpu_cuda PRIVATE troupe_gpu)

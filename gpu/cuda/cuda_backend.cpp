@@ -26,6 +26,7 @@ struct CudaBackend::Impl {
   // ----- configuration and model -----
   CudaBackendConfig config;
   model::LlamaConfig c;
+  KvGroups kv_groups;  // one group for the llama family; gemma3's global and sliding groups
   ActType act = ActType::kF16;
   std::string device_name;
 
@@ -61,18 +62,21 @@ struct CudaBackend::Impl {
 };
 
 CudaBackend::Impl::Impl(model::LlamaWeights weights, const CudaBackendConfig& cfg)
-    : config(cfg), c(weights.config()) {
+    : config(cfg), c(weights.config()), kv_groups(KvGroups::of(c)) {
   if (config.block_size <= 0 || config.max_num_batched_tokens <= 0 || config.max_num_seqs <= 0) {
     throw std::invalid_argument("CUDA backend: block_size, max_num_batched_tokens and max_num_seqs must be positive");
   }
   if (c.qkv_bias) throw std::invalid_argument("CUDA backend: QKV bias (qwen2) is not supported yet; use --backend cpu");
-  if (c.uses_gemma_seams()) {
-    throw std::invalid_argument("CUDA backend: architecture " + c.architecture +
-                                " (QK norm, post norms, GEGLU, sliding-window layers) is not "
-                                "supported yet; use --backend cpu");
+  if (c.head_dim % 32 != 0 || (c.head_dim > 128 && c.head_dim != 256)) {
+    throw std::invalid_argument("CUDA backend: head_dim " + std::to_string(c.head_dim) +
+                                " is not supported (32, 64, 96, 128, 256)");
   }
-  if (c.head_dim % 32 != 0 || c.head_dim > 128) {
-    throw std::invalid_argument("CUDA backend: head_dim " + std::to_string(c.head_dim) + " is not supported (32, 64, 96, 128)");
+  if (config.kv_host_mirror && kv_groups.num_groups > 1) {
+    // As on the CPU backend: a transfer moves one block table's pages, a sequence of a
+    // sliding-window model has one per KV group.
+    throw std::invalid_argument("CUDA backend: KV transfer (disaggregated prefill/decode) does "
+                                "not carry the KV groups of " + c.architecture +
+                                "'s sliding-window layers yet");
   }
   if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8) {
     throw std::invalid_argument("CUDA backend: GQA group n_head / n_head_kv must be <= 8");
@@ -104,7 +108,7 @@ void CudaBackend::Impl::initialize(const model::LlamaWeights& w) {
                                          ? ActType::kBF16 : ActType::kF16);
   device_weights = upload_weights(w, act, stream, allocations);
   allocate_scratch();
-  kv_cache = allocate_kv_cache(c, config, allocations);
+  kv_cache = allocate_kv_cache(c, config, kv_groups, allocations);
   if (config.kv_host_mirror) kv_mirror = KvHostMirror::allocate(kv_cache, c, config.block_size);
 }
 
@@ -117,6 +121,7 @@ void CudaBackend::Impl::allocate_scratch() {
   scratch.qkv = allocations.allocate<float>(T * W * 4);
   scratch.attn = allocations.allocate(T * Q * 2);
   scratch.gate_up = allocations.allocate<float>(T * 2 * F * 4);
+  if (c.post_norms) scratch.tmp = allocations.allocate<float>(T * E * 4);
   scratch.ff = allocations.allocate(T * F * 2);
   scratch.logits = allocations.allocate<float>(S * V * 4);
   scratch.workspace = allocations.allocate<float>(S * V * 4);
@@ -163,6 +168,7 @@ ForwardContext CudaBackend::Impl::forward_context() const {
   ctx.cublas = cublas;
   ctx.weights = &device_weights;
   ctx.kv_cache = &kv_cache;
+  ctx.kv_groups = &kv_groups;
   ctx.scratch = &scratch;
   ctx.observer = &config.observer;
   return ctx;
@@ -250,6 +256,9 @@ KvCacheGeometry CudaBackend::kv_geometry() const {
   g.num_blocks = impl_->kv_cache.num_blocks;
   g.block_size = impl_->config.block_size;
   g.bytes = impl_->kv_cache.bytes;
+  g.num_kv_groups = impl_->kv_groups.num_groups;
+  g.sliding_window = impl_->kv_groups.sliding_window;
+  g.layers_per_group = impl_->kv_groups.layers_per_group;
   g.dtype = impl_->config.kv_dtype;
   return g;
 }
@@ -267,7 +276,7 @@ void CudaBackend::launch(StepBatch batch, Completion done) {
   int slot = -1;
   try {
     CUDA_CHECK(cudaSetDevice(m.config.device));
-    validate_batch(batch, m.config, m.c.n_vocab, m.kv_cache.num_blocks);
+    validate_batch(batch, m.config, m.c.n_vocab, m.kv_cache.num_blocks, m.kv_groups);
     slot = m.completions.acquire_slot();
     const std::vector<SamplingRow> rows = m.enqueue_forward(batch, slot);
     m.enqueue_sampling(rows, slot);
@@ -297,7 +306,7 @@ StepResult CudaBackend::run_step(const StepBatch& batch) {
 std::vector<float> CudaBackend::compute_logits(const StepBatch& batch) {
   Impl& m = *impl_;
   CUDA_CHECK(cudaSetDevice(m.config.device));
-  validate_batch(batch, m.config, m.c.n_vocab, m.kv_cache.num_blocks);
+  validate_batch(batch, m.config, m.c.n_vocab, m.kv_cache.num_blocks, m.kv_groups);
   const int slot = m.completions.acquire_slot();
   std::vector<float> out;
   try {

@@ -2,9 +2,11 @@
 #include "gpu/cuda/cuda_weights.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "gpu/cpu/geglu.hpp"
 #include "gpu/cuda/cuda_check.cuh"
 #include "gpu/cuda/dequantize.cuh"
 
@@ -58,6 +60,12 @@ float* upload_f32(const model::WeightView& v, DeviceAllocations& allocations, cu
   return p;
 }
 
+// The gemma3 norms a layer may carry; nullptr where it has none (the llama family).
+float* upload_optional_f32(const std::optional<model::WeightView>& v,
+                           DeviceAllocations& allocations, cudaStream_t stream) {
+  return v ? upload_f32(*v, allocations, stream) : nullptr;
+}
+
 }  // namespace
 
 DeviceWeights upload_weights(const model::LlamaWeights& w, ActType act, cudaStream_t stream,
@@ -72,6 +80,15 @@ DeviceWeights upload_weights(const model::LlamaWeights& w, ActType act, cudaStre
     }
   }
   if (w.output().data != w.token_embd().data) staging_bytes = std::max<size_t>(staging_bytes, w.output().num_bytes);
+  // GEGLU reads the CPU twin's own table (geglu_mul.cuh); it must outlive the stream-ordered
+  // copy, which the synchronization at the end waits for.
+  std::vector<uint16_t> gelu_table;
+  if (c.ffn_activation == model::FfnActivation::kGeluTanh) {
+    gelu_table.resize(65536);
+    for (uint32_t h = 0; h < gelu_table.size(); ++h) {
+      gelu_table[h] = cpu::gelu_fp16_table_entry(static_cast<uint16_t>(h));
+    }
+  }
   void* staging = nullptr;
   CUDA_CHECK(cudaMalloc(&staging, std::max<size_t>(staging_bytes, 1)));
   try {
@@ -88,6 +105,10 @@ DeviceWeights upload_weights(const model::LlamaWeights& w, ActType act, cudaStre
       upload_projection({&l.w_down}, L.down, staging, act, stream);
       L.attn_norm = upload_f32(l.attn_norm, allocations, stream);
       L.ffn_norm = upload_f32(l.ffn_norm, allocations, stream);
+      L.q_norm = upload_optional_f32(l.q_norm, allocations, stream);
+      L.k_norm = upload_optional_f32(l.k_norm, allocations, stream);
+      L.post_attn_norm = upload_optional_f32(l.post_attn_norm, allocations, stream);
+      L.post_ffn_norm = upload_optional_f32(l.post_ffn_norm, allocations, stream);
       d.gemm_bytes += ((Q + 2 * KV) * E + E * Q + 2 * F * E + E * F) * 2;
       d.layers.push_back(L);
     }
@@ -98,6 +119,10 @@ DeviceWeights upload_weights(const model::LlamaWeights& w, ActType act, cudaStre
     copy_to_device(d.embd_raw, embd.data, embd.num_bytes, stream);
     d.output_norm = upload_f32(w.output_norm(), allocations, stream);
     if (w.rope_freqs()) d.rope_freqs = upload_f32(*w.rope_freqs(), allocations, stream);
+    if (!gelu_table.empty()) {
+      d.gelu_table = allocations.allocate<uint16_t>(gelu_table.size() * sizeof(uint16_t));
+      copy_to_device(d.gelu_table, gelu_table.data(), gelu_table.size() * sizeof(uint16_t), stream);
+    }
     d.output = allocations.allocate(static_cast<size_t>(c.n_vocab) * E * 2);
     if (w.output().data == embd.data) {  // tied: convert the copy already on the device
       dequantize_matrix(d.embd_raw, d.embd_type, c.n_vocab, E, d.output, act, stream);

@@ -24,6 +24,12 @@ struct DeviceLayerWeights {
   void* down = nullptr;     // [n_embd][n_ff]
   float* attn_norm = nullptr;
   float* ffn_norm = nullptr;
+  // gemma3 only (LlamaConfig::qk_norm, post_norms), nullptr otherwise: [head_dim] per-head Q and
+  // K norms, and the [n_embd] norms of the attention and FFN outputs before each residual add.
+  float* q_norm = nullptr;
+  float* k_norm = nullptr;
+  float* post_attn_norm = nullptr;
+  float* post_ffn_norm = nullptr;
 };
 
 struct DeviceWeights {
@@ -34,6 +40,8 @@ struct DeviceWeights {
   float* output_norm = nullptr;
   float* rope_freqs = nullptr;  // [n_rot / 2] RoPE frequency divisors, or nullptr (none)
   void* output = nullptr;       // [n_vocab][n_embd]
+  // GEGLU models (gemma3): the CPU's fp16 GELU table (65,536 words, geglu_mul.cuh), else nullptr.
+  uint16_t* gelu_table = nullptr;
   int64_t gemm_bytes = 0;       // device bytes of the GEMM weights
 };
 

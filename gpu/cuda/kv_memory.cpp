@@ -24,10 +24,11 @@ KvElement kv_element_of(KvDtype dtype) {
 }
 
 KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& config,
-                          DeviceAllocations& allocations) {
+                          const KvGroups& groups, DeviceAllocations& allocations) {
   const KvElement element = kv_element_of(config.kv_dtype);
   const int64_t row_bytes = kv_row_bytes(config.kv_dtype, c.head_dim);  // one token, one KV head
-  const int64_t per_block = static_cast<int64_t>(c.n_layer) * 2 * c.n_head_kv * config.block_size * row_bytes;
+  const int64_t per_block =
+      static_cast<int64_t>(groups.layers_per_group) * 2 * c.n_head_kv * config.block_size * row_bytes;
   int64_t blocks = config.num_blocks;
   if (blocks <= 0) {
     size_t free_bytes = 0, total_bytes = 0;
@@ -54,8 +55,9 @@ KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& 
   const size_t side = static_cast<size_t>(kv_cache.num_blocks) * c.n_head_kv * config.block_size * row_bytes;
   kv_cache.layers.resize(c.n_layer);
   for (int32_t l = 0; l < c.n_layer; ++l) {
-    kv_cache.layers[l].k_cache = kv + side * 2 * l;
-    kv_cache.layers[l].v_cache = kv + side * (2 * l + 1);
+    const size_t slot = static_cast<size_t>(groups.slot_of[static_cast<size_t>(l)]);
+    kv_cache.layers[l].k_cache = kv + side * 2 * slot;
+    kv_cache.layers[l].v_cache = kv + side * (2 * slot + 1);
   }
   return kv_cache;
 }

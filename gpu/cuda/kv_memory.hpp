@@ -1,7 +1,9 @@
 // KV cache memory on the device: how many blocks gpu_memory_utilization leaves after weights and
 // scratch (or CudaBackendConfig::num_blocks), allocated as one buffer split per layer into K and V
 // (the CPU backend's layout), of fp16 or FP8 E4M3 elements (cache.kv_dtype): FP8 holds twice the
-// blocks in the same memory.
+// blocks in the same memory. With KV groups (gpu/kv_groups.hpp: gemma3) a block (page) holds one
+// group's layers: the buffer has layers_per_group K/V pairs, and layer l uses pair slot_of[l],
+// the pages of its group's block tables (the CPU backend's layout too).
 //
 // Thread-safety: allocate_kv_cache() from the backend's constructor only; the result is
 // read-only afterwards.
@@ -14,6 +16,7 @@
 #include "gpu/cuda/device_allocations.hpp"
 #include "gpu/cuda/kernel_types.cuh"
 #include "gpu/kv_dtype.hpp"
+#include "gpu/kv_groups.hpp"
 #include "model/llama_config.hpp"
 
 namespace troupe::gpu::cuda {
@@ -38,12 +41,12 @@ struct KvCache {
   float v_scale = 1.0f;
   int32_t num_blocks = 0;
   int64_t bytes = 0;
-  std::vector<LayerKvCache> layers;  // [n_layer]
+  std::vector<LayerKvCache> layers;  // [n_layer]; layers of different groups share memory
 };
 
 // Sizes and allocates the KV blocks; call it last at start-up (it measures free memory).
 // Throws std::invalid_argument when no block fits and CudaError for a device failure.
 KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& config,
-                          DeviceAllocations& allocations);
+                          const KvGroups& groups, DeviceAllocations& allocations);
 
 }  // namespace troupe::gpu::cuda

@@ -24,7 +24,9 @@ __global__ void rmsnorm_kernel(RmsNormArgs a) {
   const int64_t base = static_cast<int64_t>(r) * a.ld_out;
   for (int32_t j = threadIdx.x; j < a.n; j += blockDim.x) {
     const float y = (x[j] * scale) * a.weight[j];
-    if (a.out_f32 != nullptr) {
+    if (a.out_f32 != nullptr && a.add_to_out) {
+      a.out_f32[base + j] += y;
+    } else if (a.out_f32 != nullptr) {
       a.out_f32[base + j] = y;
     } else {
       detail::store_act(a.out_act, base + j, y, a.act_type);

@@ -1,6 +1,8 @@
 // RMSNorm of rows of the F32 residual stream, as ggml computes it (the CPU reference,
 // gpu/cpu/rmsnorm.cpp): sum of squares in double, mean rounded to float, scale = 1/sqrtf(mean +
-// eps), out = (x * scale) * weight. Writes F32 (out_f32) or the GEMM activation type (out_act).
+// eps), out = (x * scale) * weight. Writes F32 (out_f32) or the GEMM activation type (out_act),
+// or adds to F32 rows (add_to_out: gemma3's post-attention and post-FFN norms, whose output joins
+// the residual stream as the CPU's `x[j] += t[j]` after the norm).
 //
 // Thread-safety: enqueues on `stream`.
 #pragma once
@@ -22,6 +24,7 @@ struct RmsNormArgs {
   int32_t n = 0;
   float eps = 1e-5f;
   float* out_f32 = nullptr;            // exactly one of out_f32 / out_act
+  bool add_to_out = false;             // out_f32[j] += y instead of out_f32[j] = y
   void* out_act = nullptr;
   ActType act_type = ActType::kF16;
   int64_t ld_out = 0;

@@ -42,10 +42,13 @@ __global__ void rope_kernel(RopeArgs a, float theta_scale) {
     v[i0] = fmaf(x0, cos_t[i], -(x1 * sin_t[i]));
     v[i1] = fmaf(x0, sin_t[i], x1 * cos_t[i]);
   }
-  if (!a.round_q_to_f16) return;
+  if (!a.round_q_to_f16 && a.q_scale == 1.0f) return;
   __syncthreads();
   const int32_t q_dim = a.n_head * a.head_dim;
-  for (int32_t j = threadIdx.x; j < q_dim; j += blockDim.x) row[j] = __half2float(__float2half_rn(row[j]));
+  for (int32_t j = threadIdx.x; j < q_dim; j += blockDim.x) {
+    const float q = row[j] * a.q_scale;  // x * 1.0f is x: the llama family is unchanged
+    row[j] = a.round_q_to_f16 ? __half2float(__float2half_rn(q)) : q;
+  }
 }
 
 void launch_rope(const RopeArgs& args, cudaStream_t stream) {

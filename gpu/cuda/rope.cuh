@@ -2,8 +2,9 @@
 // NORM mode (llama GGUFs) rotates adjacent pairs (2i, 2i+1); NEOX (qwen2) pairs (i, i + n_rot/2).
 // theta_i = freq_scale * (pos * theta_scale^i / factor_i) with theta_scale = freq_base^(-2/n_rot),
 // advanced by repeated float multiplication as llama.cpp (and the CPU reference) does; factor_i
-// from rope_freqs.weight (Llama 3.1+), 1 without it (ggml rope_ext's freq_factors). Optionally
-// rounds Q to fp16 values afterwards, as the CPU reference does before attention against fp16 keys.
+// from rope_freqs.weight (Llama 3.1+), 1 without it (ggml rope_ext's freq_factors). Then Q times
+// q_scale in F32 (gemma3 scales the queries, not the scores: LlamaConfig::query_scale), and
+// optionally rounded to fp16 values, as the CPU reference does before attention against fp16 keys.
 //
 // Thread-safety: enqueues on `stream`.
 #pragma once
@@ -27,6 +28,7 @@ struct RopeArgs {
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // device [n_rot / 2] divisors, or nullptr for none
   bool neox = false;
+  float q_scale = 1.0f;  // Q *= q_scale after the rotation, before the rounding
   bool round_q_to_f16 = true;
 };
 

@@ -8,7 +8,9 @@
 #include "gpu/cuda/attention.cuh"
 #include "gpu/cuda/cuda_check.cuh"
 #include "gpu/cuda/embedding.cuh"
+#include "gpu/cuda/geglu_mul.cuh"
 #include "gpu/cuda/gemm.hpp"
+#include "gpu/cuda/head_rmsnorm.cuh"
 #include "gpu/cuda/kv_write.cuh"
 #include "gpu/cuda/rmsnorm.cuh"
 #include "gpu/cuda/rope.cuh"
@@ -57,7 +59,39 @@ RmsNormArgs norm_args(const ForwardContext& ctx, int32_t num_rows, const float* 
   return norm;
 }
 
-// RMSNorm -> QKV GEMM -> RoPE -> paged KV write -> paged attention -> output GEMM (+residual).
+// A projection's output joins the residual stream: added by the GEMM itself, or (gemma3's post
+// norms) written to scratch->tmp, normed with `post_norm` and added there, as the CPU twin's
+// `rmsnorm(t); x[j] += t[j]`. The GEMM is the caller's, with its output left to this.
+void project_into_residual(const ForwardContext& ctx, GemmArgs gemm, const float* post_norm,
+                           int32_t T, const char* name, int32_t l) {
+  const model::LlamaConfig& c = *ctx.model;
+  const ForwardScratch& s = *ctx.scratch;
+  const int64_t E = c.n_embd;
+  if (post_norm == nullptr) {
+    gemm.output = s.x;
+    gemm.add_to_output = true;
+    gemm_rows(ctx.cublas, gemm);
+    return;
+  }
+  gemm.output = s.tmp;
+  gemm.add_to_output = false;
+  gemm_rows(ctx.cublas, gemm);
+  observe(ctx, name, l, s.tmp, true, T, E, E);
+  RmsNormArgs norm;
+  norm.x = s.tmp;
+  norm.ld_x = E;
+  norm.num_rows = T;
+  norm.weight = post_norm;
+  norm.n = c.n_embd;
+  norm.eps = c.rms_eps;
+  norm.out_f32 = s.x;
+  norm.add_to_out = true;
+  norm.ld_out = E;
+  rmsnorm_rows(norm, ctx.stream);
+}
+
+// RMSNorm -> QKV GEMM -> [per-head Q/K norm] -> RoPE -> paged KV write -> paged attention ->
+// output GEMM (+residual, or its post norm first).
 void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceStepInputs& in,
                              int32_t T, int32_t max_blocks_per_seq) {
   const model::LlamaConfig& c = *ctx.model;
@@ -65,6 +99,11 @@ void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceS
   const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
   const DeviceLayerWeights& L = ctx.weights->layers[l];
   const LayerKvCache& K = ctx.kv_cache->layers[l];
+  // The layer's KV group: its sequences' block tables and its tokens' cache slots.
+  const int32_t group = ctx.kv_groups->group_of[static_cast<size_t>(l)];
+  const int32_t* slots = in.slots + group * in.slots_group_stride;
+  const int32_t* block_tables = in.block_tables + group * in.tables_group_stride;
+  const bool sliding = c.is_sliding(l);
   rmsnorm_rows(norm_args(ctx, T, L.attn_norm), ctx.stream);
   observe(ctx, "attn_norm", l, s.h, false, T, E, E);
   gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.qkv, .input = s.h,
@@ -72,17 +111,28 @@ void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceS
                                  .num_rows = T, .input_dim = c.n_embd,
                                  .output_dim = static_cast<int32_t>(W)});
   observe(ctx, "qkv", l, s.qkv, true, T, W, W);
+  if (L.q_norm != nullptr) {
+    head_rmsnorm_inplace(HeadRmsNormArgs{.qkv = s.qkv, .ld = W, .num_tokens = T,
+                                         .n_head = c.n_head, .n_head_kv = c.n_head_kv,
+                                         .head_dim = c.head_dim, .q_weight = L.q_norm,
+                                         .k_weight = L.k_norm, .eps = c.rms_eps},
+                         ctx.stream);
+  }
 
-  // Queries meet fp16 keys as fp16, as on the CPU (round_q_to_f16).
+  // Queries meet fp16 keys as fp16, as on the CPU (round_q_to_f16); gemma3 scales them first.
+  // The sliding layers have their own base and scale and no rope_freqs factors, as on the CPU.
   rope_inplace(RopeArgs{.qkv = s.qkv, .ld = W, .positions = in.positions, .num_tokens = T,
                         .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                        .n_rot = c.n_rot, .freq_base = c.rope_freq_base,
-                        .freq_scale = c.rope_freq_scale, .freq_factors = ctx.weights->rope_freqs,
-                        .neox = c.rope_mode == model::RopeMode::kNeox, .round_q_to_f16 = true},
+                        .n_rot = c.n_rot, .freq_base = c.rope_base(l),
+                        .freq_scale = c.rope_scale(l),
+                        .freq_factors = sliding ? nullptr : ctx.weights->rope_freqs,
+                        .neox = c.rope_mode == model::RopeMode::kNeox,
+                        .q_scale = c.scale_queries ? c.query_scale() : 1.0f,
+                        .round_q_to_f16 = true},
                ctx.stream);
   observe(ctx, "qk_rope", l, s.qkv, true, T, Q + KV, W);
   kv_write(KvWriteArgs{.qkv = s.qkv, .ld = W, .k_column = Q, .v_column = Q + KV,
-                       .slot_mapping = in.slots, .num_tokens = T, .n_head_kv = c.n_head_kv,
+                       .slot_mapping = slots, .num_tokens = T, .n_head_kv = c.n_head_kv,
                        .head_dim = c.head_dim, .block_size = ctx.block_size,
                        .k_cache = K.k_cache, .v_cache = K.v_cache,
                        .element = ctx.kv_cache->element, .k_scale = ctx.kv_cache->k_scale,
@@ -92,22 +142,25 @@ void enqueue_attention_block(const ForwardContext& ctx, int32_t l, const DeviceS
                                 .element = ctx.kv_cache->element,
                                 .k_scale = ctx.kv_cache->k_scale,
                                 .v_scale = ctx.kv_cache->v_scale, .positions = in.positions, .token_table_row = in.table_rows,
-                                .block_tables = in.block_tables,
+                                .block_tables = block_tables,
                                 .max_blocks_per_seq = max_blocks_per_seq, .num_tokens = T,
                                 .n_head = c.n_head, .n_head_kv = c.n_head_kv,
                                 .head_dim = c.head_dim, .block_size = ctx.block_size,
-                                .scale = c.attention_scale(), .out = s.attn, .ld_out = Q,
-                                .out_type = ctx.act},
+                                .scale = c.attention_scale(),
+                                .sliding_window = sliding ? c.sliding_window : 0,
+                                .out = s.attn, .ld_out = Q, .out_type = ctx.act},
                   ctx.stream);
   observe(ctx, "kqv_out", l, s.attn, false, T, Q, Q);
-  gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.wo, .input = s.attn,
-                                 .input_stride = Q, .output = s.x, .output_stride = E,
-                                 .num_rows = T, .input_dim = static_cast<int32_t>(Q),
-                                 .output_dim = c.n_embd, .add_to_output = true});
+  project_into_residual(ctx,
+                        GemmArgs{.activation_type = ctx.act, .weight = L.wo, .input = s.attn,
+                                 .input_stride = Q, .output_stride = E, .num_rows = T,
+                                 .input_dim = static_cast<int32_t>(Q), .output_dim = c.n_embd},
+                        L.post_attn_norm, T, "attn_out", l);
   observe(ctx, "ffn_inp", l, s.x, true, T, E, E);
 }
 
-// RMSNorm -> gate|up GEMM -> SiLU*up -> down GEMM (+residual).
+// RMSNorm -> gate|up GEMM -> SiLU*up (GELU*up: gemma3) -> down GEMM (+residual, or its post
+// norm first).
 void enqueue_feed_forward_block(const ForwardContext& ctx, int32_t l, int32_t T) {
   const model::LlamaConfig& c = *ctx.model;
   const ForwardScratch& s = *ctx.scratch;
@@ -120,12 +173,18 @@ void enqueue_feed_forward_block(const ForwardContext& ctx, int32_t l, int32_t T)
                                  .num_rows = T, .input_dim = c.n_embd,
                                  .output_dim = static_cast<int32_t>(2 * F)});
   observe(ctx, "gate_up", l, s.gate_up, true, T, 2 * F, 2 * F);
-  silu_mul(s.gate_up, T, c.n_ff, s.ff, ctx.act, /*out_f32=*/false, ctx.stream);
+  if (c.ffn_activation == model::FfnActivation::kGeluTanh) {
+    geglu_mul(s.gate_up, T, c.n_ff, ctx.weights->gelu_table, s.ff, ctx.act, /*out_f32=*/false,
+              ctx.stream);
+  } else {
+    silu_mul(s.gate_up, T, c.n_ff, s.ff, ctx.act, /*out_f32=*/false, ctx.stream);
+  }
   observe(ctx, "ffn_swiglu", l, s.ff, false, T, F, F);
-  gemm_rows(ctx.cublas, GemmArgs{.activation_type = ctx.act, .weight = L.down, .input = s.ff,
-                                 .input_stride = F, .output = s.x, .output_stride = E,
-                                 .num_rows = T, .input_dim = c.n_ff, .output_dim = c.n_embd,
-                                 .add_to_output = true});
+  project_into_residual(ctx,
+                        GemmArgs{.activation_type = ctx.act, .weight = L.down, .input = s.ff,
+                                 .input_stride = F, .output_stride = E, .num_rows = T,
+                                 .input_dim = c.n_ff, .output_dim = c.n_embd},
+                        L.post_ffn_norm, T, "ffn_out", l);
   observe(ctx, "l_out", l, s.x, true, T, E, E);
 }
 
@@ -137,7 +196,8 @@ void enqueue_forward_pass(const ForwardContext& ctx, const DeviceStepInputs& in,
   const DeviceWeights& w = *ctx.weights;
   const int32_t T = num_tokens, S = num_rows;
   const int64_t E = c.n_embd;
-  embedding_gather(w.embd_raw, w.embd_type, w.embd_row_bytes, c.n_embd, in.token_ids, T, ctx.scratch->x, ctx.stream);
+  embedding_gather(w.embd_raw, w.embd_type, w.embd_row_bytes, c.n_embd, in.token_ids, T,
+                   ctx.scratch->x, ctx.stream, c.embedding_scale);
   observe(ctx, "inp_embd", 0, ctx.scratch->x, true, T, E, E);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     enqueue_attention_block(ctx, l, in, T, max_blocks_per_seq);

@@ -3,6 +3,13 @@
 // -> SiLU*up -> down GEMM (+residual); the final norm and the vocabulary GEMM for the sampling
 // rows only. Everything is enqueued on one stream; nothing here waits for the device.
 //
+// gemma3 (LlamaConfig's Gemma seams), as the CPU twin (gpu/cpu/forward.cpp) does it: embeddings
+// times embedding_scale; per-head Q and K norms before RoPE; each layer's own RoPE base (the
+// sliding layers', without rope_freqs factors); Q times query_scale before its fp16 rounding;
+// sliding-window attention in the sliding layers, each KV group (gpu/kv_groups.hpp) with its own
+// block tables and cache slots; the output and down projections normed (post norms) before the
+// residual add; GELU-tanh instead of SiLU.
+//
 // With an observer (parity probes) each observed op's output is copied to the host in llama.cpp's
 // names (inp_embd, attn_norm, qkv, qk_rope, kqv_out, ffn_inp, ffn_norm, gate_up, ffn_swiglu,
 // l_out, result_norm), which makes the step synchronous.
@@ -22,6 +29,7 @@
 #include "gpu/cuda/kv_memory.hpp"
 #include "gpu/cuda/step_inputs.hpp"
 #include "gpu/forward_observer.hpp"
+#include "gpu/kv_groups.hpp"
 #include "model/llama_config.hpp"
 
 namespace troupe::gpu::cuda {
@@ -33,6 +41,7 @@ struct ForwardScratch {
   float* qkv = nullptr;        // [T][Q + 2 KV]
   void* attn = nullptr;        // [T][Q]
   float* gate_up = nullptr;    // [T][2F]
+  float* tmp = nullptr;        // [T][E]: a projection's output before its post norm (post_norms)
   void* ff = nullptr;          // [T][F]
   float* logits = nullptr;     // [S][V]
   float* workspace = nullptr;  // [S][V]
@@ -47,6 +56,7 @@ struct ForwardContext {
   cublasHandle_t cublas = nullptr;
   const DeviceWeights* weights = nullptr;
   const KvCache* kv_cache = nullptr;
+  const KvGroups* kv_groups = nullptr;  // which group's tables and slots each layer uses
   const ForwardScratch* scratch = nullptr;
   // Parity probes only (gpu/forward_observer.hpp): when set, the pass synchronizes the stream
   // after each observed op and hands its output to the observer as floats.

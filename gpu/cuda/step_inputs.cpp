@@ -20,7 +20,7 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t n_vocab,
-                    int32_t num_blocks) {
+                    int32_t num_blocks, const KvGroups& groups) {
   const int32_t T = b.num_tokens();
   if (T == 0) bad_batch("no tokens");
   if (T > config.max_num_batched_tokens) {
@@ -28,8 +28,14 @@ void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t
               std::to_string(config.max_num_batched_tokens));
   }
   if (b.positions.size() != b.token_ids.size()) bad_batch("positions and token_ids differ in size");
-  if (b.max_blocks_per_seq < 0 || b.block_tables.size() < b.seqs.size() * static_cast<size_t>(b.max_blocks_per_seq)) {
-    bad_batch("block_tables smaller than seqs x max_blocks_per_seq");
+  if (b.num_kv_groups != groups.num_groups) {
+    bad_batch(std::to_string(b.num_kv_groups) + " KV groups, the model has " +
+              std::to_string(groups.num_groups));
+  }
+  if (b.max_blocks_per_seq < 0 ||
+      b.block_tables.size() < static_cast<size_t>(b.num_kv_groups) * b.seqs.size() *
+                                  static_cast<size_t>(b.max_blocks_per_seq)) {
+    bad_batch("block_tables smaller than groups x seqs x max_blocks_per_seq");
   }
   for (int32_t id : b.token_ids) {
     if (id < 0 || id >= n_vocab) bad_batch("token id " + std::to_string(id) + " out of vocabulary");
@@ -48,9 +54,22 @@ void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t
     if (q.block_table_row < 0 || static_cast<size_t>(q.block_table_row) >= b.seqs.size()) bad_batch(who + "block_table_row out of range");
     const int32_t needed = (q.context_len + config.block_size - 1) / config.block_size;
     if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
-    const int32_t* row = b.block_tables.data() + static_cast<size_t>(q.block_table_row) * b.max_blocks_per_seq;
-    for (int32_t i = 0; i < needed; ++i) {
-      if (row[i] < 0 || row[i] >= num_blocks) bad_batch(who + "block id " + std::to_string(row[i]) + " out of range");
+    // A sliding group needs the pages from its span's first visible key on; below, -1 (freed).
+    const int32_t first_query = q.context_len - q.num_tokens;
+    const int32_t window_first_block =
+        std::max(0, first_query + 1 - groups.sliding_window) / config.block_size;
+    for (int32_t g = 0; g < b.num_kv_groups; ++g) {
+      const int32_t* row = b.block_tables.data() +
+                           (static_cast<size_t>(g) * b.seqs.size() + static_cast<size_t>(q.block_table_row)) *
+                               b.max_blocks_per_seq;
+      const int32_t first = groups.is_sliding_group(g) ? window_first_block : 0;
+      for (int32_t i = 0; i < needed; ++i) {
+        if (i < first && row[i] == -1) continue;
+        if (row[i] < 0 || row[i] >= num_blocks) {
+          bad_batch(who + "block id " + std::to_string(row[i]) + " of KV group " +
+                    std::to_string(g) + " out of range");
+        }
+      }
     }
     for (int32_t i = 0; i < q.num_tokens; ++i) {
       if (b.positions[q.token_offset + i] != q.context_len - q.num_tokens + i) bad_batch(who + "positions do not match context_len");
@@ -112,7 +131,9 @@ InputLayout input_layout(const StepBatch& b, int32_t num_rows) {
   l.token_ids = take(4 * T);
   l.positions = take(4 * T);
   l.table_rows = take(4 * T);
-  l.slots = take(4 * T);
+  l.slots = take(4 * T * static_cast<size_t>(b.num_kv_groups));
+  l.slots_group_stride = static_cast<int64_t>(T);
+  l.tables_group_stride = static_cast<int64_t>(b.seqs.size()) * b.max_blocks_per_seq;
   l.sample_rows = take(4 * static_cast<size_t>(num_rows));
   l.block_tables = take(4 * b.block_tables.size());
   l.recent = take(4 * b.recent_tokens.size());
@@ -144,12 +165,17 @@ void pack_step_inputs(const StepBatch& b, const std::vector<SamplingRow>& rows,
   std::memcpy(host + in.positions, b.positions.data(), 4 * static_cast<size_t>(T));
   int32_t* table_rows = host_i32(in.table_rows);
   int32_t* slot_mapping = host_i32(in.slots);
-  for (const SequenceSlice& s : b.seqs) {
-    const int32_t* table = b.block_tables.data() + static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      const int32_t t = s.token_offset + i, pos = b.positions[t];
-      table_rows[t] = s.block_table_row;
-      slot_mapping[t] = table[pos / block_size] * block_size + pos % block_size;
+  for (int32_t g = 0; g < b.num_kv_groups; ++g) {
+    for (const SequenceSlice& s : b.seqs) {
+      const int32_t* table = b.block_tables.data() + g * in.tables_group_stride +
+                             static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
+      for (int32_t i = 0; i < s.num_tokens; ++i) {
+        const int32_t t = s.token_offset + i, pos = b.positions[t];
+        table_rows[t] = s.block_table_row;
+        // The token's own page exists in every group: it is inside its own window.
+        slot_mapping[g * in.slots_group_stride + t] =
+            table[pos / block_size] * block_size + pos % block_size;
+      }
     }
   }
   int32_t* sample_rows = host_i32(in.sample_rows);
@@ -191,6 +217,8 @@ DeviceStepInputs device_step_inputs(const void* device_in, const InputLayout& in
   d.slots = dev_i32(in.slots);
   d.sample_rows = dev_i32(in.sample_rows);
   d.block_tables = dev_i32(in.block_tables);
+  d.slots_group_stride = in.slots_group_stride;
+  d.tables_group_stride = in.tables_group_stride;
   d.params = reinterpret_cast<const SamplingRowParams*>(dev + in.params);
   d.recent = dev_i32(in.recent);
   d.bias_ids = dev_i32(in.bias_ids);

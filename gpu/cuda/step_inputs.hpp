@@ -15,6 +15,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/cuda/cuda_backend.hpp"
 #include "gpu/cuda/sampling.cuh"
+#include "gpu/kv_groups.hpp"
 
 namespace troupe::gpu::cuda {
 
@@ -27,6 +28,8 @@ struct SamplingRow {
 
 // Offsets of one step's inputs inside the packed buffer.
 struct InputLayout {
+  // slots: [num_kv_groups][T], each token's cache slot in each KV group's pages; block_tables:
+  // StepBatch::block_tables as it is, [num_kv_groups][seqs][max_blocks_per_seq].
   size_t token_ids, positions, table_rows, slots, sample_rows, block_tables, recent, params;
   size_t bias_ids, bias_values, end_ids;  // logit_bias and the min_tokens mask
   // Structured output: StepBatch::token_bitmask as it is, and [num_rows] bitmask row indices;
@@ -34,6 +37,8 @@ struct InputLayout {
   size_t bitmask, bitmask_rows;
   bool constrained;
   int32_t bitmask_num_words;
+  int64_t slots_group_stride;   // T
+  int64_t tables_group_stride;  // seqs x max_blocks_per_seq
   size_t total;
 };
 
@@ -42,9 +47,11 @@ struct DeviceStepInputs {
   const int32_t* token_ids = nullptr;
   const int32_t* positions = nullptr;
   const int32_t* table_rows = nullptr;
-  const int32_t* slots = nullptr;
+  const int32_t* slots = nullptr;         // KV group g's at slots + g * slots_group_stride
   const int32_t* sample_rows = nullptr;
-  const int32_t* block_tables = nullptr;
+  const int32_t* block_tables = nullptr;  // KV group g's at block_tables + g * tables_group_stride
+  int64_t slots_group_stride = 0;
+  int64_t tables_group_stride = 0;
   const SamplingRowParams* params = nullptr;
   const int32_t* recent = nullptr;
   const int32_t* bias_ids = nullptr;
@@ -55,9 +62,11 @@ struct DeviceStepInputs {
   const int32_t* bitmask_rows = nullptr;
 };
 
-// Throws std::invalid_argument ("StepBatch: ...") for a batch the backend cannot run.
+// Throws std::invalid_argument ("StepBatch: ...") for a batch the backend cannot run: among
+// others, one whose KV groups are not the model's, or whose tables miss a page a token reads (a
+// sliding group's pages below the span's window may be -1, freed).
 void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t n_vocab,
-                    int32_t num_blocks);
+                    int32_t num_blocks, const KvGroups& groups);
 std::vector<SamplingRow> collect_sampling_rows(const StepBatch& b);
 // The device sampler's per-row knobs from a step's sampling slot: the sampling parameters, the
 // stream position, the penalty window and the logprob request. The bias and end-id ranges index

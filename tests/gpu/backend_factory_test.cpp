@@ -138,6 +138,30 @@ TEST(BackendDecision, AnFp8KvCacheNeedsTheCudaBackendAndItsProof) {
   }
 }
 
+// gemma3's graph is unproven until a GPU run adds its row: an F16 gemma3, every weight type of
+// it proven, stays off the device, named by its architecture, unless the override allows it.
+TEST(BackendDecision, Gemma3NeedsItsGraphsOwnProofOnCuda) {
+  model::LlamaConfig c = *model::LlamaConfig::named_shape("gemma3-270m");
+  c.n_layer = 6;
+  c.sliding_layers.resize(6);  // five sliding layers, then a global one, as in the file
+  c.n_vocab = 512;
+  const auto w = model::make_dummy_weights(c, TensorType::kF16, 1);
+  ASSERT_STREQ(cuda_graph_of(c), "gemma3");
+  ASSERT_FALSE(cuda_graph_proof_of(c)) << "update this test with the proof";
+  ASSERT_TRUE(cuda_graph_proof_of(cpu::testing::tiny_config()));
+  const BackendDecision automatic =
+      decide_backend(BackendRequest::kAuto, true, kH200, "", w, false, KvDtype::kF16);
+  EXPECT_EQ(automatic.verdict, BackendVerdict::kCpu);
+  EXPECT_TRUE(contains(automatic.note, "gemma3")) << automatic.note;
+  const BackendDecision refused =
+      decide_backend(BackendRequest::kCuda, true, kH200, "", w, false, KvDtype::kF16);
+  EXPECT_EQ(refused.verdict, BackendVerdict::kRefuse);
+  EXPECT_TRUE(contains(refused.note, "architecture gemma3")) << refused.note;
+  EXPECT_TRUE(contains(refused.note, "TROUPE_CUDA_UNPROVEN_TYPES=allow")) << refused.note;
+  EXPECT_EQ(decide_backend(BackendRequest::kCuda, true, kH200, "", w, true, KvDtype::kF16).verdict,
+            BackendVerdict::kCuda);
+}
+
 TEST(BackendDecision, NoDeviceOrNoCudaBuildMeansTheCpuBackend) {
   const auto w = tiny(TensorType::kF16);
   const BackendDecision none =

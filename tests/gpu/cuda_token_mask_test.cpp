@@ -229,7 +229,7 @@ TEST(CudaStepInputs, PacksTheBitmaskRowsAndTheirIndices) {
   for (size_t i = 0; i < b.token_bitmask.size(); ++i) b.token_bitmask[i] = 0x9E3779B9u * static_cast<uint32_t>(i + 1);
   b.sampling[b.seqs[0].sampling_index].bitmask_row = 1;
   b.sampling[b.seqs[2].sampling_index].bitmask_row = 0;
-  EXPECT_NO_THROW(validate_batch(b, config, V, 64));
+  EXPECT_NO_THROW(validate_batch(b, config, V, 64, KvGroups{}));
   const InputLayout in = input_layout(b, 3);
   ASSERT_TRUE(in.constrained);
   EXPECT_EQ(in.bitmask_num_words, W);
@@ -247,7 +247,7 @@ TEST(CudaStepInputs, PacksTheBitmaskRowsAndTheirIndices) {
 
   b.sampling[b.seqs[1].sampling_index].bitmask_row = 2;  // the bitmask has rows 0 and 1
   try {
-    validate_batch(b, config, V, 64);
+    validate_batch(b, config, V, 64, KvGroups{});
     FAIL() << "a bitmask_row past the bitmask was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("bitmask_row out of range"), std::string::npos) << e.what();

@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu/backend.hpp"
 #include "gpu/step.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
 
@@ -86,12 +87,17 @@ inline void compare_greedy_rows(const std::vector<float>& want, const std::vecto
 }
 
 // Runs `prompts` in chunks of `chunk` then `decode_steps` teacher-forced decode steps on both
-// backends (tokens: the reference's argmax) and compares every step.
+// backends (tokens: the reference's argmax) and compares every step. With KV groups (a
+// sliding-window model) both harnesses hold the reference's groups and free the pages that fall
+// out of the window, as the scheduler does.
 template <typename Reference, typename Other>
 ParityTally run_teacher_forced(Reference& reference, Other& other,
                                const std::vector<std::vector<int32_t>>& prompts, int chunk,
                                int decode_steps, int32_t num_blocks) {
   cpu::testing::StepHarness hr(num_blocks, 16), ho(num_blocks, 16);
+  const KvCacheGeometry geometry = reference.kv_geometry();
+  hr.set_kv_groups(geometry.num_kv_groups, geometry.sliding_window);
+  ho.set_kv_groups(geometry.num_kv_groups, geometry.sliding_window);
   for (size_t i = 0; i < prompts.size(); ++i) {
     hr.add(i, prompts[i]);
     ho.add(i, prompts[i]);
