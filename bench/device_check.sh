@@ -18,7 +18,8 @@
 #   1. cuda_backend_test: every test, with the per-type parity lines ([ parity ... ],
 #      [ op by op ... ], [ round trip ... ]) collected into the table (240 s), and the FP8 KV
 #      cache's four tests and lines ([ kv fp8 ], [ fp8 kv ... ]): all four passing is what lets
-#      fp8_e4m3 into gpu/cuda_proven_types.cpp's kKvProofs
+#      fp8_e4m3 into gpu/cuda_proven_types.cpp's kKvProofs; the same for the seven CudaGemma3
+#      tests ([ gemma3 ... ]) and gemma3's row in kGraphProofs
 #   2. server greedy parity: `troupe serve --backend cuda` on the real model
 #      (TROUPE_CUDA_UNPROVEN_TYPES=allow: proving the types is the point), all reference prompts
 #      at once, against llama.cpp's tokens (bench/device_server_parity.py; 90 s)
@@ -134,6 +135,9 @@ grep -E '^\[  FAILED  \] [A-Za-z].*\(' "$OUT/tests.log" | head -20
 log "tests: $TESTS"
 fp8_ok=$(grep -cE '^\[       OK \] (CudaOps\.[A-Za-z]*Fp8|CudaBackend\.Fp8)' "$OUT/tests.log")
 FP8="$fp8_ok of 4 FP8 KV tests passed"
+# All seven passing is what lets gemma3 into gpu/cuda_proven_types.cpp's kGraphProofs.
+gemma3_ok=$(grep -cE '^\[       OK \] CudaGemma3' "$OUT/tests.log")
+GEMMA3="$gemma3_ok of 7 Gemma 3 graph tests passed ($(grep -c '^\[ gemma3 ' "$OUT/tests.log") parity lines)"
 
 # 2. Server greedy parity on the real model, through the engine's real step loop.
 SERVER="not run (no model)"
@@ -208,6 +212,7 @@ fi
   echo "sanitizer:  $SAN"
   echo "mutants:    $MUTANTS"
   echo "fp8 kv:     $FP8"
+  echo "gemma3:     $GEMMA3"
   grep -E '^\[ (kv fp8|fp8 kv) ' "$OUT/tests.log" | sed 's/^/  /'
   echo "per type (device: GPU vs CPU on the F16 copy; noise: CPU vs its F16 copy; GPU vs CPU):"
   grep -E '^\[ (parity|op by op|round trip) ' "$OUT/tests.log" | sed 's/^/  /'
