@@ -18,7 +18,9 @@
 #include "gpu/cuda/sampling.cuh"
 #include "gpu/cuda/step_inputs.hpp"
 #include "gpu/cuda/token_mask.cuh"
+#include "gpu/kv_groups.hpp"
 #include "model/grammar/token_bitmask.hpp"
+#include "model/llama_config.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
 #include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
@@ -252,6 +254,63 @@ TEST(CudaStepInputs, PacksTheBitmaskRowsAndTheirIndices) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("bitmask_row out of range"), std::string::npos) << e.what();
   }
+}
+
+// Host only: with KV groups (gemma3) each token gets a cache slot in every group's pages, from
+// that group's table, and the packed tables keep StepBatch's [group][seq][block] layout; a
+// sliding group's pages below the span's window may be -1 (freed), the global group's may not.
+TEST(CudaStepInputs, PacksEveryKvGroupsSlotsAndTables) {
+  model::LlamaConfig c = *model::LlamaConfig::named_shape("gemma3-270m");
+  c.sliding_window = 32;
+  const KvGroups groups = KvGroups::of(c);
+  ASSERT_EQ(groups.num_groups, 6);
+  cpu::testing::StepHarness h(256, 16);
+  h.set_kv_groups(groups.num_groups, groups.sliding_window);
+  std::vector<int32_t> long_prompt(80), short_prompt(6);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int32_t>(i + 1);
+  for (size_t i = 0; i < short_prompt.size(); ++i) short_prompt[i] = static_cast<int32_t>(i + 100);
+  h.add(1, long_prompt);
+  h.add(2, short_prompt);
+  h.build({{1, 64}, {2, 5}});
+  h.release_out_of_window();  // the scheduler's freeing after a step
+  StepBatch b = h.build({{1, 16}, {2, 1}});  // past the window: group 1..'s first pages freed
+  CudaBackendConfig config;
+  config.max_num_batched_tokens = 64;
+  config.max_num_seqs = 8;
+  const int32_t V = c.n_vocab, blocks = 256;
+  EXPECT_NO_THROW(validate_batch(b, config, V, blocks, groups));
+  const std::vector<SamplingRow> rows = collect_sampling_rows(b);
+  const InputLayout in = input_layout(b, static_cast<int32_t>(rows.size()));
+  const int32_t T = b.num_tokens();
+  EXPECT_EQ(in.slots_group_stride, T);
+  EXPECT_EQ(in.tables_group_stride, static_cast<int64_t>(b.seqs.size()) * b.max_blocks_per_seq);
+  std::vector<unsigned char> host(in.total);
+  pack_step_inputs(b, rows, in, 16, host.data());
+  std::vector<int32_t> slots(static_cast<size_t>(T) * groups.num_groups);
+  std::memcpy(slots.data(), host.data() + in.slots, 4 * slots.size());
+  std::vector<int32_t> tables(b.block_tables.size());
+  std::memcpy(tables.data(), host.data() + in.block_tables, 4 * tables.size());
+  EXPECT_EQ(tables, b.block_tables);
+  int freed = 0;
+  for (int32_t g = 0; g < groups.num_groups; ++g) {
+    for (const SequenceSlice& s : b.seqs) {
+      const int32_t* row = b.block_tables.data() +
+                           (static_cast<size_t>(g) * b.seqs.size() + s.block_table_row) * b.max_blocks_per_seq;
+      freed += row[0] == -1;
+      for (int32_t i = 0; i < s.num_tokens; ++i) {
+        const int32_t t = s.token_offset + i, pos = b.positions[t];
+        ASSERT_EQ(slots[g * T + t], row[pos / 16] * 16 + pos % 16) << "group " << g << " token " << t;
+      }
+    }
+  }
+  EXPECT_GT(freed, 0) << "the test meant to cover freed pages below the window";
+
+  StepBatch global_freed = b;
+  global_freed.block_tables[0] = -1;  // group 0 (the global layers), sequence row 0, page 0
+  EXPECT_THROW(validate_batch(global_freed, config, V, blocks, groups), std::invalid_argument);
+  StepBatch wrong_groups = b;
+  wrong_groups.num_kv_groups = 1;
+  EXPECT_THROW(validate_batch(wrong_groups, config, V, blocks, groups), std::invalid_argument);
 }
 
 }  // namespace
