@@ -211,22 +211,8 @@ void LlamaForward::validate(const StepBatch& b) const {
     }
     const int32_t needed = (q.context_len + config_.block_size - 1) / config_.block_size;
     if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
-    // A sliding group needs the pages from its span's first visible key on; below, -1 (freed).
-    const int32_t first_query = q.context_len - q.num_tokens;
-    const int32_t window_first_block =
-        std::max(0, first_query + 1 - kv_groups_.sliding_window) / config_.block_size;
-    for (int32_t g = 0; g < b.num_kv_groups; ++g) {
-      const int32_t* row = b.block_tables.data() +
-                           (static_cast<size_t>(g) * b.seqs.size() + static_cast<size_t>(q.block_table_row)) *
-                               b.max_blocks_per_seq;
-      const int32_t first = kv_groups_.is_sliding_group(g) ? window_first_block : 0;
-      for (int32_t i = 0; i < needed; ++i) {
-        if (i < first && row[i] == -1) continue;
-        if (row[i] < 0 || row[i] >= config_.num_blocks) {
-          bad_batch(who + "block id " + std::to_string(row[i]) + " of KV group " +
-                    std::to_string(g) + " out of range");
-        }
-      }
+    if (const auto why = kv_groups_.missing_page(b, q, config_.block_size, config_.num_blocks)) {
+      bad_batch(who + *why);
     }
     for (int32_t i = 0; i < q.num_tokens; ++i) {
       if (b.positions[q.token_offset + i] != q.context_len - q.num_tokens + i) {

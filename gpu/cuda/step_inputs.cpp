@@ -54,23 +54,7 @@ void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t
     if (q.block_table_row < 0 || static_cast<size_t>(q.block_table_row) >= b.seqs.size()) bad_batch(who + "block_table_row out of range");
     const int32_t needed = (q.context_len + config.block_size - 1) / config.block_size;
     if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
-    // A sliding group needs the pages from its span's first visible key on; below, -1 (freed).
-    const int32_t first_query = q.context_len - q.num_tokens;
-    const int32_t window_first_block =
-        std::max(0, first_query + 1 - groups.sliding_window) / config.block_size;
-    for (int32_t g = 0; g < b.num_kv_groups; ++g) {
-      const int32_t* row = b.block_tables.data() +
-                           (static_cast<size_t>(g) * b.seqs.size() + static_cast<size_t>(q.block_table_row)) *
-                               b.max_blocks_per_seq;
-      const int32_t first = groups.is_sliding_group(g) ? window_first_block : 0;
-      for (int32_t i = 0; i < needed; ++i) {
-        if (i < first && row[i] == -1) continue;
-        if (row[i] < 0 || row[i] >= num_blocks) {
-          bad_batch(who + "block id " + std::to_string(row[i]) + " of KV group " +
-                    std::to_string(g) + " out of range");
-        }
-      }
-    }
+    if (const auto why = groups.missing_page(b, q, config.block_size, num_blocks)) bad_batch(who + *why);
     for (int32_t i = 0; i < q.num_tokens; ++i) {
       if (b.positions[q.token_offset + i] != q.context_len - q.num_tokens + i) bad_batch(who + "positions do not match context_len");
     }
