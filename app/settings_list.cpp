@@ -23,9 +23,10 @@ void add_server_settings(std::vector<Setting>& s) {
       {{"auto", engine::BackendKind::kAuto},
        {"cpu", engine::BackendKind::kCpu},
        {"cuda", engine::BackendKind::kCuda}},
-      "`auto`: CUDA when a device is present and every weight type of the model is proven on a "
-      "GPU (`gpu/cuda_proven_types.cpp`), else the CPU; `cuda` refuses a model with an "
-      "unproven type, naming it (`TROUPE_CUDA_UNPROVEN_TYPES=allow` overrides, for proving it)",
+      "`auto`: CUDA when a device is present and the model's graph (llama; gemma3 not yet) and "
+      "every weight type of it are proven on a GPU (`gpu/cuda_proven_types.cpp`), else the CPU; "
+      "`cuda` refuses a model with an unproven graph or type, naming it "
+      "(`TROUPE_CUDA_UNPROVEN_TYPES=allow` overrides, for proving it)",
       [](auto& c) -> auto& { return c.backend; }, "--backend"));
   add(text_setting(
       "chat_template",

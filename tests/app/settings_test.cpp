@@ -42,9 +42,15 @@ TEST(Settings, KeysAndFlagsAreUniqueAndEverySettingSaysWhatItIs) {
     EXPECT_TRUE(s.read_json || s.key.empty()) << s.key;
     EXPECT_TRUE(s.show) << s.key << s.flag;
     EXPECT_FALSE(s.key.empty() && s.flag.empty()) << "a setting nobody can set";
-    if (!s.key.empty()) EXPECT_TRUE(keys.insert(s.key).second) << "key twice: " << s.key;
-    if (!s.flag.empty()) EXPECT_TRUE(flags.insert(s.flag).second) << "flag twice: " << s.flag;
-    if (s.repeatable) EXPECT_TRUE(s.clear) << s.key << s.flag;
+    if (!s.key.empty()) {
+      EXPECT_TRUE(keys.insert(s.key).second) << "key twice: " << s.key;
+    }
+    if (!s.flag.empty()) {
+      EXPECT_TRUE(flags.insert(s.flag).second) << "flag twice: " << s.flag;
+    }
+    if (s.repeatable) {
+      EXPECT_TRUE(s.clear) << s.key << s.flag;
+    }
   }
   EXPECT_GE(keys.size(), 75u);  // 78 when written: a guard against losing part of the list
 }
@@ -190,7 +196,9 @@ TEST(Settings, ServeHelpListsEveryFlagWithItsKey) {
   for (const Setting& s : settings()) {
     if (s.flag.empty()) continue;
     EXPECT_NE(help.find(s.flag), std::string::npos) << s.flag;
-    if (!s.key.empty()) EXPECT_NE(help.find("(" + s.key + ")"), std::string::npos) << s.key;
+    if (!s.key.empty()) {
+      EXPECT_NE(help.find("(" + s.key + ")"), std::string::npos) << s.key;
+    }
   }
   EXPECT_NE(help.find("--set KEY=VALUE"), std::string::npos);
 }

@@ -304,7 +304,9 @@ TEST(CpuBackend, AStepIsGivenUpOnlyInItsFirstHalfAndItsRetryIsBitIdentical) {
     const StepOutcome o = launch_and_wait(backend, retried);
     ASSERT_TRUE(o.ok()) << o.error;
     EXPECT_FALSE(o.interrupted) << "step " << step;
-    if (step == 3) EXPECT_TRUE(interrupt->requested());
+    if (step == 3) {
+      EXPECT_TRUE(interrupt->requested());
+    }
     const StepResult want = reference.run_step(hr.build(work(hr)));
     ASSERT_EQ(o.result.tokens.size(), want.tokens.size());
     for (size_t i = 0; i < want.tokens.size(); ++i) {
