@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "gpu/kv_table_check.hpp"
+
 namespace troupe::gpu {
 
 KvGroups KvGroups::of(const model::LlamaConfig& c) {
@@ -36,16 +38,18 @@ KvGroups KvGroups::of(const model::LlamaConfig& c) {
   return g;
 }
 
-std::optional<std::string> KvGroups::missing_page(const StepBatch& b, const SequenceSlice& q,
-                                                  int32_t block_size, int32_t num_blocks) const {
+std::optional<std::string> missing_kv_page(const KvGroups& groups, const StepBatch& b,
+                                           const SequenceSlice& q, int32_t block_size,
+                                           int32_t num_blocks) {
   const int32_t needed = (q.context_len + block_size - 1) / block_size;
   const int32_t first_query = q.context_len - q.num_tokens;
-  const int32_t window_first_block = std::max(0, first_query + 1 - sliding_window) / block_size;
+  const int32_t window_first_block =
+      std::max(0, first_query + 1 - groups.sliding_window) / block_size;
   for (int32_t g = 0; g < b.num_kv_groups; ++g) {
     const int32_t* row = b.block_tables.data() +
                          (static_cast<size_t>(g) * b.seqs.size() + static_cast<size_t>(q.block_table_row)) *
                              static_cast<size_t>(b.max_blocks_per_seq);
-    const int32_t first = is_sliding_group(g) ? window_first_block : 0;
+    const int32_t first = groups.is_sliding_group(g) ? window_first_block : 0;
     for (int32_t i = 0; i < needed; ++i) {
       if (i < first && row[i] == -1) continue;
       if (row[i] < 0 || row[i] >= num_blocks) {

@@ -14,11 +14,8 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <string>
 #include <vector>
 
-#include "gpu/step.hpp"
 #include "model/llama_config.hpp"
 
 namespace troupe::gpu {
@@ -31,12 +28,6 @@ struct KvGroups {
   std::vector<int32_t> slot_of;    // [n_layer]: the layer's place in its group's pages
 
   bool is_sliding_group(int32_t group) const { return group > 0 && sliding_window > 0; }
-
-  // What a step's span `q` cannot read in b.block_tables, or nullopt: every group's entries for
-  // the span's context must be pages of [0, num_blocks), except a sliding group's below the
-  // window of the span's first query, which may be -1 (freed). Both backends' batch checks.
-  std::optional<std::string> missing_page(const StepBatch& b, const SequenceSlice& q,
-                                          int32_t block_size, int32_t num_blocks) const;
 
   static KvGroups of(const model::LlamaConfig& c);
 };
