@@ -46,9 +46,9 @@ std::optional<std::string> missing_kv_page(const KvGroups& groups, const StepBat
   const int32_t window_first_block =
       std::max(0, first_query + 1 - groups.sliding_window) / block_size;
   for (int32_t g = 0; g < b.num_kv_groups; ++g) {
-    const int32_t* row = b.block_tables.data() +
-                         (static_cast<size_t>(g) * b.seqs.size() + static_cast<size_t>(q.block_table_row)) *
-                             static_cast<size_t>(b.max_blocks_per_seq);
+    const int32_t* row = b.block_tables.data() + (static_cast<size_t>(g) * b.seqs.size() +
+                                                  static_cast<size_t>(q.block_table_row)) *
+                                                     static_cast<size_t>(b.max_blocks_per_seq);
     const int32_t first = groups.is_sliding_group(g) ? window_first_block : 0;
     for (int32_t i = 0; i < needed; ++i) {
       if (i < first && row[i] == -1) continue;

@@ -212,7 +212,8 @@ void LlamaForward::validate(const StepBatch& b) const {
     }
     const int32_t needed = (q.context_len + config_.block_size - 1) / config_.block_size;
     if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
-    if (const auto why = missing_kv_page(kv_groups_, b, q, config_.block_size, config_.num_blocks)) {
+    if (const auto why =
+            missing_kv_page(kv_groups_, b, q, config_.block_size, config_.num_blocks)) {
       bad_batch(who + *why);
     }
     for (int32_t i = 0; i < q.num_tokens; ++i) {

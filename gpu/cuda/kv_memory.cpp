@@ -27,8 +27,8 @@ KvCache allocate_kv_cache(const model::LlamaConfig& c, const CudaBackendConfig& 
                           const KvGroups& groups, DeviceAllocations& allocations) {
   const KvElement element = kv_element_of(config.kv_dtype);
   const int64_t row_bytes = kv_row_bytes(config.kv_dtype, c.head_dim);  // one token, one KV head
-  const int64_t per_block =
-      static_cast<int64_t>(groups.layers_per_group) * 2 * c.n_head_kv * config.block_size * row_bytes;
+  const int64_t per_block = static_cast<int64_t>(groups.layers_per_group) * 2 * c.n_head_kv *
+                            config.block_size * row_bytes;
   int64_t blocks = config.num_blocks;
   if (blocks <= 0) {
     size_t free_bytes = 0, total_bytes = 0;

@@ -56,7 +56,9 @@ void validate_batch(const StepBatch& b, const CudaBackendConfig& config, int32_t
     if (q.block_table_row < 0 || static_cast<size_t>(q.block_table_row) >= b.seqs.size()) bad_batch(who + "block_table_row out of range");
     const int32_t needed = (q.context_len + config.block_size - 1) / config.block_size;
     if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
-    if (const auto why = missing_kv_page(groups, b, q, config.block_size, num_blocks)) bad_batch(who + *why);
+    if (const auto why = missing_kv_page(groups, b, q, config.block_size, num_blocks)) {
+      bad_batch(who + *why);
+    }
     for (int32_t i = 0; i < q.num_tokens; ++i) {
       if (b.positions[q.token_offset + i] != q.context_len - q.num_tokens + i) bad_batch(who + "positions do not match context_len");
     }

@@ -248,7 +248,8 @@ TEST(CudaGemma3Backend, HasTheCpuBackendsKvGroups) {
   const model::LlamaConfig c = small_window_gemma3();
   CudaBackend gpu_b(model::make_dummy_weights(c, TensorType::kF16, 5), gpu_config());
   const KvCacheGeometry g = gpu_b.kv_geometry();
-  const KvCacheGeometry want = cpu_backend(model::make_dummy_weights(c, TensorType::kF16, 5))->kv_geometry();
+  const KvCacheGeometry want =
+      cpu_backend(model::make_dummy_weights(c, TensorType::kF16, 5))->kv_geometry();
   EXPECT_EQ(g.num_kv_groups, 6);  // layers 5, 11, 17; then five groups of three sliding layers
   EXPECT_EQ(g.num_kv_groups, want.num_kv_groups);
   EXPECT_EQ(g.sliding_window, want.sliding_window);

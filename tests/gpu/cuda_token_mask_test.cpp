@@ -294,12 +294,14 @@ TEST(CudaStepInputs, PacksEveryKvGroupsSlotsAndTables) {
   int freed = 0;
   for (int32_t g = 0; g < groups.num_groups; ++g) {
     for (const SequenceSlice& s : b.seqs) {
-      const int32_t* row = b.block_tables.data() +
-                           (static_cast<size_t>(g) * b.seqs.size() + s.block_table_row) * b.max_blocks_per_seq;
+      const int32_t* row =
+          b.block_tables.data() +
+          (static_cast<size_t>(g) * b.seqs.size() + s.block_table_row) * b.max_blocks_per_seq;
       freed += row[0] == -1;
       for (int32_t i = 0; i < s.num_tokens; ++i) {
         const int32_t t = s.token_offset + i, pos = b.positions[t];
-        ASSERT_EQ(slots[g * T + t], row[pos / 16] * 16 + pos % 16) << "group " << g << " token " << t;
+        ASSERT_EQ(slots[g * T + t], row[pos / 16] * 16 + pos % 16)
+            << "group " << g << " token " << t;
       }
     }
   }
