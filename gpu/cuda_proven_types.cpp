@@ -37,6 +37,14 @@ constexpr std::array kGraphProofs = {
                    "faecbdc: the F16 parity run above (SmolLM2-135M, a llama)"},
 };
 
+// "a, b, c": what a refusal lists as proven.
+template <typename Proofs, typename Name>
+std::string proven_list(const Proofs& proofs, Name name) {
+  std::string list;
+  for (const auto& p : proofs) list += (list.empty() ? "" : ", ") + std::string(name(p));
+  return list;
+}
+
 }  // namespace
 
 const char* cuda_graph_of(const model::LlamaConfig& c) {
@@ -52,10 +60,8 @@ std::optional<CudaGraphProof> cuda_graph_proof_of(const model::LlamaConfig& c) {
 }
 
 std::string unproven_cuda_graph_message(const model::LlamaConfig& c) {
-  std::string proven;
-  for (const CudaGraphProof& p : kGraphProofs) {
-    proven += (proven.empty() ? "" : ", ") + std::string(p.graph);
-  }
+  const std::string proven =
+      proven_list(kGraphProofs, [](const CudaGraphProof& p) { return p.graph; });
   return "architecture " + c.architecture + " runs the CUDA backend's " + cuda_graph_of(c) +
          " graph, which has not been proven correct on a GPU yet (proven: " + proven +
          "; gpu/cuda_proven_types.cpp); use --backend cpu";
@@ -71,10 +77,8 @@ std::optional<CudaKvProof> cuda_kv_proof_of(KvDtype dtype) {
 }
 
 std::string unproven_cuda_kv_message(KvDtype dtype) {
-  std::string proven;
-  for (const CudaKvProof& p : kKvProofs) {
-    proven += (proven.empty() ? "" : ", ") + std::string(kKvDtypeNames.name(p.dtype));
-  }
+  const std::string proven =
+      proven_list(kKvProofs, [](const CudaKvProof& p) { return kKvDtypeNames.name(p.dtype); });
   return "cache.kv_dtype \"" + std::string(kKvDtypeNames.name(dtype)) +
          "\" has CUDA kernels that have not been proven correct on a GPU yet (proven: " + proven +
          "; gpu/cuda_proven_types.cpp)";
@@ -106,10 +110,8 @@ std::optional<UnprovenTensor> first_unproven_cuda_tensor(const model::LlamaWeigh
 }
 
 std::string unproven_cuda_message(const UnprovenTensor& t) {
-  std::string proven;
-  for (const CudaTypeProof& p : kProofs) {
-    proven += (proven.empty() ? "" : ", ") + std::string(model::tensor_type_name(p.type));
-  }
+  const std::string proven =
+      proven_list(kProofs, [](const CudaTypeProof& p) { return model::tensor_type_name(p.type); });
   return "tensor " + t.name + " has type " + std::string(model::tensor_type_name(t.type)) +
          ", which the CUDA backend has not been proven to compute correctly on a GPU (proven: " +
          proven + "; gpu/cuda_proven_types.cpp); use --backend cpu";

@@ -20,6 +20,13 @@ inline int grid_stride_blocks(int64_t total, int threads) {
   return static_cast<int>(wanted < 65536 ? wanted : 65536);
 }
 
+// RMSNorm's scale from the sum of a row's squares, as the CPU twin computes it
+// (gpu/cpu/rmsnorm.cpp, ggml): the mean rounded to float, then 1 / sqrtf(mean + eps).
+__device__ __forceinline__ float rms_scale(double sum_of_squares, int32_t n, float eps) {
+  const float mean = static_cast<float>(sum_of_squares / static_cast<double>(n));
+  return 1.0f / sqrtf(mean + eps);
+}
+
 // Element j of one GGUF row (GGUF_NOTES.md §3: Q4 nibbles are j / j+16, not interleaved).
 // Q5_0/Q5_1 and the K-quants live in dequant_quants.cuh.
 __device__ __forceinline__ float load_weight_element(const uint8_t* row, WeightType type, int64_t j) {

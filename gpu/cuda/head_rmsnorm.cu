@@ -20,8 +20,7 @@ __global__ void head_rmsnorm_kernel(HeadRmsNormArgs a) {
     sum += static_cast<double>(x[j] * x[j]);
   }
   sum = detail::warp_sum(sum);
-  const float mean = static_cast<float>(sum / static_cast<double>(a.head_dim));
-  const float scale = 1.0f / sqrtf(mean + a.eps);
+  const float scale = detail::rms_scale(sum, a.head_dim, a.eps);
   // Each lane writes only the values it read: in place is safe.
   for (int32_t j = threadIdx.x; j < a.head_dim; j += blockDim.x) x[j] = (x[j] * scale) * weight[j];
 }

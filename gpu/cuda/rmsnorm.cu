@@ -19,8 +19,7 @@ __global__ void rmsnorm_kernel(RmsNormArgs a) {
   double sum = 0.0;
   for (int32_t j = threadIdx.x; j < a.n; j += blockDim.x) sum += static_cast<double>(x[j] * x[j]);
   sum = detail::block_sum(sum, scratch);
-  const float mean = static_cast<float>(sum / static_cast<double>(a.n));
-  const float scale = 1.0f / sqrtf(mean + a.eps);
+  const float scale = detail::rms_scale(sum, a.n, a.eps);
   const int64_t base = static_cast<int64_t>(r) * a.ld_out;
   for (int32_t j = threadIdx.x; j < a.n; j += blockDim.x) {
     const float y = (x[j] * scale) * a.weight[j];

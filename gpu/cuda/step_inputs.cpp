@@ -153,13 +153,15 @@ void pack_step_inputs(const StepBatch& b, const std::vector<SamplingRow>& rows,
   std::memcpy(host + in.positions, b.positions.data(), 4 * static_cast<size_t>(T));
   int32_t* table_rows = host_i32(in.table_rows);
   int32_t* slot_mapping = host_i32(in.slots);
+  for (const SequenceSlice& s : b.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) table_rows[s.token_offset + i] = s.block_table_row;
+  }
   for (int32_t g = 0; g < b.num_kv_groups; ++g) {
     for (const SequenceSlice& s : b.seqs) {
       const int32_t* table = b.block_tables.data() + g * in.tables_group_stride +
                              static_cast<size_t>(s.block_table_row) * b.max_blocks_per_seq;
       for (int32_t i = 0; i < s.num_tokens; ++i) {
         const int32_t t = s.token_offset + i, pos = b.positions[t];
-        table_rows[t] = s.block_table_row;
         // The token's own page exists in every group: it is inside its own window.
         slot_mapping[g * in.slots_group_stride + t] =
             table[pos / block_size] * block_size + pos % block_size;

@@ -12,6 +12,8 @@
 
 #include "gpu/cpu/attention.hpp"
 #include "gpu/cuda/attention.cuh"
+#include "model/fp16.hpp"
+#include "tests/gpu/cpu_test_util.hpp"
 #include "tests/gpu/cuda_test_util.hpp"
 
 namespace troupe::gpu::cuda::testing {
@@ -49,6 +51,26 @@ inline PagedBatch make_paged_batch(const std::vector<std::pair<int32_t, int32_t>
 struct AttentionShape {
   int32_t n_head, n_head_kv, head_dim;
 };
+
+// Random fp16 keys and values, `n` of each.
+struct Fp16Cache {
+  std::vector<uint16_t> k, v;
+};
+inline Fp16Cache random_fp16_cache(size_t n, uint64_t k_seed, uint64_t v_seed) {
+  const std::vector<float> kf = cpu::testing::random_floats(n, k_seed);
+  const std::vector<float> vf = cpu::testing::random_floats(n, v_seed);
+  Fp16Cache c{std::vector<uint16_t>(n), std::vector<uint16_t>(n)};
+  for (size_t i = 0; i < n; ++i)
+    c.k[i] = model::fp32_to_fp16(kf[i]), c.v[i] = model::fp32_to_fp16(vf[i]);
+  return c;
+}
+
+// Random queries rounded to fp16 values, as the forward pass rounds them before attention.
+inline std::vector<float> random_fp16_queries(size_t n, uint64_t seed) {
+  std::vector<float> q = cpu::testing::random_floats(n, seed);
+  for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
+  return q;
+}
 
 // The CPU reference over an fp16 view of the cache, every token and KV head of `batch`; with a
 // sliding window, token t's keys from positions[t] + 1 - sliding_window on (first_visible_key).

@@ -38,15 +38,12 @@ namespace {
 
 using cuda::testing::AttentionShape;
 using cuda::testing::DeviceArray;
+using cpu::testing::random_floats;
 using cuda::testing::relative_error;
 using gpu::testing::ParityTally;
 using gpu::testing::random_tokens;
 using gpu::testing::run_teacher_forced;
 using model::TensorType;
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  return cpu::testing::random_floats(n, seed, scale);
-}
 
 // Gemma 3 270M's heads (4 query heads on one KV head of 256) and a llama-like GQA shape.
 struct HeadShape {
@@ -59,13 +56,18 @@ TEST(CudaGemma3Ops, HeadRmsNormNormsEachQAndKHeadLikeTheCpuTwin) {
   for (const HeadShape s : kHeadShapes) {
     const int32_t T = 6;
     const int64_t Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, W = Q + 2 * KV;
-    const std::vector<float> qkv = randn(T * W, s.head_dim, 3.0f);
-    const std::vector<float> q_w = randn(s.head_dim, 1), k_w = randn(s.head_dim, 2);
+    const std::vector<float> qkv = random_floats(T * W, s.head_dim, 3.0f);
+    const std::vector<float> q_w = random_floats(s.head_dim, 1), k_w = random_floats(s.head_dim, 2);
     DeviceArray<float> d_qkv(qkv), d_qw(q_w), d_kw(k_w);
-    head_rmsnorm_inplace(HeadRmsNormArgs{.qkv = d_qkv.get(), .ld = W, .num_tokens = T,
-                                         .n_head = s.n_head, .n_head_kv = s.n_head_kv,
-                                         .head_dim = s.head_dim, .q_weight = d_qw.get(),
-                                         .k_weight = d_kw.get(), .eps = 1e-6f},
+    head_rmsnorm_inplace(HeadRmsNormArgs{.qkv = d_qkv.get(),
+                                         .ld = W,
+                                         .num_tokens = T,
+                                         .n_head = s.n_head,
+                                         .n_head_kv = s.n_head_kv,
+                                         .head_dim = s.head_dim,
+                                         .q_weight = d_qw.get(),
+                                         .k_weight = d_kw.get(),
+                                         .eps = 1e-6f},
                          nullptr);
     const std::vector<float> got = d_qkv.download();
     std::vector<float> want = qkv;  // the CPU twin: LlamaForward::prepare_qkv_row's loops
@@ -87,9 +89,9 @@ TEST(CudaGemma3Ops, HeadRmsNormNormsEachQAndKHeadLikeTheCpuTwin) {
 TEST(CudaGemma3Ops, RmsNormAddsItsRowsToTheResidualLikeThePostNorm) {
   TROUPE_REQUIRE_CUDA_DEVICE();
   const int32_t n = 640, rows = 7;
-  const std::vector<float> t = randn(static_cast<size_t>(rows) * n, 31, 5.0f);
-  const std::vector<float> residual = randn(static_cast<size_t>(rows) * n, 32, 20.0f);
-  const std::vector<float> w = randn(n, 33);
+  const std::vector<float> t = random_floats(static_cast<size_t>(rows) * n, 31, 5.0f);
+  const std::vector<float> residual = random_floats(static_cast<size_t>(rows) * n, 32, 20.0f);
+  const std::vector<float> w = random_floats(n, 33);
   DeviceArray<float> d_t(t), d_w(w), d_x(residual);
   RmsNormArgs a;
   a.x = d_t.get();
@@ -145,7 +147,7 @@ TEST(CudaGemma3Ops, RopeScalesTheQueriesBeforeTheirFp16Rounding) {
     const int32_t T = 5;
     const int64_t Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, W = Q + 2 * KV;
     const std::vector<int32_t> positions = {0, 1, 511, 512, 3000};
-    std::vector<float> qkv = randn(T * W, 77);
+    std::vector<float> qkv = random_floats(T * W, 77);
     DeviceArray<float> d_qkv(qkv);
     DeviceArray<int32_t> d_pos(positions);
     rope_inplace(RopeArgs{.qkv = d_qkv.get(), .ld = W, .positions = d_pos.get(), .num_tokens = T,
@@ -198,13 +200,9 @@ TEST(CudaGemma3Ops, PagedAttentionKeepsToTheSlidingWindowAndHeadDim256) {
         }
       }
       const size_t cache = static_cast<size_t>(num_blocks) * s.n_head_kv * bs * s.head_dim;
-      std::vector<uint16_t> k(cache), v(cache);
-      const std::vector<float> kf = randn(cache, 51), vf = randn(cache, 52);
-      for (size_t i = 0; i < cache; ++i) {
-        k[i] = model::fp32_to_fp16(kf[i]), v[i] = model::fp32_to_fp16(vf[i]);
-      }
-      std::vector<float> q = randn(batch.num_tokens() * s.n_head * s.head_dim, 53);
-      for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
+      auto [k, v] = cuda::testing::random_fp16_cache(cache, 51, 52);
+      const std::vector<float> q =
+          cuda::testing::random_fp16_queries(batch.num_tokens() * s.n_head * s.head_dim, 53);
       DeviceArray<uint16_t> dk(k), dv(v);
       const float scale = 1.0f / 16.0f;
       const std::vector<float> got = cuda::testing::device_attention(

@@ -360,11 +360,9 @@ TEST(CudaOps, PagedAttentionMixedBatchMatchesFloat64Reference) {
     const PagedBatch batch = make_paged_batch({{1, 1}, {40, 40}, {300, 1}, {1000, 37}, {17, 1}},
                                               bs, num_blocks, static_cast<uint32_t>(s.head_dim));
     const size_t cache = static_cast<size_t>(num_blocks) * s.n_head_kv * bs * s.head_dim;
-    std::vector<uint16_t> k(cache), v(cache);
-    const std::vector<float> kf = randn(cache, 5), vf = randn(cache, 6);
-    for (size_t i = 0; i < cache; ++i) k[i] = model::fp32_to_fp16(kf[i]), v[i] = model::fp32_to_fp16(vf[i]);
-    std::vector<float> q = randn(batch.num_tokens() * s.n_head * s.head_dim, 9);
-    for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
+    auto [k, v] = cuda::testing::random_fp16_cache(cache, 5, 6);
+    const std::vector<float> q =
+        cuda::testing::random_fp16_queries(batch.num_tokens() * s.n_head * s.head_dim, 9);
     DeviceArray<uint16_t> dk(k), dv(v);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
     const std::vector<float> got = device_attention(batch, q, dk.get(), dv.get(), s, bs, scale);
@@ -425,8 +423,8 @@ TEST(CudaOps, PagedAttentionReadsAnFp8CacheLikeItsCpuTwin) {
       k16[i] = model::fp32_to_fp16(fp8_e4m3_to_fp32(k8[i]));
       v16[i] = model::fp32_to_fp16(fp8_e4m3_to_fp32(v8[i]));
     }
-    std::vector<float> q = randn(batch.num_tokens() * s.n_head * s.head_dim, 19);
-    for (float& x : q) x = model::fp16_to_fp32(model::fp32_to_fp16(x));
+    const std::vector<float> q =
+        cuda::testing::random_fp16_queries(batch.num_tokens() * s.n_head * s.head_dim, 19);
     DeviceArray<uint8_t> dk(k8), dv(v8);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
     const std::vector<float> got = device_attention(batch, q, dk.get(), dv.get(), s, bs, scale,
