@@ -282,13 +282,14 @@ EngineImpl::resolve_policy_and_backend(const EngineConfig& config) {
                card_.kv.conversation_tokens);
   if (geometry.num_kv_groups > 1 && config.kv_events.enabled) {
     throw std::runtime_error(
-        "kv_events.enabled: this model's sliding-window KV groups turn the prefix cache off, so "
-        "there would be no KV events to publish");
+        "kv_events.enabled: this model's sliding-window KV groups cache pages that a router's "
+        "block hashes cannot describe (a hit needs each group's window too); KV events are not "
+        "published for such models");
   }
   if (geometry.num_kv_groups > 1) {
     spdlog::info("KV groups: {} of {} layers each; groups 1-{} (sliding-window layers) keep the "
-                 "last {} tokens, so a sequence holds its whole context in group 0 only; prefix "
-                 "caching is off for this model",
+                 "last {} tokens, so a sequence holds its whole context in group 0 only; the "
+                 "prefix cache keeps their pages beside group 0's",
                  geometry.num_kv_groups, geometry.layers_per_group, geometry.num_kv_groups - 1,
                  geometry.sliding_window);
   }

@@ -18,6 +18,8 @@
 // NOTE: sequences release their blocks last-to-first, and a sequence holding a cached block
 // holds every ancestor of it, so in the eviction list a block always comes after all of its
 // cached descendants: the head is always a leaf of the prefix tree. PrefixCache relies on it.
+// Sliding-window pages (window_pages.hpp) are cached but no tree nodes; a sequence holding one
+// holds its node and releases it first, so they come before their node in the list.
 //
 // Thread-safety: not thread-safe; one thread at a time (the kv-cache/scheduler actor's executor).
 #pragma once

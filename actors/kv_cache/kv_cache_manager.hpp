@@ -12,9 +12,12 @@
 // `blocks` is group 0's (the global layers), `sliding` the others'. Every group grows by the same
 // number of pages; after each step release_out_of_window() frees the sliding groups' pages that
 // the next token's window no longer reaches (entries become kNoBlock), so a long conversation
-// holds ~window / block_size pages per sliding group and its full length only in group 0. Prefix
-// caching is off with groups (a hit would need the window's pages of every sliding group too;
-// not built), and so are KV events.
+// holds ~window / block_size pages per sliding group and its full length only in group 0.
+// The prefix tree is group 0's; a sliding group's page is cached beside the node of its position
+// (window_pages.hpp) and evicted on its own. A hit of k blocks adopts group 0's k pages and, in
+// each sliding group, the pages the next token's window reaches; a match whose window pages are
+// not all cached is shortened until they are (find_cached_prefix). KV events stay off with
+// groups (the router's block hashes say nothing of the window's pages).
 //
 // KV events (issue 20): with KvCacheConfig::emit_events, every block that enters the prefix
 // cache gets the router's hash (kv_block_hash.hpp) once, when it is inserted, and the manager
@@ -36,6 +39,7 @@
 #include "actors/kv_cache/kv_block_hash.hpp"
 #include "actors/kv_cache/kv_events.hpp"
 #include "actors/kv_cache/prefix_cache.hpp"
+#include "actors/kv_cache/window_pages.hpp"
 
 namespace troupe::kv_cache {
 
@@ -43,10 +47,11 @@ struct KvCacheConfig {
   int32_t num_blocks = 4096;
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
-  // KV groups of the backend (KvCacheGeometry): > 1 turns prefix caching off (above).
+  // KV groups of the backend (KvCacheGeometry): > 1 caches the sliding groups' pages beside the
+  // tree's (above) and emits no KV events.
   int32_t num_kv_groups = 1;
   int32_t sliding_window = 0;  // tokens the sliding groups keep
-  // Collect KV events with the router's block hashes (needs prefix caching to emit anything).
+  // Collect KV events with the router's block hashes (needs prefix caching and one KV group).
   bool emit_events = false;
   std::string event_hash_seed;  // vLLM's PYTHONHASHSEED / llm-d's hashSeed
 };
@@ -63,6 +68,9 @@ struct SequenceBlocks {
 // Leading full blocks of a token sequence already in the cache.
 struct PrefixMatch {
   std::vector<BlockId> blocks;
+  // KV groups: groups 1.., each as long as `blocks`: the cached pages the next token's window
+  // reaches, kNoBlock before it.
+  std::vector<std::vector<BlockId>> sliding;
   int32_t num_tokens = 0;  // blocks.size() * block_size
 };
 
@@ -81,19 +89,21 @@ class KvCacheManager {
 
   // Cached full blocks that prefix `tokens`, leaving at least the last token uncovered: the
   // last position must be computed to sample from it (and a hit must not write into a shared
-  // block). Empty when prefix caching is off.
+  // block). With KV groups, only as many as the sliding groups' cached pages carry the window
+  // for. Empty when prefix caching is off.
   PrefixMatch find_cached_prefix(std::span<const int32_t> tokens) const;
 
-  // Grows `seq` so its blocks can hold num_total_tokens tokens of KV. An empty `seq` first
-  // adopts `prefix` (one reference per block). All or nothing: false, and nothing changes,
+  // Grows `seq` so its blocks can hold num_total_tokens tokens of KV (every group's, with KV
+  // groups). An empty `seq` first adopts `prefix` (one reference per page). All or nothing: false, and nothing changes,
   // when the pool cannot supply the blocks; the caller decides whom to preempt.
   bool allocate_slots(SequenceBlocks& seq, const PrefixMatch& prefix, int32_t num_total_tokens);
   bool allocate_slots(SequenceBlocks& seq, int32_t num_total_tokens) {
     return allocate_slots(seq, PrefixMatch{}, num_total_tokens);
   }
 
-  // Registers every block of `seq` that the first num_computed_tokens of `tokens` fill. Call
-  // only once that KV has been computed (after the step), so a hit never reads unwritten KV.
+  // Registers every block of `seq` that the first num_computed_tokens of `tokens` fill, with the
+  // sliding groups' pages it still holds at those positions. Call only once that KV has been
+  // computed (after the step), so a hit never reads unwritten KV.
   void cache_full_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens,
                          int32_t num_computed_tokens);
 
@@ -107,7 +117,8 @@ class KvCacheManager {
 
   // KV groups: frees the sliding groups' pages wholly before the window of the token at
   // next_position (the next one to compute): positions < next_position + 1 - sliding_window.
-  // Returns how many pages went back. No-op without groups.
+  // Cached ones stay in the cache, evictable. Returns how many pages went back. No-op without
+  // groups.
   int32_t release_out_of_window(SequenceBlocks& seq, int32_t next_position);
 
   // Pages `seq` holds, every group.
@@ -132,9 +143,11 @@ class KvCacheManager {
   KvCacheStats stats() const;
   const BlockPool& pool() const { return pool_; }
   const PrefixCache& prefix_cache() const { return cache_; }
+  const WindowPages& window_pages() const { return windows_; }
 
-  // Pool and cache invariants, plus their agreement (cached in pool <=> node in tree, and the
-  // eviction list is ordered descendants-before-ancestors). O(n).
+  // Pool, tree and window-page invariants, plus their agreement (cached in pool <=> a node in the
+  // tree or an attached window page; the eviction list orders the tree's descendants before
+  // their ancestors; a referenced cached page's node is referenced too). O(n).
   std::optional<std::string> check_invariants() const;
 
  private:
@@ -145,6 +158,17 @@ class KvCacheManager {
                    std::span<const int32_t> block_tokens);
   void flush_stored(BlockStored& run);
   std::vector<uint64_t> keys_of(const std::vector<BlockId>& blocks) const;
+  // The pool reused these cached blocks: the tree forgets its nodes (with the window pages
+  // attached to them), the window pages their nodes. The caller reports KV events.
+  void forget_evicted(const std::vector<BlockId>& evicted);
+  // KV groups: leading pages of a sequence that the window of the token at next_position no
+  // longer reaches (in the sliding groups).
+  int32_t pages_before_window(int32_t next_position) const;
+  // KV groups: how many of `chain`'s leading blocks a hit may take, the window's pages cached.
+  size_t window_covered(std::span<const BlockId> chain) const;
+  // KV groups: caches (or swaps for the cached one) seq's sliding pages at block `index`, whose
+  // tree node is `node`.
+  void cache_window_pages(SequenceBlocks& seq, size_t index, BlockId node);
 
   int32_t block_size_;
   int32_t num_kv_groups_;
@@ -152,6 +176,7 @@ class KvCacheManager {
   bool enable_prefix_caching_;
   BlockPool pool_;
   PrefixCache cache_;
+  WindowPages windows_;
   std::optional<KvBlockHasher> hasher_;  // set with emit_events
   std::vector<BlockDigest> digests_;     // per block: its router hash while it is cached
   std::vector<KvEvent> events_;

@@ -43,7 +43,7 @@ void Scheduler::attach_kv_cache(std::unique_ptr<kv_cache::KvCacheManager> kv) {
   if (kv == nullptr) throw std::logic_error("Scheduler: attaching no KV manager");
   if (kv->num_blocks() != config_.num_blocks || kv->block_size() != config_.block_size ||
       kv->num_kv_groups() != config_.num_kv_groups ||
-      kv->prefix_caching_enabled() != (config_.enable_prefix_caching && config_.num_kv_groups <= 1)) {
+      kv->prefix_caching_enabled() != config_.enable_prefix_caching) {
     throw std::logic_error("Scheduler: the KV manager's geometry differs from the config");
   }
   kv_ = std::move(kv);

@@ -299,6 +299,10 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   account_.add_step(measured.num_prefill_tokens, measured.num_decode_tokens,
                     ms(device_done - started), outcome->timings);
   const Clock::time_point finished = Clock::now();
+  // Published before ingress hears of the step: a client that has seen a token and then reads
+  // /metrics finds its request counted (running, or finished). This step's tick time joins the
+  // next snapshot (the next step's, or the idle tick's).
+  publish_stats();
   ingress::IngressMessage events{
       ingress::StepEvents{std::move(update), std::move(scheduled), tick_started, finished}};
   auto reporting = send_to_ingress(std::move(events));
@@ -310,7 +314,6 @@ boost::asio::awaitable<void> SchedulerActor::run_step(StepPlan plan,
   const double device_ms = ms(device_done - started);
   total_tick_ms_ += ms(reported - tick_started);
   total_device_ms_ += device_ms;
-  publish_stats();
 }
 
 boost::asio::awaitable<std::optional<gpu::StepOutcome>> SchedulerActor::await_step(

@@ -67,7 +67,7 @@ struct SchedulerConfig {
   int32_t max_queue = 1024;               // waiting requests (incl. preempted) before refusing
   int32_t block_size = gpu::defaults::kBlockSize;  // tokens per KV block
   int32_t num_blocks = 4096;              // KV blocks in the pool
-  bool enable_prefix_caching = true;      // off anyway with KV groups (kv_cache_manager.hpp)
+  bool enable_prefix_caching = true;
   // The backend's KV groups (gpu/kv_groups.hpp): > 1 for a sliding-window model, whose sliding
   // groups keep the last sliding_window tokens' pages. Set from the backend, not configured.
   int32_t num_kv_groups = 1;

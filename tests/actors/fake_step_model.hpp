@@ -6,7 +6,9 @@
 // the output, which the tests compare with reference_output() computed from tokens alone.
 // With KV groups (num_kv_groups > 1, sliding_window) every span is also written through each
 // sliding group's table, and every key inside each span's windows must read back through them:
-// a page freed too early (kNoBlock) or reused while in a window fails the check.
+// a page freed too early (kNoBlock) or reused while in a window fails the check. Each slot also
+// keeps a hash of the whole prefix up to it (as real KV depends on every earlier token), so a
+// sliding page shared from another history (a bad prefix-cache hit) fails it too.
 //
 // Thread-safety: test helper; one thread.
 #pragma once
@@ -127,7 +129,12 @@ class FakeStepModel {
   struct Slot {
     int32_t token = -1;
     int32_t position = -1;
+    uint64_t prefix = 0;  // hash of the tokens at positions 0..position
   };
+
+  static uint64_t extend(uint64_t prefix, int32_t token) {
+    return (prefix ^ static_cast<uint32_t>(token)) * 0x100000001b3ULL + 0x9e3779b97f4a7c15ULL;
+  }
 
   Slot* slot_at(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice, int32_t position,
                 int32_t group = 0) {
@@ -142,12 +149,23 @@ class FakeStepModel {
   }
 
   void write_span(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice) {
+    // The prefix before the span, from group 0 (whose blocks the outputs check).
+    const int32_t first = slice.context_len - slice.num_tokens;
+    uint64_t prefix = 0;
+    if (first > 0) {
+      const Slot* before = slot_at(batch, slice, first - 1);
+      if (before == nullptr) return;
+      prefix = before->prefix;
+    }
     for (int32_t i = 0; i < slice.num_tokens; ++i) {
       const auto index = static_cast<size_t>(slice.token_offset + i);
       const int32_t position = batch.positions[index];
-      if (position != slice.context_len - slice.num_tokens + i) fail("span positions are off");
+      if (position != first + i) fail("span positions are off");
+      prefix = extend(prefix, batch.token_ids[index]);
       for (int32_t g = 0; g < config_.num_kv_groups; ++g) {
-        if (Slot* slot = slot_at(batch, slice, position, g)) *slot = {batch.token_ids[index], position};
+        if (Slot* slot = slot_at(batch, slice, position, g)) {
+          *slot = {batch.token_ids[index], position, prefix};
+        }
       }
     }
   }
@@ -159,9 +177,14 @@ class FakeStepModel {
     for (int32_t g = 1; g < config_.num_kv_groups; ++g) {
       for (int32_t position = first_key; position < slice.context_len; ++position) {
         const Slot* slot = slot_at(batch, slice, position, g);
-        if (slot == nullptr) return;
+        const Slot* global = slot_at(batch, slice, position, 0);
+        if (slot == nullptr || global == nullptr) return;
         if (slot->position != position) {
           fail("stale KV in a sliding group: a page in the window was freed or reused");
+          return;
+        }
+        if (slot->prefix != global->prefix) {
+          fail("a sliding group's page holds the KV of another prefix");
           return;
         }
       }
@@ -170,11 +193,14 @@ class FakeStepModel {
 
   std::vector<int32_t> read_context(const gpu::StepBatch& batch, const gpu::SequenceSlice& slice) {
     std::vector<int32_t> context(static_cast<size_t>(slice.context_len));
+    uint64_t prefix = 0;
     for (int32_t position = 0; position < slice.context_len; ++position) {
       const Slot* slot = slot_at(batch, slice, position);
       if (slot == nullptr) break;
       if (slot->position != position) fail("stale KV: a slot holds another position");
       context[static_cast<size_t>(position)] = slot->token;
+      prefix = extend(prefix, slot->token);
+      if (slot->prefix != prefix) fail("a block's KV was computed after another prefix");
     }
     return context;
   }

@@ -1,7 +1,8 @@
 // The scheduler with KV groups (a sliding-window model, gpu/kv_groups.hpp): every group grows
 // together, the sliding groups give back the pages outside their window after each step, every
-// key inside a window reads back through them (FakeStepModel::check_windows), and preemption
-// frees all groups.
+// key inside a window reads back through them (FakeStepModel::check_windows, which also checks
+// that a page holds the KV of its own prefix), preemption frees all groups, and prompts that
+// share a start share its pages through the prefix cache, window included.
 #include "actors/scheduler/scheduler.hpp"
 
 #include <gtest/gtest.h>
@@ -40,7 +41,6 @@ void add_long_requests(SchedulerHarness& h) {
 TEST(SchedulerTest, KvGroupsFreeSlidingPagesOutsideTheWindow) {
   const SchedulerConfig config = kv_groups_config(96);
   SchedulerHarness h(config);
-  EXPECT_FALSE(h.scheduler.kv_cache().prefix_caching_enabled());  // off with groups
   add_long_requests(h);
   // Run until request 1 decodes, then look at what it holds.
   for (int i = 0; i < 200 && h.outputs[1].size() < 10; ++i) ASSERT_TRUE(h.step());
@@ -56,7 +56,7 @@ TEST(SchedulerTest, KvGroupsFreeSlidingPagesOutsideTheWindow) {
   EXPECT_LT(slot.num_blocks, 3 * blocks);
   h.run_until_idle();
   for (RequestId id : {1, 2, 3}) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
-  EXPECT_EQ(h.scheduler.kv_cache().pool().num_free(), config.num_blocks);
+  EXPECT_EQ(h.scheduler.kv_cache().pool().num_referenced(), 0);
 }
 
 // The same requests in a pool too small for them together: allocation counts every group's
@@ -68,7 +68,57 @@ TEST(SchedulerTest, KvGroupsUnderPressurePreemptAndRecompute) {
   h.run_until_idle();
   for (RequestId id : {1, 2, 3}) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
   EXPECT_GT(h.scheduler.stats().num_preemptions, 0u);
-  EXPECT_EQ(h.scheduler.kv_cache().pool().num_free(), config.num_blocks);
+  EXPECT_EQ(h.scheduler.kv_cache().pool().num_referenced(), 0);
+}
+
+// prompt's first n tokens, then a tail of its own (so requests share exactly n tokens).
+std::vector<int32_t> shared_start(int32_t n, int32_t tail_first, int32_t tail_len) {
+  std::vector<int32_t> tokens = token_range(n, 100);
+  for (int32_t t : token_range(tail_len, tail_first)) tokens.push_back(t);
+  return tokens;
+}
+
+// A 150-token prompt computed, then two requests that share 150 and 70 of its tokens: each
+// takes the shared blocks from the cache, the sliding groups' window pages with them (the
+// first sequence released those before 150 + 1 - 32 into the cache as its window moved), and
+// both reach their reference outputs, every window read back from pages of their own prefix.
+TEST(SchedulerTest, KvGroupsShareAPromptsBlocksWithTheirWindow) {
+  const SchedulerConfig config = kv_groups_config(120);
+  SchedulerHarness h(config);
+  ASSERT_TRUE(h.scheduler.kv_cache().prefix_caching_enabled());
+  h.add(1, token_range(150, 100), 20, Priority::kNormal, /*ignore_eos=*/true);
+  h.run_until_idle();
+  const uint64_t hits_before = h.scheduler.stats().kv.prefix.num_hit_tokens;
+  h.add(2, shared_start(150, 7000, 30), 20, Priority::kNormal, /*ignore_eos=*/true);
+  h.run_until_idle();
+  h.add(3, shared_start(70, 8000, 40), 20, Priority::kNormal, /*ignore_eos=*/true);
+  h.run_until_idle();
+  for (RequestId id : {1, 2, 3}) EXPECT_EQ(h.outputs[id], h.expected_output(id)) << id;
+  // 150 shared tokens: 9 whole blocks (144); 70: 4 blocks (64).
+  EXPECT_EQ(h.scheduler.stats().kv.prefix.num_hit_tokens - hits_before, 144u + 64u);
+  EXPECT_EQ(h.scheduler.kv_cache().pool().num_referenced(), 0);
+}
+
+// Many requests over a few shared starts in a pool too small for them: hits, evictions of nodes
+// and window pages, preemptions and recomputation together, and still every output is the
+// reference and every invariant holds after every step (the harness checks).
+TEST(SchedulerTest, KvGroupsSharedStartsUnderPressure) {
+  SchedulerConfig config = kv_groups_config(48);
+  SchedulerHarness h(config);
+  RequestId id = 1;
+  for (int round = 0; round < 4; ++round) {
+    for (int32_t start : {40, 90, 130}) {
+      h.add(id, shared_start(start, 10000 + 100 * static_cast<int32_t>(id), 5 + round * 7), 25,
+            Priority::kNormal, /*ignore_eos=*/true);
+      ++id;
+    }
+    for (int i = 0; i < 15; ++i) (void)h.step();
+  }
+  h.run_until_idle();
+  for (RequestId r = 1; r < id; ++r) EXPECT_EQ(h.outputs[r], h.expected_output(r)) << r;
+  EXPECT_GT(h.scheduler.stats().kv.prefix.num_hit_tokens, 0u);
+  EXPECT_GT(h.scheduler.stats().kv.prefix.num_evictions, 0u);
+  EXPECT_EQ(h.scheduler.kv_cache().pool().num_referenced(), 0);
 }
 
 }  // namespace

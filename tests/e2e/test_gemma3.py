@@ -113,7 +113,8 @@ def refused_at_start(tmp_path, name, *args):
 
 
 def test_kv_events_are_refused_for_a_sliding_window_model(tmp_path):
-    """KV groups turn the prefix cache off, so KV events would publish nothing: refused, named."""
+    """The router's block hashes cannot describe the sliding groups' cached pages: KV events are
+    refused for such a model, named."""
     config = tmp_path / "events.json"
     config.write_text(json.dumps({"kv_events": {"enabled": True}}))
     log = refused_at_start(tmp_path, "events", "--config", str(config))
