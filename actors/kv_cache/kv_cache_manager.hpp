@@ -94,8 +94,9 @@ class KvCacheManager {
   PrefixMatch find_cached_prefix(std::span<const int32_t> tokens) const;
 
   // Grows `seq` so its blocks can hold num_total_tokens tokens of KV (every group's, with KV
-  // groups). An empty `seq` first adopts `prefix` (one reference per page). All or nothing: false, and nothing changes,
-  // when the pool cannot supply the blocks; the caller decides whom to preempt.
+  // groups). An empty `seq` first adopts `prefix` (one reference per page). All or nothing:
+  // false, and nothing changes, when the pool cannot supply the pages; the caller decides whom
+  // to preempt.
   bool allocate_slots(SequenceBlocks& seq, const PrefixMatch& prefix, int32_t num_total_tokens);
   bool allocate_slots(SequenceBlocks& seq, int32_t num_total_tokens) {
     return allocate_slots(seq, PrefixMatch{}, num_total_tokens);

@@ -14,15 +14,16 @@ WindowPages::WindowPages(int32_t num_blocks, int32_t num_groups)
       owner_(static_cast<size_t>(num_blocks), kNoBlock) {}
 
 size_t WindowPages::slot(BlockId node, int32_t group) const {
-  if (group < 1 || group > num_sliding_ || node < 0 ||
-      static_cast<size_t>(node) >= owner_.size()) {
+  if (group < 1 || group > num_sliding_ || node < 0 || static_cast<size_t>(node) >= owner_.size()) {
     throw std::logic_error(fmt::format("window page slot of node {} in group {}", node, group));
   }
   return static_cast<size_t>(node) * static_cast<size_t>(num_sliding_) +
          static_cast<size_t>(group - 1);
 }
 
-BlockId WindowPages::page_of(BlockId node, int32_t group) const { return pages_[slot(node, group)]; }
+BlockId WindowPages::page_of(BlockId node, int32_t group) const {
+  return pages_[slot(node, group)];
+}
 
 bool WindowPages::has_every_group(BlockId node) const {
   for (int32_t g = 1; g <= num_sliding_; ++g) {
@@ -34,7 +35,8 @@ bool WindowPages::has_every_group(BlockId node) const {
 void WindowPages::attach(BlockId node, int32_t group, BlockId page) {
   BlockId& held = pages_[slot(node, group)];
   if (held != kNoBlock || is_attached(page)) {
-    throw std::logic_error(fmt::format("attaching page {} to node {} group {}: taken", page, node, group));
+    throw std::logic_error(
+        fmt::format("attaching page {} to node {} group {}: taken", page, node, group));
   }
   held = page;
   owner_[static_cast<size_t>(page)] = node;
@@ -85,7 +87,8 @@ std::optional<std::string> WindowPages::check_invariants() const {
     const BlockId node = owner_[page];
     if (node == kNoBlock) continue;
     bool found = false;
-    for (int32_t g = 1; g <= num_sliding_; ++g) found |= page_of(node, g) == static_cast<BlockId>(page);
+    for (int32_t g = 1; g <= num_sliding_; ++g)
+      found |= page_of(node, g) == static_cast<BlockId>(page);
     if (!found) return fmt::format("page {} names node {}, which does not hold it", page, node);
   }
   return std::nullopt;

@@ -2,14 +2,13 @@
 // cached beside the tree's nodes (WindowPages), a hit that takes the next token's window of them,
 // a match shortened until its window pages are all cached, eviction in LRU order with a node's
 // pages before it. Geometry: pages of 16 tokens, group 0 global, groups 1 and 2 keeping 32 tokens.
-#include "actors/kv_cache/window_pages.hpp"
-
-#include <gtest/gtest.h>
-
 #include <numeric>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include "actors/kv_cache/kv_cache_manager.hpp"
+#include "actors/kv_cache/window_pages.hpp"
 
 namespace troupe::kv_cache {
 namespace {
@@ -62,8 +61,8 @@ TEST(WindowPagesTest, AttachDetachAndTheirMisuse) {
   EXPECT_FALSE(pages.has_every_group(0));
   pages.attach(0, 2, 6);
   EXPECT_TRUE(pages.has_every_group(0));
-  EXPECT_THROW(pages.attach(0, 1, 7), std::logic_error);  // the slot is taken
-  EXPECT_THROW(pages.attach(1, 1, 5), std::logic_error);  // the page is attached elsewhere
+  EXPECT_THROW(pages.attach(0, 1, 7), std::logic_error);      // the slot is taken
+  EXPECT_THROW(pages.attach(1, 1, 5), std::logic_error);      // the page is attached elsewhere
   EXPECT_THROW((void)pages.page_of(0, 0), std::logic_error);  // group 0 is the tree's
   pages.detach_page(5);
   EXPECT_EQ(pages.page_of(0, 1), kNoBlock);
@@ -91,7 +90,7 @@ TEST(KvWindowCacheTest, AHitTakesTheWindowsPagesAndNoneBeforeIt) {
   ASSERT_EQ(match.sliding.size(), 2u);
   for (size_t g = 0; g < 2; ++g) {
     EXPECT_EQ(match.sliding[g], (std::vector<BlockId>{kNoBlock, kNoBlock, kNoBlock, kNoBlock,
-                                                       first.sliding[g][4], first.sliding[g][5]}));
+                                                      first.sliding[g][4], first.sliding[g][5]}));
   }
   SequenceBlocks second;
   ASSERT_TRUE(kv.allocate_slots(second, match, 106));
