@@ -159,3 +159,30 @@ def test_embeddings_pool_gemmas_hidden_states(gemma):
     assert len(vector) == 640
     assert abs(sum(v * v for v in vector) - 1.0) < 1e-5
     assert both.json()["data"][0]["embedding"] == vector
+
+
+def test_prompts_past_the_window_share_their_start_through_the_prefix_cache(gemma):
+    """Prefix caching on the sliding-window model (its sliding layers' window pages cached beside
+    the global layers' blocks): a prompt sharing 700 tokens with an earlier one takes them from
+    the cache (cached_tokens), a repeated prompt all but its last block, and every greedy answer
+    is the one the same prompt got cold."""
+    url = gemma.base_url + "/v1/completions"
+    base = [2] + [20000 + 3 * i for i in range(900)]  # ids no other test sends
+
+    def ask(ids):
+        r = requests.post(url, json={"prompt": ids, "max_tokens": 24, "temperature": 0},
+                          timeout=300)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        return body["choices"][0]["text"], body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    short = base[:700] + [30000 + i for i in range(20)]
+    long = base + [40000 + i for i in range(30)]
+    cold_short, cached = ask(short)
+    assert cached == 0
+    first_long, cached = ask(long)
+    assert cached == 700 // 16 * 16  # the shared start's whole blocks
+    again_long, cached = ask(long)
+    assert cached == (len(long) - 1) // 16 * 16 and again_long == first_long
+    hot_short, cached = ask(short)
+    assert cached == (len(short) - 1) // 16 * 16 and hot_short == cold_short
