@@ -100,12 +100,34 @@ Error read_block_ids(dom::object o, std::string_view where, std::vector<int32_t>
   return std::nullopt;
 }
 
+// troupe's remote_sliding_block_ids: an array per sliding KV group of block ids or -1 (freed).
+Error read_sliding_block_ids(dom::object o, std::string_view where,
+                             std::vector<std::vector<int32_t>>& out) {
+  constexpr std::string_view kKey = "remote_sliding_block_ids";
+  const auto e = field(o, kKey);
+  if (!e || e->is_null()) return std::nullopt;
+  constexpr std::string_view kExpected =
+      "an array of arrays of block ids (integers in [-1, 2147483647], -1 for a freed page)";
+  if (!e->is_array()) return must_be(where, kKey, kExpected);
+  for (const dom::element group : dom::array(*e)) {
+    if (!group.is_array()) return must_be(where, kKey, kExpected);
+    std::vector<int32_t>& ids = out.emplace_back();
+    for (const dom::element id : dom::array(group)) {
+      const auto v = as_integer(id);
+      if (!v || *v < -1 || *v > kInt32Max) return must_be(where, kKey, kExpected);
+      ids.push_back(static_cast<int32_t>(*v));
+    }
+  }
+  return std::nullopt;
+}
+
 Error read_transfer_params(dom::object o, disagg::KvTransferParams& p) {
   constexpr std::string_view kWhere = "kv_transfer_params";
   if (auto err = read_bool(o, kWhere, "do_remote_decode", p.do_remote_decode)) return err;
   if (auto err = read_bool(o, kWhere, "do_remote_prefill", p.do_remote_prefill)) return err;
   if (auto err = read_string(o, kWhere, "remote_engine_id", p.remote_engine_id)) return err;
   if (auto err = read_block_ids(o, kWhere, p.remote_block_ids)) return err;
+  if (auto err = read_sliding_block_ids(o, kWhere, p.remote_sliding_block_ids)) return err;
   if (auto err = read_string(o, kWhere, "remote_request_id", p.remote_request_id)) return err;
   if (auto err = read_string(o, kWhere, "remote_host", p.remote_host)) return err;
   if (auto err = read_int32(o, kWhere, "remote_port", 0, 65535, p.remote_port)) return err;
@@ -267,8 +289,17 @@ void write_kv_transfer_params(JsonWriter& out, const disagg::KvTransferParams& p
       .field("remote_engine_id", params.remote_engine_id);
   out.key("remote_block_ids").begin_array();
   for (const int32_t id : params.remote_block_ids) out.value(id);
-  out.end_array()
-      .field("remote_request_id", params.remote_request_id)
+  out.end_array();
+  if (!params.remote_sliding_block_ids.empty()) {
+    out.key("remote_sliding_block_ids").begin_array();
+    for (const std::vector<int32_t>& group : params.remote_sliding_block_ids) {
+      out.begin_array();
+      for (const int32_t id : group) out.value(id);
+      out.end_array();
+    }
+    out.end_array();
+  }
+  out.field("remote_request_id", params.remote_request_id)
       .field("remote_host", params.remote_host)
       .field("remote_port", params.remote_port)
       .field("remote_num_tokens", params.remote_num_tokens);

@@ -115,11 +115,6 @@ struct KvMovement {
 
 KvMovement start_kv_movement(const EngineConfig& config, gpu::Backend& backend,
                              const model::GgufFile& file) {
-  if (backend.kv_geometry().num_kv_groups > 1) {
-    throw std::runtime_error(fmt::format(
-        "disagg.role '{}': a model with sliding-window KV groups ({}) cannot move its KV between "
-        "servers yet", disagg::to_string(config.disagg.role), file.architecture()));
-  }
   const std::optional<gpu::KvHostMemory> memory = backend.kv_host_memory();
   if (!memory) {
     throw std::runtime_error(fmt::format(

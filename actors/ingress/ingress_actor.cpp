@@ -359,6 +359,9 @@ void IngressActor::deliver_one(LiveRequest& live, RequestOutput& output) {
     params.do_remote_prefill = true;
     params.remote_engine_id = disagg_.engine_id;
     params.remote_block_ids.assign(output.held_kv->block_ids.begin(), output.held_kv->block_ids.end());
+    for (const std::vector<kv_cache::BlockId>& group : output.held_kv->sliding_block_ids) {
+      params.remote_sliding_block_ids.emplace_back(group.begin(), group.end());
+    }
     params.remote_request_id = std::to_string(id);
     params.remote_host = disagg_.config.advertise_host;
     params.remote_port = disagg_.config.advertise_port;

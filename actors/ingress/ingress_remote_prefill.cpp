@@ -22,6 +22,7 @@ scheduler::RemoteKvSource remote_source_of(const disagg::KvTransferParams& param
   source.port = params.remote_port;
   source.request_id = params.remote_request_id;
   source.block_ids = params.remote_block_ids;
+  source.sliding_block_ids = params.remote_sliding_block_ids;
   // vLLM's prefill servers do not say how many positions the blocks hold: the prompt's.
   source.num_tokens = params.remote_num_tokens > 0 ? params.remote_num_tokens
                                                    : static_cast<int32_t>(num_prompt_tokens);

@@ -69,11 +69,6 @@ PrefixMatch KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens) 
   return match;
 }
 
-int32_t KvCacheManager::pages_before_window(int32_t next_position) const {
-  if (sliding_window_ <= 0) return 0;
-  return std::max(0, next_position + 1 - sliding_window_) / block_size_;
-}
-
 size_t KvCacheManager::window_covered(std::span<const BlockId> chain) const {
   // last_gap[j]: the last node at or before j that lacks a page in some sliding group. A hit of
   // k blocks needs pages at every node from pages_before_window(k * block_size) to k - 1.
@@ -255,8 +250,7 @@ void KvCacheManager::release_tail(SequenceBlocks& seq, int32_t num_tokens) {
 
 int32_t KvCacheManager::release_out_of_window(SequenceBlocks& seq, int32_t next_position) {
   if (num_kv_groups_ <= 1 || sliding_window_ <= 0) return 0;
-  const int32_t first_needed = next_position + 1 - sliding_window_;
-  const int32_t whole_blocks = std::max(0, first_needed) / block_size_;  // pages wholly before it
+  const int32_t whole_blocks = pages_before_window(next_position);  // pages wholly before it
   int32_t released = 0;
   for (std::vector<BlockId>& group : seq.sliding) {
     const auto end = std::min(group.size(), static_cast<size_t>(whole_blocks));

@@ -28,6 +28,7 @@
 // Thread-safety: not thread-safe; one thread at a time (the kv-cache/scheduler actor's executor).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -92,6 +93,12 @@ class KvCacheManager {
   // block). With KV groups, only as many as the sliding groups' cached pages carry the window
   // for. Empty when prefix caching is off.
   PrefixMatch find_cached_prefix(std::span<const int32_t> tokens) const;
+  // The same, covering at most max_tokens tokens (a P/D admission: the peer's KV brings the
+  // rest). With KV groups the window pages are those of the shorter hit's window.
+  PrefixMatch find_cached_prefix(std::span<const int32_t> tokens, int32_t max_tokens) const {
+    const size_t cap = static_cast<size_t>(std::max(max_tokens, 0)) + 1;
+    return find_cached_prefix(tokens.first(std::min(tokens.size(), cap)));
+  }
 
   // Grows `seq` so its blocks can hold num_total_tokens tokens of KV (every group's, with KV
   // groups). An empty `seq` first adopts `prefix` (one reference per page). All or nothing:
@@ -121,6 +128,17 @@ class KvCacheManager {
   // Cached ones stay in the cache, evictable. Returns how many pages went back. No-op without
   // groups.
   int32_t release_out_of_window(SequenceBlocks& seq, int32_t next_position);
+
+  // KV groups: leading pages of a sequence that the window of the token at next_position no
+  // longer reaches, in the sliding groups (0 without a window).
+  static int32_t pages_before_window(int32_t next_position, int32_t sliding_window,
+                                     int32_t block_size) {
+    if (sliding_window <= 0) return 0;
+    return std::max(0, next_position + 1 - sliding_window) / block_size;
+  }
+  int32_t pages_before_window(int32_t next_position) const {
+    return pages_before_window(next_position, sliding_window_, block_size_);
+  }
 
   // Pages `seq` holds, every group.
   static int32_t num_pages_held(const SequenceBlocks& seq);
@@ -162,9 +180,6 @@ class KvCacheManager {
   // The pool reused these cached blocks: the tree forgets its nodes (with the window pages
   // attached to them), the window pages their nodes. The caller reports KV events.
   void forget_evicted(const std::vector<BlockId>& evicted);
-  // KV groups: leading pages of a sequence that the window of the token at next_position no
-  // longer reaches (in the sliding groups).
-  int32_t pages_before_window(int32_t next_position) const;
   // KV groups: how many of `chain`'s leading blocks a hit may take, the window's pages cached.
   size_t window_covered(std::span<const BlockId> chain) const;
   // KV groups: caches (or swaps for the cached one) seq's sliding pages at block `index`, whose

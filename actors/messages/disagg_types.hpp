@@ -56,12 +56,18 @@ struct KvTransferParams {
   // server recomputes the prompt's last position itself, as vLLM's decode side does.
   int32_t remote_num_tokens = 0;
   std::optional<int32_t> first_token_id;
+  // troupe: a model with sliding-window KV groups (gpu/kv_groups.hpp) holds one table per group;
+  // remote_block_ids is group 0's, these are groups 1.., each as long, -1 where the prefill
+  // server already freed the page (before the next token's window). Empty without groups.
+  std::vector<std::vector<int32_t>> remote_sliding_block_ids;
 };
 
 // How a backend lays out its paged KV memory, so that a peer can address one block of one
 // layer's K or V by arithmetic: offset = layer * layer_stride + kv * kv_stride + block *
 // block_bytes (kv 0 = K, 1 = V). A block's K (or V) of one layer is one contiguous run.
 struct KvLayout {
+  // Layers of KV memory. With KV groups these are the group's layer slots: a page (block id) of
+  // any group holds one block in each slot (gpu/kv_groups.hpp).
   int32_t num_layers = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;

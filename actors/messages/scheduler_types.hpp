@@ -37,6 +37,9 @@ struct RemoteKvSource {
   int32_t port = 0;
   std::string request_id;  // the lease to release once pulled
   std::vector<int32_t> block_ids;
+  // KV groups: groups 1..'s tables, each as long as block_ids, -1 where freed (the prefill
+  // server keeps the pages the next token's window reaches).
+  std::vector<std::vector<int32_t>> sliding_block_ids;
   int32_t num_tokens = 0;
 };
 
@@ -114,6 +117,8 @@ struct HeldKv {
   std::vector<kv_cache::BlockId> block_ids;
   int32_t num_tokens = 0;
   int32_t first_token_id = -1;
+  // KV groups: groups 1..'s pages at the same positions, kNoBlock where out of the window.
+  std::vector<std::vector<kv_cache::BlockId>> sliding_block_ids;
 };
 
 struct FinishedSequence {

@@ -271,6 +271,10 @@ class Scheduler {
                                                   int32_t num_draft_tokens) const;
 
   // scheduler_transfer.cpp
+  // KV groups: a remote source carries every sliding group's pages from the next token's
+  // window on (true without groups).
+  bool remote_windows_present(const RemoteKvSource& source, int32_t blocks_needed,
+                              int32_t next_position) const;
   AddResult check_transferable(const PrefillHandoff& handoff) const;
   // Prefill side: moves a finishing hold_kv_when_finished sequence's KV into transferring_.
   std::optional<HeldKv> hold_finished_kv(Sequence& seq, FinishReason reason);

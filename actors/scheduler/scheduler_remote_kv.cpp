@@ -25,10 +25,12 @@ bool Scheduler::start_remote(Sequence& seq, std::optional<int32_t> first_token_i
   // a truncated block list) is computed here instead.
   const int32_t blocks_needed =
       kv_cache::KvCacheManager::blocks_for_tokens(source.num_tokens, config_.block_size);
+  const int32_t next_position = first_token_id ? source.num_tokens : source.num_tokens - 1;
   const bool usable = source.num_tokens == seq.num_prompt_tokens &&
                       static_cast<int32_t>(source.block_ids.size()) >= blocks_needed &&
                       std::all_of(source.block_ids.begin(), source.block_ids.end(),
-                                  [](int32_t b) { return b >= 0; });
+                                  [](int32_t b) { return b >= 0; }) &&
+                      remote_windows_present(source, blocks_needed, next_position);
   if (!usable) {
     ++num_kv_pull_fallbacks_;
     drop_remote_source(seq);
@@ -52,6 +54,24 @@ bool Scheduler::start_remote(Sequence& seq, std::optional<int32_t> first_token_i
   return true;
 }
 
+bool Scheduler::remote_windows_present(const RemoteKvSource& source, int32_t blocks_needed,
+                                       int32_t next_position) const {
+  // Groups 1..: the pages the next token's window reaches must be there; the prefill server
+  // freed the ones before it.
+  if (source.sliding_block_ids.size() != static_cast<size_t>(config_.num_kv_groups - 1)) {
+    return false;
+  }
+  const int32_t first = kv_cache::KvCacheManager::pages_before_window(
+      next_position, config_.sliding_window, config_.block_size);
+  for (const std::vector<int32_t>& group : source.sliding_block_ids) {
+    if (static_cast<int32_t>(group.size()) < blocks_needed) return false;
+    for (int32_t j = first; j < blocks_needed; ++j) {
+      if (group[static_cast<size_t>(j)] < 0) return false;
+    }
+  }
+  return true;
+}
+
 void Scheduler::drop_remote_source(Sequence& seq) {
   if (!seq.remote_kv) return;
   kv_work_.releases.push_back(std::move(*seq.remote_kv));
@@ -61,13 +81,14 @@ void Scheduler::drop_remote_source(Sequence& seq) {
 
 bool Scheduler::admit_remote(Sequence& seq) {
   const RemoteKvSource& source = *seq.remote_kv;
-  kv_cache::PrefixMatch match = kv().find_cached_prefix(seq.token_ids);
-  const int32_t max_hit_blocks = source.num_tokens / config_.block_size;
-  if (static_cast<int32_t>(match.blocks.size()) > max_hit_blocks) {
-    match.blocks.resize(static_cast<size_t>(max_hit_blocks));
-    match.num_tokens = max_hit_blocks * config_.block_size;
-  }
+  // No hit past the KV the peer computed: the pull brings the rest.
+  const kv_cache::PrefixMatch match = kv().find_cached_prefix(seq.token_ids, source.num_tokens);
   if (!kv().allocate_slots(seq.kv, match, source.num_tokens)) return false;
+  // KV groups: the sliding pages before the next token's window are never written; they go
+  // back before the pull (a hit's cached ones stay cached).
+  const int32_t next_position =
+      seq.recompute_last_prompt_token ? source.num_tokens - 1 : source.num_tokens;
+  kv().release_out_of_window(seq.kv, next_position);
   waiting_.pop_front();
   kv().record_prefix_query(seq.num_tokens(), match.num_tokens);
   if (seq.first_scheduled_step == 0) {
@@ -77,9 +98,17 @@ bool Scheduler::admit_remote(Sequence& seq) {
   KvPullOrder order;
   order.request_id = seq.request_id;
   order.source = source;
+  const auto pull = [&](int32_t from, kv_cache::BlockId to) {
+    order.copies.push_back({from, to});
+    seq.pull_destinations.push_back(to);
+  };
   for (size_t i = match.blocks.size(); i < seq.kv.blocks.size(); ++i) {
-    order.copies.push_back({source.block_ids[i], seq.kv.blocks[i]});
-    seq.pull_destinations.push_back(seq.kv.blocks[i]);
+    pull(source.block_ids[i], seq.kv.blocks[i]);
+  }
+  for (size_t g = 0; g < seq.kv.sliding.size(); ++g) {
+    for (size_t i = match.blocks.size(); i < seq.kv.sliding[g].size(); ++i) {
+      if (seq.kv.sliding[g][i] != kv_cache::kNoBlock) pull(source.sliding_block_ids[g][i], seq.kv.sliding[g][i]);
+    }
   }
   seq.state = SequenceState::kAwaitingKv;
   awaiting_kv_.push_back(&seq);

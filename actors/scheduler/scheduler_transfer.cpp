@@ -53,6 +53,9 @@ std::optional<HeldKv> Scheduler::hold_finished_kv(Sequence& seq, FinishReason re
   const int32_t num_blocks =
       kv_cache::KvCacheManager::blocks_for_tokens(seq.num_computed_tokens, config_.block_size);
   held.block_ids.assign(seq.kv.blocks.begin(), seq.kv.blocks.begin() + num_blocks);
+  for (const std::vector<kv_cache::BlockId>& group : seq.kv.sliding) {
+    held.sliding_block_ids.emplace_back(group.begin(), group.begin() + num_blocks);
+  }
   // The blocks stay referenced (a decode server reads them) until release_transferred().
   transferring_.emplace(seq.request_id, std::move(seq.kv));
   seq.kv = {};
@@ -97,12 +100,8 @@ TransferAdmission Scheduler::admit_transferred(const PrefillHandoff& handoff) {
   if (admission.result != AddResult::kAccepted) return admission;
 
   auto seq = std::make_unique<Sequence>();
-  kv_cache::PrefixMatch match = kv().find_cached_prefix(handoff.token_ids);
-  const int32_t max_hit_blocks = handoff.num_computed_tokens / config_.block_size;
-  if (static_cast<int32_t>(match.blocks.size()) > max_hit_blocks) {
-    match.blocks.resize(static_cast<size_t>(max_hit_blocks));
-    match.num_tokens = max_hit_blocks * config_.block_size;
-  }
+  // No hit past the KV the peer computed: the pull brings the rest.
+  const kv_cache::PrefixMatch match = kv().find_cached_prefix(handoff.token_ids, handoff.num_computed_tokens);
   if (!kv().allocate_slots(seq->kv, match, handoff.num_computed_tokens)) {
     admission.result = AddResult::kRetryLater;
     return admission;

@@ -89,15 +89,14 @@ KvCacheGeometry CpuBackend::kv_geometry() const {
 }
 
 std::optional<KvHostMemory> CpuBackend::kv_host_memory() {
-  // KV transfer moves one block table's pages; a model with KV groups has several per sequence
-  // (gpu/kv_groups.hpp), which the transfer does not carry yet.
-  if (forward_.kv_groups().num_groups > 1) return std::nullopt;
-  const model::LlamaConfig& c = forward_.config();
-  const KvLayerView layer0 = forward_.kv_layer(0);
+  // With KV groups (gpu/kv_groups.hpp) the memory holds layers_per_group layer slots and a page
+  // of any group is one block in each: moving a page copies it in every slot, whatever its group.
+  const int32_t num_slots = forward_.kv_groups().layers_per_group;
+  const KvLayerView layer0 = forward_.kv_slot(0);
   KvHostMemory m;
   m.base = reinterpret_cast<std::byte*>(layer0.k);
   m.bytes = forward_.kv_bytes();
-  m.num_layers = c.n_layer;
+  m.num_layers = num_slots;
   m.num_kv_heads = layer0.num_kv_heads;
   m.head_dim = layer0.head_dim;
   m.block_size = layer0.block_size;
@@ -105,8 +104,8 @@ std::optional<KvHostMemory> CpuBackend::kv_host_memory() {
   m.block_bytes = static_cast<int64_t>(layer0.block_elements()) * 2;  // 16-bit words
   m.dtype = layer0.dtype;
   m.kv_stride = reinterpret_cast<std::byte*>(layer0.v) - m.base;
-  m.layer_stride = reinterpret_cast<std::byte*>(forward_.kv_layer(1 % c.n_layer).k) - m.base;
-  if (c.n_layer == 1) m.layer_stride = 2 * m.kv_stride;
+  m.layer_stride = reinterpret_cast<std::byte*>(forward_.kv_slot(1 % num_slots).k) - m.base;
+  if (num_slots == 1) m.layer_stride = 2 * m.kv_stride;
   return m;
 }
 

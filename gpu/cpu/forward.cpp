@@ -155,6 +155,10 @@ LlamaForward::LlamaForward(model::LlamaWeights weights, const ForwardConfig& con
 }
 
 KvLayerView LlamaForward::kv_layer(int32_t layer) {
+  return kv_slot(kv_groups_.slot_of[static_cast<size_t>(layer)]);
+}
+
+KvLayerView LlamaForward::kv_slot(int32_t slot) {
   const model::LlamaConfig& c = weights_.config();
   KvLayerView v;
   v.num_blocks = num_pages();
@@ -163,7 +167,7 @@ KvLayerView LlamaForward::kv_layer(int32_t layer) {
   v.head_dim = c.head_dim;
   v.dtype = config_.kv_dtype;
   const size_t side = v.block_elements() * v.num_blocks;
-  v.k = kv_.data() + side * 2 * kv_groups_.slot_of[static_cast<size_t>(layer)];
+  v.k = kv_.data() + side * 2 * static_cast<size_t>(slot);
   v.v = v.k + side;
   return v;
 }

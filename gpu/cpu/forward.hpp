@@ -70,6 +70,8 @@ class LlamaForward {
   // One layer's K and V pages (the backend exposes the memory for KV transfer). With KV
   // groups the layers of one slot share the pages: a page belongs to one group at a time.
   KvLayerView kv_layer(int32_t layer);
+  // The pages of one layer slot (0..layers_per_group-1; the layer itself without groups).
+  KvLayerView kv_slot(int32_t slot);
 
   // Throws std::invalid_argument when the batch is malformed (offsets, positions, block ids).
   void validate(const StepBatch& batch) const;

@@ -264,7 +264,9 @@ KvCacheGeometry CudaBackend::kv_geometry() const {
 }
 
 std::optional<KvHostMemory> CudaBackend::kv_host_memory() {
-  if (impl_->kv_mirror.empty()) return std::nullopt;
+  // The host mirror copies each layer's blocks of one table (kv_host_mirror.hpp); a model with
+  // KV groups keeps its pages per layer slot and group, which it does not mirror: no P/D here.
+  if (impl_->kv_mirror.empty() || impl_->kv_groups.num_groups > 1) return std::nullopt;
   return impl_->kv_mirror.memory();
 }
 

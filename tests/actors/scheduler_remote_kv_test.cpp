@@ -17,26 +17,27 @@
 #include <gtest/gtest.h>
 
 #include "actors/scheduler/scheduler.hpp"
+#include "remote_kv_test_support.hpp"
 #include "scheduler_harness.hpp"
 
 namespace troupe::scheduler {
 namespace {
 
 using kv_cache::KvCacheManager;
+using testing::add_remote;
+using testing::complete;
 using testing::FakeStepModel;
 using testing::ids_in;
+using testing::prefill_and_hold;
+using testing::pull;
+using testing::remote_request;
+using testing::run_until_idle;
 using testing::SchedulerHarness;
 using testing::slice_of;
+using testing::source_of;
+using testing::take_work;
 using testing::token_of;
 using testing::token_range;
-
-// Every structural invariant of the policy, and the fake model saw no bad block table.
-#define ASSERT_INVARIANTS(harness)                                                       \
-  do {                                                                                   \
-    const std::optional<std::string> violation = (harness).scheduler.check_invariants(); \
-    ASSERT_FALSE(violation.has_value()) << *violation;                                   \
-    ASSERT_EQ((harness).model.error(), "");                                              \
-  } while (false)
 
 constexpr int32_t kBlockSize = 16;
 constexpr int32_t kNumBlocks = 64;
@@ -52,28 +53,6 @@ SchedulerConfig pd_config() {
   config.num_blocks = kNumBlocks;
   config.eos_token_ids = {kEosTokenId};
   return config;
-}
-
-// Runs a planned step through the fake model and hands its result to the policy.
-StepUpdate complete(SchedulerHarness& h, const StepPlan& plan) {
-  StepUpdate update = h.scheduler.on_step_complete(h.model.run(plan.batch));
-  h.record(update);
-  return update;
-}
-
-// The policy's out-of-step work; its events (a remote first token, early finishes) are
-// recorded like a step's.
-KvWork take_work(SchedulerHarness& h) {
-  KvWork work = h.scheduler.take_kv_work();
-  h.record(work.events);
-  return work;
-}
-
-// The kv-cache actor's pull, done on the fake models' KV stores.
-void pull(SchedulerHarness& decode, const SchedulerHarness& prefill, const KvPullOrder& order) {
-  for (const BlockCopy& copy : order.copies) {
-    decode.model.copy_block_from(prefill.model, copy.source, copy.destination);
-  }
 }
 
 // Request 1's pull done and reported resident on the decode side, then the prefill side's hold
@@ -95,45 +74,6 @@ void expect_nth_token(const StepUpdate& update, const SchedulerHarness& h, Reque
   EXPECT_EQ(token->token_id, h.expected_output(id)[static_cast<size_t>(n - 1)]);
 }
 
-void run_until_idle(SchedulerHarness& h) {
-  for (int step = 0; step < 1000 && h.scheduler.has_unfinished_requests(); ++step) {
-    const StepPlan plan = h.scheduler.schedule();
-    if (plan.empty()) break;
-    complete(h, plan);
-    ASSERT_INVARIANTS(h);
-  }
-}
-
-// The prefill server's half of one request: computes `prompt` under hold_kv_when_finished with
-// max_tokens 1. What finished, or nullopt if it never did.
-std::optional<FinishedSequence> prefill_and_hold(SchedulerHarness& prefill, RequestId id,
-                                                 std::vector<int32_t> prompt) {
-  NewRequest request;
-  request.request_id = id;
-  request.prompt_token_ids = std::move(prompt);
-  request.stop.max_tokens = 1;
-  request.hold_kv_when_finished = true;
-  if (prefill.scheduler.add_request(request) != AddResult::kAccepted) return std::nullopt;
-  prefill.requests[id] = request;
-  for (int step = 0; step < 8; ++step) {
-    const StepPlan plan = prefill.scheduler.schedule();
-    if (plan.empty()) break;
-    for (const FinishedSequence& finished : complete(prefill, plan).finished) {
-      if (finished.request_id == id) return finished;
-    }
-  }
-  return std::nullopt;
-}
-
-RemoteKvSource source_of(const HeldKv& held, std::string lease) {
-  return RemoteKvSource{.engine_id = "prefill-0",
-                        .host = "10.0.0.7",
-                        .port = 8200,
-                        .request_id = std::move(lease),
-                        .block_ids = held.block_ids,
-                        .num_tokens = held.num_tokens};
-}
-
 // A source no prefill harness backs: for cases that never read the pulled KV.
 RemoteKvSource made_up_source(int32_t num_tokens, int32_t num_blocks, std::string lease) {
   RemoteKvSource source{.engine_id = "prefill-0",
@@ -144,23 +84,6 @@ RemoteKvSource made_up_source(int32_t num_tokens, int32_t num_blocks, std::strin
                         .num_tokens = num_tokens};
   for (int32_t i = 0; i < num_blocks; ++i) source.block_ids.push_back(40 + i);
   return source;
-}
-
-NewRequest remote_request(RequestId id, std::vector<int32_t> prompt, int32_t max_tokens,
-                          RemoteKvSource source, std::optional<int32_t> first_token_id) {
-  NewRequest request;
-  request.request_id = id;
-  request.prompt_token_ids = std::move(prompt);
-  request.stop.max_tokens = max_tokens;
-  request.remote_kv = std::move(source);
-  request.first_token_id = first_token_id;
-  return request;
-}
-
-AddResult add_remote(SchedulerHarness& h, const NewRequest& request) {
-  const AddResult result = h.scheduler.add_request(request);
-  if (result == AddResult::kAccepted) h.requests[request.request_id] = request;
-  return result;
 }
 
 // The hand-over of request 1 (`prompt`, `max_tokens`): prefilled and held on `prefill`, then added

@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import time
 
 import openai
 import pytest
@@ -121,10 +122,49 @@ def test_kv_events_are_refused_for_a_sliding_window_model(tmp_path):
     assert "kv_events.enabled" in log and "sliding-window" in log
 
 
-def test_disaggregation_is_refused_for_a_sliding_window_model(tmp_path):
-    """KV transfer moves one block table per sequence; Gemma 3's KV has six: refused, named."""
-    log = refused_at_start(tmp_path, "prefill", "--role", "prefill", "--kv-transport", "tcp")
-    assert "sliding-window KV groups" in log and "gemma3" in log
+def test_disaggregated_prefill_moves_every_kv_groups_pages(gemma, tmp_path):
+    """P/D on the sliding-window model over troupe's TCP transport: the prefill server holds each
+    KV group's pages (the sliding ones from the window of the next token on), the decode server
+    pulls them and answers as the combined server does, for prompts past the 512-token window;
+    both end with no KV block in use."""
+    from conftest import Server
+
+    def server(name, *args):
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps({"admin": {"enabled": False},
+                                      "disagg": {"kv_lease_ms": 3000}}))
+        return Server("--model", str(GEMMA3), "--config", str(config), "--kv-transport", "tcp",
+                      *args, log_path=tmp_path / f"{name}.log").wait_ready()
+
+    def metric(s, name, labels=""):
+        text = requests.get(s.base_url + "/metrics", timeout=30).text
+        for line in text.splitlines():
+            if line.startswith(name + "{") and labels in line:
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{name}{{{labels}}} missing")
+
+    prefill = server("prefill", "--role", "prefill")
+    try:
+        decode = server("decode", "--role", "decode", "--prefill-url", f"127.0.0.1:{prefill.port}")
+        try:
+            prompts = [[2] + [50000 + 7 * i + k for i in range(n)] for k, n in ((0, 700), (1, 1100))]
+            for ids in prompts:
+                body = {"prompt": ids, "max_tokens": 20, "temperature": 0}
+                want = requests.post(gemma.base_url + "/v1/completions", json=body, timeout=300)
+                got = requests.post(decode.base_url + "/v1/completions", json=body, timeout=300)
+                assert want.status_code == 200 and got.status_code == 200, got.text
+                assert got.json()["choices"][0]["text"] == want.json()["choices"][0]["text"]
+            assert metric(decode, "troupe:kv_transfers_total", 'outcome="ok"') == len(prompts)
+            for s in (prefill, decode):
+                for _ in range(100):
+                    if metric(s, "troupe:kv_blocks_used") == 0:
+                        break
+                    time.sleep(0.1)
+                assert metric(s, "troupe:kv_blocks_used") == 0, s.base_url
+        finally:
+            decode.stop()
+    finally:
+        prefill.stop()
 
 
 def test_prompt_scores_past_the_window_equal_the_engines_own_sampling(gemma):

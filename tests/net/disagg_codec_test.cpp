@@ -114,6 +114,24 @@ TEST(DisaggCodec, BlockIdsMustBeAnArrayOfNonNegativeIntegers) {
   }
 }
 
+// troupe's KV groups (a sliding-window model): one array per sliding group, -1 for a freed page.
+TEST(DisaggCodec, SlidingBlockIdsAreArraysOfBlockIdsOrMinusOne) {
+  const auto params = value_of(
+      parse_kv_transfer_params_json(R"({"remote_sliding_block_ids": [[-1, 4], [-1, 9]]})"));
+  EXPECT_EQ(params.remote_sliding_block_ids, (std::vector<std::vector<int32_t>>{{-1, 4}, {-1, 9}}));
+  EXPECT_TRUE(value_of(parse_kv_transfer_params_json(R"({"remote_sliding_block_ids": null})"))
+                  .remote_sliding_block_ids.empty());
+  for (const char* json : {R"({"remote_sliding_block_ids": [1, 2]})",
+                           R"({"remote_sliding_block_ids": [[1, -2]]})",
+                           R"({"remote_sliding_block_ids": {"a": [1]}})",
+                           R"({"remote_sliding_block_ids": [["1"]]})"}) {
+    EXPECT_EQ(error_of(parse_kv_transfer_params_json(json))
+                  .rfind("kv_transfer_params.remote_sliding_block_ids must be an array of arrays", 0),
+              0u)
+        << json;
+  }
+}
+
 TEST(DisaggCodec, NonObjectsAndBadJsonAreErrors) {
   EXPECT_EQ(error_of(parse_kv_transfer_params_json("[]")), "kv_transfer_params must be an object");
   EXPECT_EQ(error_of(parse_kv_transfer_params_json("true")),
@@ -154,6 +172,7 @@ void expect_same(const disagg::KvTransferParams& a, const disagg::KvTransferPara
   EXPECT_EQ(a.remote_port, b.remote_port);
   EXPECT_EQ(a.remote_num_tokens, b.remote_num_tokens);
   EXPECT_EQ(a.first_token_id, b.first_token_id);
+  EXPECT_EQ(a.remote_sliding_block_ids, b.remote_sliding_block_ids);
 }
 
 std::string params_json(const disagg::KvTransferParams& params) {
@@ -168,6 +187,11 @@ TEST(DisaggCodec, ParamsRoundTrip) {
   auto without_token = params;
   without_token.first_token_id.reset();
   expect_same(value_of(parse_kv_transfer_params_json(params_json(without_token))), without_token);
+  auto grouped = params;
+  grouped.remote_sliding_block_ids = {{-1, 7, 8, 9}, {-1, 10, 11, 12}};
+  expect_same(value_of(parse_kv_transfer_params_json(params_json(grouped))), grouped);
+  EXPECT_EQ(params_json(params).find("remote_sliding_block_ids"), std::string::npos)
+      << "without groups the field is not written (vLLM's shape)";
 }
 
 TEST(DisaggCodec, WrittenParamsCarryEveryFieldAndTpSize) {
