@@ -138,6 +138,10 @@ const Q8Kernels& q8_scalar_kernels() {
 const Q8Kernels& q8_kernels(IsaLevel isa) {
   if (!use_avx2(isa)) return q8_scalar_kernels();
   // libm's expf in vector lanes only where it is this libm's (libm_expf.hpp).
+  if (isa >= IsaLevel::kAvx512Vnni) {
+    static const Q8Kernels wide = q8_avx512_kernels(libm_expf_x8_agrees());
+    return wide;
+  }
   static const Q8Kernels k = q8_avx2_kernels(libm_expf_x8_agrees());
   return k;
 }

@@ -1,6 +1,7 @@
 // Internal to attention_q8*.cpp: the q8_0 cache's kernels, each scalar twin (attention_q8.cpp)
-// with its AVX2 form (attention_q8_simd.cpp) giving the same bits, and the table the driver
-// picks per isa. cpu_attention_q8_test checks every pair.
+// with its AVX2 form (attention_q8_simd.cpp) and, for the heaviest, an AVX-512 one
+// (attention_q8_avx512.cpp) giving the same bits, and the table the driver picks per isa.
+// cpu_attention_q8_test checks every form the CPU runs against the twin.
 //
 //   scores          s[h][i] = dot(K row i, Q_h) * scale for n keys and each of `heads` query
 //                   heads (ggml_vec_dot_q8_0_q8_0's order per pair; a key's blocks are read
@@ -49,13 +50,15 @@ struct Q8Kernels {
                            const bool* rescaled);
 };
 
-// The scalar twins (the reference order), and the fastest set this isa runs: AVX2 for any
-// level above scalar (its softmax takes libm's expf in vector lanes only where
-// libm_expf_x8_agrees(), else the twin's).
+// The scalar twins (the reference order), and the fastest set this isa runs: AVX2 for kAvx2,
+// that with the AVX-512 scores and accumulations for kAvx512Vnni (the softmax takes libm's expf
+// in vector lanes only where libm_expf_x8_agrees(), else the twin's).
 const Q8Kernels& q8_scalar_kernels();
 const Q8Kernels& q8_kernels(IsaLevel isa);
 
-// The AVX2 set (attention_q8_simd.cpp); on a non-x86 build, the scalar one.
+// The AVX2 set (attention_q8_simd.cpp) and the AVX-512 one (attention_q8_avx512.cpp); on a
+// non-x86 build, the scalar set.
 Q8Kernels q8_avx2_kernels(bool vector_expf);
+Q8Kernels q8_avx512_kernels(bool vector_expf);
 
 }  // namespace troupe::gpu::cpu::detail
