@@ -177,8 +177,9 @@ class KvCacheManager {
                    std::span<const int32_t> block_tokens);
   void flush_stored(BlockStored& run);
   std::vector<uint64_t> keys_of(const std::vector<BlockId>& blocks) const;
-  // The pool reused these cached blocks: the tree forgets its nodes (with the window pages
-  // attached to them), the window pages their nodes. The caller reports KV events.
+  // The pool reused these cached blocks: the tree forgets its nodes, the window pages their
+  // nodes (a node's pages are evicted before it: a node still holding one is a bug,
+  // std::logic_error). The caller reports KV events.
   void forget_evicted(const std::vector<BlockId>& evicted);
   // KV groups: how many of `chain`'s leading blocks a hit may take, the window's pages cached.
   size_t window_covered(std::span<const BlockId> chain) const;
