@@ -9,7 +9,8 @@
 //   - base64: decode accepts only canonical text, so encode(decode(x)) == x; decode(encode(x))
 //     == x for any bytes x;
 //   - an error is a non-empty message;
-//   - accepted params are in range (block ids, port, counts, first token >= 0), and written
+//   - accepted params are in range (block ids, port, counts, first token >= 0; a sliding
+//     group's block ids >= -1, -1 for a freed page), and written
 //     back (write_kv_transfer_params, valid JSON) they parse to an equal struct, alone and
 //     inside a prefill response;
 //   - an accepted prefill response says do_remote_prefill with an engine and a request id;
@@ -21,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "net/disagg_codec.hpp"
 #include "net/json_writer.hpp"
@@ -48,7 +50,8 @@ bool same_params(const KvTransferParams& a, const KvTransferParams& b) {
          a.remote_engine_id == b.remote_engine_id && a.remote_block_ids == b.remote_block_ids &&
          a.remote_request_id == b.remote_request_id && a.remote_host == b.remote_host &&
          a.remote_port == b.remote_port && a.remote_num_tokens == b.remote_num_tokens &&
-         a.first_token_id == b.first_token_id;
+         a.first_token_id == b.first_token_id &&
+         a.remote_sliding_block_ids == b.remote_sliding_block_ids;
 }
 
 bool same_metadata(const KvMetadata& a, const KvMetadata& b) {
@@ -75,6 +78,9 @@ void check_params_in_range(const KvTransferParams& p) {
   TROUPE_FUZZ_CHECK(!p.first_token_id || *p.first_token_id >= 0, "first_token_id %d",
                     *p.first_token_id);
   for (const int32_t id : p.remote_block_ids) TROUPE_FUZZ_CHECK(id >= 0, "block id %d", id);
+  for (const std::vector<int32_t>& group : p.remote_sliding_block_ids) {
+    for (const int32_t id : group) TROUPE_FUZZ_CHECK(id >= -1, "sliding block id %d", id);
+  }
 }
 
 std::string params_json(const KvTransferParams& p) {

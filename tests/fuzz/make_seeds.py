@@ -330,7 +330,9 @@ def disagg_codec_seeds():
               '"foo": null}',
               '{"remote_port": 65536}', '{"first_token_id": -1}',
               '{"remote_block_ids": [2147483648]}',
-              '{"remote_block_ids": [1.0, "2"], "remote_num_tokens": 18446744073709551615}', "null"]
+              '{"remote_block_ids": [1.0, "2"], "remote_num_tokens": 18446744073709551615}', "null",
+              '{"remote_block_ids": [3, 4], "remote_sliding_block_ids": [[-1, 7], [-1, 9]]}',
+              '{"remote_sliding_block_ids": [[-2], [1]]}', '{"remote_sliding_block_ids": [[]]}']
     metadata = [KV_METADATA,
                 KV_METADATA.replace('"region_bytes":327680', '"region_bytes":327679'),
                 KV_METADATA.replace('"layer_stride":163840', '"layer_stride":18446744073709551615'),
@@ -414,7 +416,7 @@ GGUF_TOKENS = ["GGUF", "general.architecture", "general.alignment", "general.nam
                b"\x00\x00\x00\x00\x00\x00\x00\x80", b"\xff\xff\xff\xff\xff\xff\xff\xff",
                b"\x0c\x00\x00\x00", b"\x09\x00\x00\x00\x08\x00\x00\x00"]
 DISAGG_KEYS = ["kv_transfer_params", "do_remote_decode", "do_remote_prefill", "remote_engine_id",
-               "remote_block_ids", "remote_request_id", "remote_host", "remote_port",
+               "remote_block_ids", "remote_sliding_block_ids", "remote_request_id", "remote_host", "remote_port",
                "remote_num_tokens", "first_token_id", "tp_size", "engine_id", "transport",
                "worker_address", "rkey", "base_address", "region_bytes", "layout", "num_layers",
                "num_kv_heads", "head_dim", "block_size", "num_blocks", "dtype", "block_bytes",
