@@ -26,8 +26,7 @@ namespace {
 using troupe::gpu::KvDtype;
 using namespace troupe::gpu::cpu;
 
-constexpr int32_t kLayers = 8, kSeqs = 16, kBlockSize = 16, kKvHeads = 3, kGroup = 3,
-                  kHeadDim = 64;
+constexpr int32_t kLayers = 8, kSeqs = 16, kBlockSize = 16, kKvHeads = 3, kGroup = 3, kHeadDim = 64;
 
 struct Layer {
   std::vector<uint16_t> k, v;
@@ -95,7 +94,8 @@ int main(int argc, char** argv) {
         }
       }
       const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       times[isa].push_back(ms);
       std::printf("%s %.1f ms  ", std::string(to_string(isa)).c_str(), ms);
     }

@@ -107,7 +107,8 @@ bool Scheduler::admit_remote(Sequence& seq) {
   }
   for (size_t g = 0; g < seq.kv.sliding.size(); ++g) {
     for (size_t i = match.blocks.size(); i < seq.kv.sliding[g].size(); ++i) {
-      if (seq.kv.sliding[g][i] != kv_cache::kNoBlock) pull(source.sliding_block_ids[g][i], seq.kv.sliding[g][i]);
+      if (seq.kv.sliding[g][i] == kv_cache::kNoBlock) continue;  // before the window
+      pull(source.sliding_block_ids[g][i], seq.kv.sliding[g][i]);
     }
   }
   seq.state = SequenceState::kAwaitingKv;

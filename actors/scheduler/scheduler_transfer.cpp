@@ -101,7 +101,8 @@ TransferAdmission Scheduler::admit_transferred(const PrefillHandoff& handoff) {
 
   auto seq = std::make_unique<Sequence>();
   // No hit past the KV the peer computed: the pull brings the rest.
-  const kv_cache::PrefixMatch match = kv().find_cached_prefix(handoff.token_ids, handoff.num_computed_tokens);
+  const kv_cache::PrefixMatch match =
+      kv().find_cached_prefix(handoff.token_ids, handoff.num_computed_tokens);
   if (!kv().allocate_slots(seq->kv, match, handoff.num_computed_tokens)) {
     admission.result = AddResult::kRetryLater;
     return admission;

@@ -48,9 +48,8 @@ TROUPE_TARGET_AVX512 inline void prefetch_rows(const BlockQ8_0* const* rows, int
 // scores_avx2's sums, two keys at a time: each (key, head) pair sums its blocks in the same
 // eight lanes, in the same order, then the eight keys' lane sums of a head are reduced together
 // (hsum8_x8) and scaled, as there.
-TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n,
-                                        const BlockQ8_0* q, int32_t heads, int32_t blocks,
-                                        float scale, float* s) {
+TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q,
+                                        int32_t heads, int32_t blocks, float scale, float* s) {
   constexpr int32_t kHeads = 4;
   const __m256 by = _mm256_set1_ps(scale);
   for (int32_t h0 = 0; h0 < heads; h0 += kHeads) {
@@ -72,15 +71,16 @@ TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n,
           const float dlo = _cvtsh_ss(lo[b].d), dhi = _cvtsh_ss(hi[b].d);
           for (int32_t h = 0; h < hn; ++h) {
             const BlockQ8_0& qb = q[(h0 + h) * blocks + b];
-            const __m512i qy = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb.qs)));
+            const __m512i qy =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb.qs)));
             // sign(qy, qx): qy where qx > 0, -qy where qx < 0 (where qx is 0 the product is 0
             // either way).
             const __m512i sy = _mm512_mask_sub_epi8(qy, negative, _mm512_setzero_si512(), qy);
             const __m512 products =
                 _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy));
             const float dq = _cvtsh_ss(qb.d);
-            const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(dlo * dq), _mm256_set1_ps(dhi * dq), 1);
+            const __m512 d =
+                _mm512_insertf32x8(_mm512_set1_ps(dlo * dq), _mm256_set1_ps(dhi * dq), 1);
             acc[h] = _mm512_fmadd_ps(d, products, acc[h]);
           }
         }
@@ -88,7 +88,8 @@ TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n,
       }
       for (int32_t h = 0; h < hn; ++h) {
         __m256 acc[8];
-        for (int32_t j = 0; j < 8; ++j) acc[j] = j < m ? _mm256_load_ps(lanes[h][j]) : _mm256_setzero_ps();
+        for (int32_t j = 0; j < 8; ++j)
+          acc[j] = j < m ? _mm256_load_ps(lanes[h][j]) : _mm256_setzero_ps();
         float out[8];
         _mm256_storeu_ps(out, _mm256_mul_ps(hsum8_x8(acc), by));
         std::copy_n(out, m, s + (h0 + h) * kQ8KeyChunk + i0);
@@ -107,8 +108,8 @@ TROUPE_TARGET_AVX512 inline __m512 dequantize_half(const BlockQ8_0& x, int half,
 // new maximum and takes fma(V, weight) key after key. `width` blocks (1 or 2) per pass.
 template <int32_t kWidth>
 TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t hn, int32_t b,
-                                          const BlockQ8_0* const* rows, int32_t n,
-                                          const float* ms, const float* vs, bool any_rescaled) {
+                                          const BlockQ8_0* const* rows, int32_t n, const float* ms,
+                                          const float* vs, bool any_rescaled) {
   constexpr int32_t kRegs = 2 * kWidth;
   __m512 a[3][kRegs];
   for (int32_t h = 0; h < hn; ++h) {
@@ -140,14 +141,15 @@ TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t
 
 TROUPE_TARGET_AVX512 void accumulate_heads_avx512(float* const* acc, int32_t items,
                                                   const BlockQ8_0* const* rows, int32_t n,
-                                                  int32_t blocks, const float* ms,
-                                                  const float* vs, const bool* rescaled) {
+                                                  int32_t blocks, const float* ms, const float* vs,
+                                                  const bool* rescaled) {
   for (int32_t h0 = 0; h0 < items; h0 += 3) {
     const int32_t hn = std::min<int32_t>(3, items - h0);
     bool any_rescaled = false;
     for (int32_t h = 0; h < hn; ++h) any_rescaled = any_rescaled || rescaled[h0 + h];
     int32_t b = 0;
-    for (; b + 2 <= blocks; b += 2) accumulate_pass<2>(acc, h0, hn, b, rows, n, ms, vs, any_rescaled);
+    for (; b + 2 <= blocks; b += 2)
+      accumulate_pass<2>(acc, h0, hn, b, rows, n, ms, vs, any_rescaled);
     if (b < blocks) accumulate_pass<1>(acc, h0, hn, b, rows, n, ms, vs, any_rescaled);
   }
 }
@@ -182,7 +184,9 @@ Q8Kernels q8_avx512_kernels(bool vector_expf) {
   return k;
 }
 #else
-Q8Kernels q8_avx512_kernels(bool vector_expf) { return q8_avx2_kernels(vector_expf); }
+Q8Kernels q8_avx512_kernels(bool vector_expf) {
+  return q8_avx2_kernels(vector_expf);
+}
 #endif
 
 }  // namespace troupe::gpu::cpu::detail

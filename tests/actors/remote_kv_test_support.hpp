@@ -42,7 +42,8 @@ inline KvWork take_work(SchedulerHarness& h) {
 }
 
 // The kv-cache actor's pull, done on the fake models' KV stores.
-inline void pull(SchedulerHarness& decode, const SchedulerHarness& prefill, const KvPullOrder& order) {
+inline void pull(SchedulerHarness& decode, const SchedulerHarness& prefill,
+                 const KvPullOrder& order) {
   for (const BlockCopy& copy : order.copies) {
     decode.model.copy_block_from(prefill.model, copy.source, copy.destination);
   }
@@ -61,7 +62,7 @@ inline void run_until_idle(SchedulerHarness& h) {
 // The prefill server's half of one request: computes `prompt` under hold_kv_when_finished with
 // max_tokens 1. What finished, or nullopt if it never did.
 inline std::optional<FinishedSequence> prefill_and_hold(SchedulerHarness& prefill, RequestId id,
-                                                 std::vector<int32_t> prompt) {
+                                                        std::vector<int32_t> prompt) {
   NewRequest request;
   request.request_id = id;
   request.prompt_token_ids = std::move(prompt);
@@ -91,7 +92,7 @@ inline RemoteKvSource source_of(const HeldKv& held, std::string lease) {
 }
 
 inline NewRequest remote_request(RequestId id, std::vector<int32_t> prompt, int32_t max_tokens,
-                          RemoteKvSource source, std::optional<int32_t> first_token_id) {
+                                 RemoteKvSource source, std::optional<int32_t> first_token_id) {
   NewRequest request;
   request.request_id = id;
   request.prompt_token_ids = std::move(prompt);

@@ -71,8 +71,8 @@ TEST(SchedulerRemoteKvGroups, PulledWindowPagesDecodeLikeALocalPrefill) {
     EXPECT_EQ(group[3], kNoBlock);
     EXPECT_NE(group[4], kNoBlock);
   }
-  ASSERT_EQ(add_remote(decode, remote_request(1, prompt, 12, source_of(kv, "lease-1"),
-                                              kv.first_token_id)),
+  ASSERT_EQ(add_remote(decode,
+                       remote_request(1, prompt, 12, source_of(kv, "lease-1"), kv.first_token_id)),
             AddResult::kAccepted);
   const std::optional<KvPullOrder> order = admit_and_take_pull(decode);
   ASSERT_TRUE(order.has_value());
@@ -82,7 +82,8 @@ TEST(SchedulerRemoteKvGroups, PulledWindowPagesDecodeLikeALocalPrefill) {
   for (size_t i = 0; i < 7; ++i) expected.push_back({kv.block_ids[i], seq->kv.blocks[i]});
   for (size_t g = 0; g < 2; ++g) {
     EXPECT_EQ(seq->kv.sliding[g][3], kNoBlock) << "allocated before the window: given back";
-    for (size_t i = 4; i < 7; ++i) expected.push_back({kv.sliding_block_ids[g][i], seq->kv.sliding[g][i]});
+    for (size_t i = 4; i < 7; ++i)
+      expected.push_back({kv.sliding_block_ids[g][i], seq->kv.sliding[g][i]});
   }
   ASSERT_EQ(order->copies.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -110,8 +111,8 @@ TEST(SchedulerRemoteKvGroups, APullTakesWhatTheLocalCacheLacksInEveryGroup) {
   const std::optional<FinishedSequence> held = prefill_and_hold(prefill, 1, prompt);
   ASSERT_TRUE(held.has_value() && held->held_kv.has_value());
   const HeldKv& kv = *held->held_kv;
-  ASSERT_EQ(add_remote(decode, remote_request(1, prompt, 12, source_of(kv, "lease-1"),
-                                              kv.first_token_id)),
+  ASSERT_EQ(add_remote(decode,
+                       remote_request(1, prompt, 12, source_of(kv, "lease-1"), kv.first_token_id)),
             AddResult::kAccepted);
   const std::optional<KvPullOrder> order = admit_and_take_pull(decode);
   ASSERT_TRUE(order.has_value());
