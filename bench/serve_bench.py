@@ -111,6 +111,7 @@ class Result:
     max_tokens: int = 0
     cached_tokens: Optional[int] = None
     last_chunk: Optional[float] = None    # when the latest chunk with text arrived
+    reconnects: int = 0                   # kept-alive connections found closed before the send
 
     def chunk_arrived(self, now: float, live: "Live"):
         """A chunk with text came at `now`: the first one sets the TTFT, each later one adds a
@@ -158,6 +159,18 @@ class Live:
         self.tokens = 0
 
 
+async def _post(session: aiohttp.ClientSession, url: str, body: dict, r: Result):
+    """POSTs `body`; a kept-alive connection the server already closed (llama-server closes
+    idle ones: "Can not write request body", ServerDisconnectedError before any byte of an
+    answer) is retried once on a fresh one, as HTTP clients do, and counted in r.reconnects.
+    The time it cost stays in the request's TTFT and E2E."""
+    try:
+        return await session.post(url, json=body)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        r.reconnects += 1
+        return await session.post(url, json=body)
+
+
 async def run_openai(session: aiohttp.ClientSession, t: Target, req: workloads.Request,
                      live: Live) -> Result:
     r = Result(expected_prompt_tokens=req.prompt_len, max_tokens=req.max_tokens)
@@ -165,7 +178,7 @@ async def run_openai(session: aiohttp.ClientSession, t: Target, req: workloads.R
     r.start = time.perf_counter()
     usage = None
     try:
-        async with session.post(t.base_url + path, json=_body(t, req)) as resp:
+        async with await _post(session, t.base_url + path, _body(t, req), r) as resp:
             if resp.status != 200:
                 r.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
                 return r
@@ -562,6 +575,7 @@ def summarize(results: list[Result], duration: float) -> dict:
         # completed with fewer tokens than max_tokens (with ignore_eos: the server stopped early)
         "short_outputs": sum(1 for r in ok if r.output_tokens < r.max_tokens),
         "error_samples": sorted({r.error for r in errs})[:5],
+        "reconnects": sum(r.reconnects for r in results),
         "request_throughput": round(len(ok) / duration, 4),
         "output_tok_s": round(out_tok / duration, 2),
         "total_tok_s": round((out_tok + in_tok) / duration, 2),
