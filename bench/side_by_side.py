@@ -102,7 +102,16 @@ class Server:
 
 
 def find_peer(venv: str, parallel: int, threads: int, model: str, ctx: int, port: int):
-    """(kind, command) for the peer in `venv`, or exit with a clear message."""
+    """(kind, command) for the peer in `venv` (a llama-server build directory such as
+    bench/build_peer.sh makes, or a llama-cpp-python venv), or exit with a clear message."""
+    cands = [os.path.join(venv, "bin", "llama-server")]
+    cands += glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "llama_cpp", "bin",
+                                    "llama-server"))
+    for c in cands:
+        if os.access(c, os.X_OK):
+            return "llama-server", [c, "-m", model, "--host", "127.0.0.1", "--port", str(port),
+                                    "-t", str(threads), "--parallel", str(parallel),
+                                    "-c", str(ctx * parallel), "--cont-batching"]
     py = os.path.join(venv, "bin", "python")
     if not os.path.exists(py):
         raise SystemExit(
@@ -112,14 +121,6 @@ def find_peer(venv: str, parallel: int, threads: int, model: str, ctx: int, port
             "'starlette-context<0.4' pydantic-settings PyYAML, with CMAKE_ARGS='-DGGML_NATIVE=OFF "
             "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON': its native AVX-512 build segfaulted "
             "on greedy requests on this box) or point --peer-venv / $TROUPE_BENCH_PEER_VENV at one.")
-    cands = [os.path.join(venv, "bin", "llama-server")]
-    cands += glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "llama_cpp", "bin",
-                                    "llama-server"))
-    for c in cands:
-        if os.access(c, os.X_OK):
-            return "llama-server", [c, "-m", model, "--host", "127.0.0.1", "--port", str(port),
-                                    "-t", str(threads), "--parallel", str(parallel),
-                                    "-c", str(ctx * parallel), "--cont-batching"]
     probe = subprocess.run([py, "-c", "import llama_cpp.server.app"], capture_output=True,
                            text=True)
     if probe.returncode != 0:
