@@ -100,7 +100,7 @@ void KvCacheManager::forget_evicted(const std::vector<BlockId>& evicted) {
 }
 
 bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& prefix,
-                                    int32_t num_total_tokens) {
+                                    int32_t num_total_tokens, int32_t window_from) {
   const bool adopt = seq.blocks.empty() && !prefix.blocks.empty();
   const auto num_held = static_cast<int32_t>(adopt ? prefix.blocks.size() : seq.blocks.size());
   const int32_t num_new = std::max(0, blocks_for_tokens(num_total_tokens, block_size_) - num_held);
@@ -116,8 +116,13 @@ bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& pref
     count_evictable(prefix.blocks);
     for (const std::vector<BlockId>& group : prefix.sliding) count_evictable(group);
   }
-  // Every group grows by num_new pages.
-  const int32_t num_pages = num_new * num_kv_groups_;
+  // Group 0 grows by num_new pages, each sliding group by those of them from window_from's
+  // window on.
+  const int32_t first_new = num_held;
+  const int32_t first_used =
+      std::max(first_new, window_from < 0 ? 0 : pages_before_window(window_from));
+  const int32_t num_sliding_new = std::max(0, first_new + num_new - first_used);
+  const int32_t num_pages = num_new + (num_kv_groups_ - 1) * num_sliding_new;
   if (num_pages > pool_.num_allocatable() - num_hit_evictable) return false;
   if (adopt) {
     for (BlockId b : prefix.blocks) pool_.touch(b);
@@ -141,9 +146,11 @@ bool KvCacheManager::allocate_slots(SequenceBlocks& seq, const PrefixMatch& pref
   forget_evicted(allocation->evicted);
   auto next = allocation->blocks.begin();
   seq.blocks.insert(seq.blocks.end(), next, next + num_new);
+  next += num_new;
   for (std::vector<BlockId>& group : seq.sliding) {
-    next += num_new;
-    group.insert(group.end(), next, next + num_new);
+    group.insert(group.end(), static_cast<size_t>(num_new - num_sliding_new), kNoBlock);
+    group.insert(group.end(), next, next + num_sliding_new);
+    next += num_sliding_new;
   }
   return true;
 }

@@ -104,7 +104,11 @@ class KvCacheManager {
   // groups). An empty `seq` first adopts `prefix` (one reference per page). All or nothing:
   // false, and nothing changes, when the pool cannot supply the pages; the caller decides whom
   // to preempt.
-  bool allocate_slots(SequenceBlocks& seq, const PrefixMatch& prefix, int32_t num_total_tokens);
+  // KV groups, window_from >= 0: the sequence computes position window_from next and its
+  // earlier KV arrives from elsewhere (P/D): new sliding pages wholly before that token's window
+  // are never written, so they are left out (kNoBlock) instead of allocated.
+  bool allocate_slots(SequenceBlocks& seq, const PrefixMatch& prefix, int32_t num_total_tokens,
+                      int32_t window_from = -1);
   bool allocate_slots(SequenceBlocks& seq, int32_t num_total_tokens) {
     return allocate_slots(seq, PrefixMatch{}, num_total_tokens);
   }

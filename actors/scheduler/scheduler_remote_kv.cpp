@@ -83,11 +83,11 @@ bool Scheduler::admit_remote(Sequence& seq) {
   const RemoteKvSource& source = *seq.remote_kv;
   // No hit past the KV the peer computed: the pull brings the rest.
   const kv_cache::PrefixMatch match = kv().find_cached_prefix(seq.token_ids, source.num_tokens);
-  if (!kv().allocate_slots(seq.kv, match, source.num_tokens)) return false;
-  // KV groups: the sliding pages before the next token's window are never written; they go
-  // back before the pull (a hit's cached ones stay cached).
+  // KV groups: sliding pages before the next token's window are never written here, so none
+  // is allocated; a local hit's cached ones there go back to the cache before the pull.
   const int32_t next_position =
       seq.recompute_last_prompt_token ? source.num_tokens - 1 : source.num_tokens;
+  if (!kv().allocate_slots(seq.kv, match, source.num_tokens, next_position)) return false;
   kv().release_out_of_window(seq.kv, next_position);
   waiting_.pop_front();
   kv().record_prefix_query(seq.num_tokens(), match.num_tokens);
