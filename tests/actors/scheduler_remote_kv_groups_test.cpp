@@ -100,6 +100,30 @@ TEST(SchedulerRemoteKvGroups, PulledWindowPagesDecodeLikeALocalPrefill) {
   EXPECT_EQ(prefill.scheduler.kv_cache().pool().num_referenced(), 0);
 }
 
+// The decode pool holds 16 pages: the 7 of group 0 and the 2 x 3 of the window fit, a page per
+// position in every group (21) would not. The pull is admitted at once.
+TEST(SchedulerRemoteKvGroups, APullAllocatesOnlyTheWindowsPages) {
+  SchedulerHarness prefill(groups_config());
+  SchedulerConfig small = groups_config();
+  small.num_blocks = 16;
+  SchedulerHarness decode(small);
+  const std::vector<int32_t> prompt = token_range(100, 100);
+  const std::optional<FinishedSequence> held = prefill_and_hold(prefill, 1, prompt);
+  ASSERT_TRUE(held.has_value() && held->held_kv.has_value());
+  const HeldKv& kv = *held->held_kv;
+  ASSERT_EQ(add_remote(decode, remote_request(1, prompt, 4, source_of(kv, "lease-1"),
+                                              kv.first_token_id)),
+            AddResult::kAccepted);
+  const std::optional<KvPullOrder> order = admit_and_take_pull(decode);
+  ASSERT_TRUE(order.has_value()) << "not admitted into 16 pages";
+  EXPECT_EQ(order->copies.size(), 13u);
+  EXPECT_EQ(decode.scheduler.kv_cache().pool().num_referenced(), 13);
+  pull(decode, prefill, *order);
+  decode.scheduler.kv_resident(1, /*ok=*/true);
+  ASSERT_NO_FATAL_FAILURE(run_until_idle(decode));
+  EXPECT_EQ(decode.outputs[1], decode.expected_output(1));
+}
+
 // The decode server has the prompt's first 64 tokens cached (with the window pages of that hit):
 // it pulls only pages 4-6 of every group, and the answer is still the reference.
 TEST(SchedulerRemoteKvGroups, APullTakesWhatTheLocalCacheLacksInEveryGroup) {
