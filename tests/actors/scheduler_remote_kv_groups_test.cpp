@@ -111,9 +111,9 @@ TEST(SchedulerRemoteKvGroups, APullAllocatesOnlyTheWindowsPages) {
   const std::optional<FinishedSequence> held = prefill_and_hold(prefill, 1, prompt);
   ASSERT_TRUE(held.has_value() && held->held_kv.has_value());
   const HeldKv& kv = *held->held_kv;
-  ASSERT_EQ(add_remote(decode, remote_request(1, prompt, 4, source_of(kv, "lease-1"),
-                                              kv.first_token_id)),
-            AddResult::kAccepted);
+  ASSERT_EQ(
+      add_remote(decode, remote_request(1, prompt, 4, source_of(kv, "lease-1"), kv.first_token_id)),
+      AddResult::kAccepted);
   const std::optional<KvPullOrder> order = admit_and_take_pull(decode);
   ASSERT_TRUE(order.has_value()) << "not admitted into 16 pages";
   EXPECT_EQ(order->copies.size(), 13u);
