@@ -1,22 +1,26 @@
-// The q8_0 cache's AVX-512 kernels (attention_q8_kernels.hpp): the AVX2 set with its two
-// heaviest kernels at twice the width, each still giving its scalar twin's bits
+// The q8_0 cache's AVX-512 kernels (attention_q8_kernels.hpp): the AVX2 set with its heaviest
+// kernels at twice the width or more, each still giving its scalar twin's bits
 // (attention_q8.cpp). A lane does exactly what the same lane of the AVX2 form does; the wider
-// register holds two keys (scores) or 16 more values (the accumulations), never a different
-// order within one output.
+// register holds more keys or values, never a different order within one output.
 //
 //   scores             two keys per register: a key's block fills one 256-bit half, its query
 //                      block is broadcast to both; VNNI's vpdpbusd gives each 32-bit lane the
-//                      sum of its four byte products, the integers maddubs + madd give there
-//                      (|q| <= 127: no 16-bit saturation on that path)
+//                      sum of its four byte products (K read as K + 128, less the query's bias:
+//                      the integer the AVX2 form's maddubs + madd give); sixteen keys' lane sums
+//                      reduced together (hsum8_x16)
+//   softmax            sixteen keys per register: the running maximum as a prefix maximum,
+//                      libm's expf in sixteen lanes
 //   accumulate_heads   two blocks (64 values, four registers) of each item per pass, a V block
 //                      dequantized once for every item
 //   accumulate         32 values in two registers
-// The scores and accumulate_heads prefetch the rows eight keys ahead (prefetch_rows).
+// The driver (attention_q8_0) prefetches the rows these read.
 #include <algorithm>
+#include <cmath>
 
 #include "gpu/cpu/attention_kernels.hpp"
 #include "gpu/cpu/attention_q8_kernels.hpp"
 #include "gpu/cpu/isa_target.hpp"
+#include "gpu/cpu/libm_expf.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
@@ -32,71 +36,174 @@ TROUPE_TARGET_AVX512 inline __m512i pair_of(const int8_t* lo, const int8_t* hi) 
   return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
 
-// Blocks [first, first + blocks) of rows [begin, end) towards L1. A chunk's rows jump to another
-// page every 16 keys (block tables scatter pages), which the hardware prefetcher learns too late;
-// asked for eight keys ahead, their misses overlap this group's arithmetic (bench/
-// attention_q8_bench: without it the AVX-512 set took about 0.95 of the AVX2 set's time, with
-// it 0.70).
-TROUPE_TARGET_AVX512 inline void prefetch_rows(const BlockQ8_0* const* rows, int32_t begin,
-                                               int32_t end, int32_t first, int32_t blocks) {
-  const auto bytes = static_cast<int32_t>(sizeof(BlockQ8_0)) * blocks;
-  for (int32_t j = begin; j < end; ++j) {
-    const char* from = reinterpret_cast<const char*>(rows[j] + first);
-    for (int32_t at = 0; at < bytes; at += 64) _mm_prefetch(from + at, _MM_HINT_T0);
-    _mm_prefetch(from + bytes - 1, _MM_HINT_T0);  // the last line (rows straddle lines)
+// hsum8_x8 (attention_kernels.hpp) for sixteen keys at once: z[p] holds keys 2p and 2p + 1 in
+// its 256-bit halves; result lane k is key k's ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)),
+// hsum8's order.
+TROUPE_TARGET_AVX512 inline __m512 hsum8_x16(const __m512* z) {
+  // Four keys per register, one per 128-bit lane: (a0 + a4, a1 + a5, a2 + a6, a3 + a7).
+  __m512 folded[4];
+  for (int32_t i = 0; i < 4; ++i) {
+    folded[i] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Lane L: keys L and 4 + L (s), 8 + L and 12 + L (t), each as (a0 + a4) + (a2 + a6) and
+  // (a1 + a5) + (a3 + a7).
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(folded[0], folded[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(folded[0], folded[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(folded[2], folded[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(folded[2], folded[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Lane L: keys L, 4 + L, 8 + L, 12 + L; then into key order.
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_permutexvar_ps(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sums);
+}
+
+// A query block as scores_avx512 uses it, prepared once per call: its 32 bytes in both halves,
+// its scale broadcast, and per 32-bit lane -128 * (the sum of the lane's four bytes). VNNI's
+// vpdpbusd multiplies unsigned bytes by signed ones, so K is read as K + 128 (K xor 0x80):
+// starting from that bias, each lane's sum is exactly sum(K * q) over its four bytes, the integer
+// the AVX2 form's maddubs + madd give.
+struct QueryBlock {
+  __m512i bytes;
+  __m512i bias;
+  __m512 d;
+};
+
+// The most query heads and blocks (head_dim 256) one scores_avx512 pass keeps prepared.
+constexpr int32_t kScoreHeads = 4;
+constexpr int32_t kMaxBlocks = 8;
+
+// scores_avx2's sums, two keys at a time: each (key, head) pair sums its blocks in the same
+// eight lanes, in the same order (lane = fma(d_K * d_Q, float(its integer sum), lane)), then
+// sixteen keys' lane sums of a head are reduced together (hsum8_x16, hsum8's order) and scaled.
+TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q,
+                                        int32_t heads, int32_t blocks, float scale, float* s) {
+  if (blocks > kMaxBlocks) {  // past every model's head_dim here: the AVX2 form
+    q8_avx2_kernels(false).scores(rows, n, q, heads, blocks, scale, s);
+    return;
+  }
+  const __m512 by = _mm512_set1_ps(scale);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  QueryBlock qb[kScoreHeads][kMaxBlocks];
+  for (int32_t h0 = 0; h0 < heads; h0 += kScoreHeads) {
+    const int32_t hn = std::min(kScoreHeads, heads - h0);
+    for (int32_t h = 0; h < hn; ++h) {
+      for (int32_t b = 0; b < blocks; ++b) {
+        const BlockQ8_0& x = q[(h0 + h) * blocks + b];
+        QueryBlock& o = qb[h][b];
+        o.bytes = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)));
+        o.bias = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, o.bytes));
+        o.d = _mm512_set1_ps(_cvtsh_ss(x.d));
+      }
+    }
+    for (int32_t i0 = 0; i0 < n; i0 += 16) {
+      const int32_t m = std::min(16, n - i0);
+      __m512 sums[kScoreHeads][8];  // [head][pair]: keys 2p and 2p + 1
+      for (int32_t j = 0; j < 16; j += 2) {
+        __m512 acc[kScoreHeads];
+        for (int32_t h = 0; h < kScoreHeads; ++h) acc[h] = _mm512_setzero_ps();
+        if (j < m) {
+          // An odd last key is paired with itself; its twin's sums land in an unread lane.
+          const BlockQ8_0* lo = rows[i0 + j];
+          const BlockQ8_0* hi = rows[i0 + std::min(j + 1, m - 1)];
+          for (int32_t b = 0; b < blocks; ++b) {
+            const __m512i kx = _mm512_xor_si512(pair_of(lo[b].qs, hi[b].qs), flip);
+            const __m512 dk = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(lo[b].d)),
+                                                 _mm256_set1_ps(_cvtsh_ss(hi[b].d)), 1);
+            for (int32_t h = 0; h < hn; ++h) {
+              const QueryBlock& y = qb[h][b];
+              const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(y.bias, kx, y.bytes));
+              acc[h] = _mm512_fmadd_ps(_mm512_mul_ps(dk, y.d), products, acc[h]);
+            }
+          }
+        }
+        for (int32_t h = 0; h < hn; ++h) sums[h][j / 2] = acc[h];
+      }
+      const auto valid = static_cast<__mmask16>((1u << m) - 1);
+      for (int32_t h = 0; h < hn; ++h) {
+        _mm512_mask_storeu_ps(s + (h0 + h) * kQ8KeyChunk + i0, valid,
+                              _mm512_mul_ps(hsum8_x16(sums[h]), by));
+      }
+    }
   }
 }
 
-// scores_avx2's sums, two keys at a time: each (key, head) pair sums its blocks in the same
-// eight lanes, in the same order, then the eight keys' lane sums of a head are reduced together
-// (hsum8_x8) and scaled, as there.
-TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q,
-                                        int32_t heads, int32_t blocks, float scale, float* s) {
-  constexpr int32_t kHeads = 4;
-  const __m256 by = _mm256_set1_ps(scale);
-  for (int32_t h0 = 0; h0 < heads; h0 += kHeads) {
-    const int32_t hn = std::min(kHeads, heads - h0);
-    for (int32_t i0 = 0; i0 < n; i0 += 8) {
-      const int32_t m = std::min(8, n - i0);
-      prefetch_rows(rows, i0 + 8, std::min(n, i0 + 16), 0, blocks);
-      alignas(64) float lanes[kHeads][8][8];
-      for (int32_t j = 0; j < m; j += 2) {
-        // An odd last key is paired with itself; its twin's sums land in an unread slot.
-        const BlockQ8_0* lo = rows[i0 + j];
-        const BlockQ8_0* hi = rows[i0 + std::min(j + 1, m - 1)];
-        __m512 acc[kHeads];
-        for (int32_t h = 0; h < kHeads; ++h) acc[h] = _mm512_setzero_ps();
-        for (int32_t b = 0; b < blocks; ++b) {
-          const __m512i qx = pair_of(lo[b].qs, hi[b].qs);
-          const __m512i ax = _mm512_abs_epi8(qx);
-          const __mmask64 negative = _mm512_movepi8_mask(qx);
-          const float dlo = _cvtsh_ss(lo[b].d), dhi = _cvtsh_ss(hi[b].d);
-          for (int32_t h = 0; h < hn; ++h) {
-            const BlockQ8_0& qb = q[(h0 + h) * blocks + b];
-            const __m512i qy =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb.qs)));
-            // sign(qy, qx): qy where qx > 0, -qy where qx < 0 (where qx is 0 the product is 0
-            // either way).
-            const __m512i sy = _mm512_mask_sub_epi8(qy, negative, _mm512_setzero_si512(), qy);
-            const __m512 products =
-                _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy));
-            const float dq = _cvtsh_ss(qb.d);
-            const __m512 d =
-                _mm512_insertf32x8(_mm512_set1_ps(dlo * dq), _mm256_set1_ps(dhi * dq), 1);
-            acc[h] = _mm512_fmadd_ps(d, products, acc[h]);
-          }
-        }
-        for (int32_t h = 0; h < hn; ++h) _mm512_store_ps(lanes[h][j], acc[h]);
-      }
-      for (int32_t h = 0; h < hn; ++h) {
-        __m256 acc[8];
-        for (int32_t j = 0; j < 8; ++j)
-          acc[j] = j < m ? _mm256_load_ps(lanes[h][j]) : _mm256_setzero_ps();
-        float out[8];
-        _mm256_storeu_ps(out, _mm256_mul_ps(hsum8_x8(acc), by));
-        std::copy_n(out, m, s + (h0 + h) * kQ8KeyChunk + i0);
+// x's lanes moved up by kBy (lane i takes lane i - kBy), `fill`'s below.
+template <int kBy>
+TROUPE_TARGET_AVX512 inline __m512 shift_up(__m512 x, __m512 fill) {
+  return _mm512_castsi512_ps(
+      _mm512_alignr_epi32(_mm512_castps_si512(x), _mm512_castps_si512(fill), 16 - kBy));
+}
+
+// softmax_scalar's values, sixteen keys per register. The running maximum before each key is a
+// prefix maximum of the scores (a maximum is one of its operands, so any grouping gives the
+// chain's value, up to the sign of a zero, which neither a difference below nor expf can tell);
+// the new-maximum test, the arguments and the factors are lane-wise selects; expf is libm's in
+// sixteen lanes (libm_expf.hpp). The sums' fma chains stay key by key, the items' interleaved.
+// A chunk with a NaN score (a model's overflow) takes the twin itself: its compares would not
+// be a maximum's.
+TROUPE_TARGET_AVX512 void softmax_avx512(float* const* states, int32_t items, const float* s,
+                                         int32_t n, float* ms, float* vs, bool* rescaled) {
+  const auto valid_at = [n](int32_t i0) {
+    return n - i0 >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i0)) - 1);
+  };
+  for (int32_t item = 0; item < items; ++item) {
+    for (int32_t i0 = 0; i0 < n; i0 += 16) {
+      const __m512 x = _mm512_maskz_loadu_ps(valid_at(i0), s + item * kQ8KeyChunk + i0);
+      if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0) {
+        q8_scalar_kernels().softmax(states, items, s, n, ms, vs, rescaled);
+        return;
       }
     }
+  }
+  const __m512 none = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+  for (int32_t item = 0; item < items; ++item) {
+    __m512 m = _mm512_set1_ps(states[item][0]);
+    bool rescale = false;
+    for (int32_t i0 = 0; i0 < n; i0 += 16) {
+      const __mmask16 valid = valid_at(i0);
+      const int32_t at = item * kQ8KeyChunk + i0;
+      const __m512 x = _mm512_maskz_loadu_ps(valid, s + at);
+      __m512 running = _mm512_max_ps(x, shift_up<1>(x, none));
+      running = _mm512_max_ps(running, shift_up<2>(running, none));
+      running = _mm512_max_ps(running, shift_up<4>(running, none));
+      running = _mm512_max_ps(running, shift_up<8>(running, none));
+      running = _mm512_max_ps(running, m);
+      const __m512 before = shift_up<1>(running, m);
+      const __mmask16 is_new = _mm512_mask_cmp_ps_mask(valid, x, before, _CMP_GT_OQ);
+      const __m512 arg = _mm512_mask_sub_ps(_mm512_sub_ps(x, before), is_new, before, x);
+      const __m512 e = libm_expf_x16_avx512(arg);
+      const __m512 scale = _mm512_mask_mov_ps(one, is_new, e);
+      _mm512_storeu_ps(ms + at, scale);
+      _mm512_storeu_ps(vs + at, _mm512_mask_mov_ps(e, is_new, one));
+      rescale = rescale || _mm512_mask_cmp_ps_mask(valid, scale, one, _CMP_NEQ_UQ) != 0;
+      const int32_t last = std::min(16, n - i0) - 1;
+      m = _mm512_permutexvar_ps(_mm512_set1_epi32(last), running);
+    }
+    states[item][0] = _mm512_cvtss_f32(m);
+    rescaled[item] = rescale;
+  }
+  // Four items' chains at a time in registers (an array indexed by item would be kept in memory,
+  // a store and a load inside every link of the chain); a missing item's lanes compute nothing
+  // that is stored.
+  for (int32_t g = 0; g < items; g += 4) {
+    const int32_t gn = std::min<int32_t>(4, items - g);
+    const float* m[4];
+    const float* v[4];
+    __m128 sum[4];
+    for (int32_t j = 0; j < 4; ++j) {
+      const int32_t item = g + std::min(j, gn - 1);
+      m[j] = ms + item * kQ8KeyChunk;
+      v[j] = vs + item * kQ8KeyChunk;
+      sum[j] = _mm_set_ss(states[item][1]);
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      for (int32_t j = 0; j < 4; ++j)
+        sum[j] = _mm_fmadd_ss(sum[j], _mm_load_ss(m[j] + i), _mm_load_ss(v[j] + i));
+    }
+    for (int32_t j = 0; j < gn; ++j) states[g + j][1] = _mm_cvtss_f32(sum[j]);
   }
 }
 
@@ -107,18 +214,19 @@ TROUPE_TARGET_AVX512 inline __m512 dequantize_half(const BlockQ8_0& x, int half,
 }
 
 // accumulate_heads_avx2's order per value: each item's accumulator is rescaled where a key is a
-// new maximum and takes fma(V, weight) key after key. `width` blocks (1 or 2) per pass.
-template <int32_t kWidth>
+// new maximum and takes fma(V, weight) key after key. kWidth blocks (1 or 2) per pass; kRescale:
+// whether any item's factors hold a new maximum (deep in a context almost never: the pass then
+// tests nothing per key).
+template <int32_t kWidth, bool kRescale>
 TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t hn, int32_t b,
                                           const BlockQ8_0* const* rows, int32_t n, const float* ms,
-                                          const float* vs, bool any_rescaled) {
+                                          const float* vs) {
   constexpr int32_t kRegs = 2 * kWidth;
   __m512 a[3][kRegs];
   for (int32_t h = 0; h < hn; ++h) {
     for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_loadu_ps(acc[h0 + h] + b * kQk + 16 * r);
   }
   for (int32_t i = 0; i < n; ++i) {
-    if (i + 8 < n) prefetch_rows(rows, i + 8, i + 9, b, kWidth);
     __m512 v[kRegs];
     for (int32_t w = 0; w < kWidth; ++w) {
       const BlockQ8_0& x = rows[i][b + w];
@@ -127,10 +235,12 @@ TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t
       v[2 * w + 1] = dequantize_half(x, 1, d);
     }
     for (int32_t h = 0; h < hn; ++h) {
-      const float m = ms[(h0 + h) * kQ8KeyChunk + i];
-      if (any_rescaled && m != 1.0f) {
-        const __m512 mm = _mm512_set1_ps(m);
-        for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
+      if constexpr (kRescale) {
+        const float m = ms[(h0 + h) * kQ8KeyChunk + i];
+        if (m != 1.0f) {
+          const __m512 mm = _mm512_set1_ps(m);
+          for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
+        }
       }
       const __m512 weight = _mm512_set1_ps(vs[(h0 + h) * kQ8KeyChunk + i]);
       for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(v[r], weight, a[h][r]);
@@ -138,6 +248,17 @@ TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t
   }
   for (int32_t h = 0; h < hn; ++h) {
     for (int32_t r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc[h0 + h] + b * kQk + 16 * r, a[h][r]);
+  }
+}
+
+template <int32_t kWidth>
+TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t hn, int32_t b,
+                                          const BlockQ8_0* const* rows, int32_t n, const float* ms,
+                                          const float* vs, bool any_rescaled) {
+  if (any_rescaled) {
+    accumulate_pass<kWidth, true>(acc, h0, hn, b, rows, n, ms, vs);
+  } else {
+    accumulate_pass<kWidth, false>(acc, h0, hn, b, rows, n, ms, vs);
   }
 }
 
@@ -180,6 +301,7 @@ TROUPE_TARGET_AVX512 void accumulate_avx512(float* acc, const float* values, int
 
 Q8Kernels q8_avx512_kernels(bool vector_expf) {
   Q8Kernels k = q8_avx2_kernels(vector_expf);
+  if (vector_expf && libm_expf_x16_agrees()) k.softmax = softmax_avx512;
   k.scores = scores_avx512;
   k.accumulate = accumulate_avx512;
   k.accumulate_heads = accumulate_heads_avx512;

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gpu/cpu/attention_q8_kernels.hpp"
 #include "gpu/cpu/cpu_features.hpp"
 #include "gpu/cpu/hadamard.hpp"
 #include "model/fp16.hpp"
@@ -284,6 +285,90 @@ std::string describe(IsaLevel isa, int32_t hd, const Call& call) {
          " heads=" + std::to_string(call.num_heads) +
          " first=" + std::to_string(call.first_position) +
          " rows=" + std::to_string(call.num_rows) + " window=" + std::to_string(call.window);
+}
+
+// ---- the online softmax kernel ------------------------------------------------------------
+
+// Score chunks that stress the running maximum: a new maximum at every key, ties with it (of
+// both signs of zero), -inf scores and a -inf start, a maximum in the last lane of a 16-key
+// half, and a NaN (the kernels must then give the twin's NaNs, not a maximum's).
+std::vector<std::vector<float>> crafted_chunks() {
+  std::vector<std::vector<float>> chunks;
+  std::vector<float> rising(32);
+  for (int32_t i = 0; i < 32; ++i) rising[i] = -3.0f + 0.25f * static_cast<float>(i);
+  chunks.push_back(rising);
+  chunks.push_back({0.0f, -0.0f, 0.0f, -1.0f, -0.0f, 2.0f, 2.0f, 1.0f, 2.0f});
+  chunks.push_back({-INFINITY, -INFINITY, 1.0f, -INFINITY, 3.0f, 3.0f});
+  auto random = testing::random_floats(32, 91, 4.0f);
+  random[15] = 40.0f;  // the first half's last lane
+  chunks.push_back(random);
+  random[15] = -1.0f;
+  random[16] = 41.0f;  // the second half's first lane
+  chunks.push_back(random);
+  auto poisoned = testing::random_floats(20, 92, 4.0f);
+  poisoned[9] = NAN;
+  chunks.push_back(poisoned);
+  return chunks;
+}
+
+// Every kernel set's softmax gives the twin's factors, flags and state bits over consecutive
+// chunks of every length (1 to 32 keys), from a -inf start and from a finite state.
+TEST(Q8_0Softmax, EveryIsaGivesTheTwinsBitsOnCraftedScores) {
+  using detail::kQ8KeyChunk;
+  constexpr int32_t kItems = 3;
+  const auto chunks = crafted_chunks();
+  for (IsaLevel isa : runnable_isas()) {
+    const detail::Q8Kernels& k = detail::q8_kernels(isa);
+    for (float start : {-INFINITY, 1.5f}) {
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const int32_t size = static_cast<int32_t>(chunks[c].size());
+        for (int32_t n = 1; n <= size; ++n) {
+          // Item i sees the chunk's scores shifted by i (the items' maxima differ).
+          std::vector<float> s(kItems * kQ8KeyChunk, 0.0f);
+          for (int32_t item = 0; item < kItems; ++item) {
+            for (int32_t i = 0; i < n; ++i) s[item * kQ8KeyChunk + i] = chunks[c][i] + item;
+          }
+          auto run = [&](const detail::Q8Kernels& kernels, std::vector<float>& state,
+                         std::vector<float>& ms, std::vector<float>& vs, bool* rescaled) {
+            float* states[kItems];
+            for (int32_t item = 0; item < kItems; ++item) states[item] = &state[2 * item];
+            // Twice: the second call starts from the first's maximum and sum.
+            kernels.softmax(states, kItems, s.data(), n, ms.data(), vs.data(), rescaled);
+            kernels.softmax(states, kItems, s.data(), n, ms.data(), vs.data(), rescaled);
+          };
+          std::vector<float> state0(2 * kItems), state1(2 * kItems);
+          for (int32_t item = 0; item < kItems; ++item) {
+            state0[2 * item] = state1[2 * item] = start;
+            state0[2 * item + 1] = state1[2 * item + 1] = start == -INFINITY ? 0.0f : 2.0f;
+          }
+          std::vector<float> ms0(kItems * kQ8KeyChunk), vs0(ms0.size());
+          std::vector<float> ms1(ms0.size()), vs1(ms0.size());
+          bool rescaled0[kItems], rescaled1[kItems];
+          run(detail::q8_scalar_kernels(), state0, ms0, vs0, rescaled0);
+          run(k, state1, ms1, vs1, rescaled1);
+          const std::string where = std::string(to_string(isa)) + " chunk " + std::to_string(c) +
+                                    " n=" + std::to_string(n) + " start " + std::to_string(start);
+          for (int32_t item = 0; item < kItems; ++item) {
+            for (int32_t i = 0; i < n; ++i) {
+              const int32_t at = item * kQ8KeyChunk + i;
+              ASSERT_EQ(std::bit_cast<uint32_t>(ms0[at]), std::bit_cast<uint32_t>(ms1[at]))
+                  << where << " ms item " << item << " key " << i;
+              ASSERT_EQ(std::bit_cast<uint32_t>(vs0[at]), std::bit_cast<uint32_t>(vs1[at]))
+                  << where << " vs item " << item << " key " << i;
+            }
+            ASSERT_EQ(rescaled0[item], rescaled1[item]) << where << " item " << item;
+            // The maximum may differ only in the sign of a zero (see softmax_avx512).
+            ASSERT_TRUE(state0[2 * item] == state1[2 * item] ||
+                        (std::isnan(state0[2 * item]) && std::isnan(state1[2 * item])))
+                << where << " maximum of item " << item;
+            ASSERT_EQ(std::bit_cast<uint32_t>(state0[2 * item + 1]),
+                      std::bit_cast<uint32_t>(state1[2 * item + 1]))
+                << where << " sum of item " << item;
+          }
+        }
+      }
+    }
+  }
 }
 
 // Positions around the 16-key blocks and the kernel's 32-key chunks, single rows and tiles.
