@@ -57,7 +57,7 @@ void mad_scalar(float* acc, const float* v, int32_t n, float by) {
 }
 
 void scores_scalar(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q, int32_t heads,
-                   int32_t blocks, float scale, float* s) {
+                   int32_t blocks, float scale, float* s, const Q8Ahead& /*ahead*/) {
   for (int32_t h = 0; h < heads; ++h) {
     for (int32_t i = 0; i < n; ++i) {
       s[h * kQ8KeyChunk + i] = dot_scalar(rows[i], q + static_cast<int64_t>(h) * blocks, blocks) * scale;
@@ -124,31 +124,6 @@ void accumulate_heads_scalar(float* const* acc, int32_t items, const BlockQ8_0* 
   }
 }
 
-// The cache lines of keys [t0, t0 + n)'s rows of `base` (the layer's K or V) towards L2, a page's
-// run of rows at a time. The driver asks for the V rows of a chunk before its scores and the K
-// rows of the next chunk after them: the lines arrive while the arithmetic between runs, and the
-// kernels then read them from L2 instead of waiting on memory at every page (pages are
-// scattered, so the hardware prefetcher restarts on each). Each line once, and to L2 rather
-// than L1: asked row by row into L1, the requests filled the line-fill buffers and stalled the
-// loop that issued them (bench/attention_q8_bench: 4k context 0.80 of the f16 cache's time
-// instead of ~0.95).
-void prefetch_rows(const KvLayerView& kv, const uint16_t* base, const int32_t* block_table,
-                   int32_t kv_head, int32_t t0, int32_t n) {
-  const size_t row_bytes = kv.row_words() * sizeof(uint16_t);
-  for (int32_t t = t0; t < t0 + n;) {
-    const int32_t slot = t % kv.block_size;
-    const int32_t run = std::min(kv.block_size - slot, t0 + n - t);
-    const auto* from = reinterpret_cast<const char*>(
-        base + kv.offset(block_table[t / kv.block_size], kv_head, slot));
-    const uintptr_t first = reinterpret_cast<uintptr_t>(from) & ~uintptr_t{63};
-    const uintptr_t last = reinterpret_cast<uintptr_t>(from + run * row_bytes - 1);
-    for (uintptr_t line = first; line <= last; line += 64) {
-      __builtin_prefetch(reinterpret_cast<const char*>(line), 0, 2);
-    }
-    t += run;
-  }
-}
-
 bool use_avx2(IsaLevel isa) { return TROUPE_X86 && isa != IsaLevel::kScalar; }
 
 }  // namespace
@@ -174,7 +149,6 @@ const Q8Kernels& q8_kernels(IsaLevel isa) {
 }  // namespace detail
 
 using detail::kQ8KeyChunk;
-using detail::prefetch_rows;
 using detail::kQ8MaxItems;
 
 void quantize_q8_0(const float* x, int32_t n, BlockQ8_0* out, IsaLevel isa) {
@@ -234,13 +208,10 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
   float* states[kQ8MaxItems];
   float* acc[kQ8MaxItems];
   bool rescaled[kQ8MaxItems];
-  const BlockQ8_0* k_rows[kQ8KeyChunk];
-  const BlockQ8_0* v_rows[kQ8KeyChunk];
-  // Every key of [first_key(0), last position] is visible to some row (windows slide with the
-  // rows), so each chunk's V rows are dequantized once for all of them.
-  const int32_t end = rows.first_position + rows.num_rows;
-  for (int32_t t0 = first_key(0); t0 < end; t0 += kQ8KeyChunk) {
-    const int32_t n = std::min(kQ8KeyChunk, end - t0);
+  // Row pointers of two chunks, [chunk][K or V][key]: this one, and the next one, which the
+  // first scores call of this chunk prefetches (Q8Ahead).
+  const BlockQ8_0* chunk_rows[2][2][kQ8KeyChunk];
+  auto find_rows = [&](int32_t t0, int32_t n, const BlockQ8_0** k_rows, const BlockQ8_0** v_rows) {
     for (int32_t i = 0; i < n;) {  // a page's run of rows at a time
       const int32_t slot = (t0 + i) % kv.block_size;
       const int32_t run = std::min(kv.block_size - slot, n - i);
@@ -250,11 +221,24 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
         v_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.v + at + j * kv.row_words());
       }
     }
-    prefetch_rows(kv, kv.v, block_table, kv_head, t0, n);
+  };
+  // Every key of [first_key(0), last position] is visible to some row (windows slide with the
+  // rows), so each chunk's V rows are dequantized once for all of them.
+  const int32_t end = rows.first_position + rows.num_rows;
+  int32_t now = 0;
+  find_rows(first_key(0), std::min(kQ8KeyChunk, end - first_key(0)), chunk_rows[now][0],
+            chunk_rows[now][1]);
+  for (int32_t t0 = first_key(0); t0 < end; t0 += kQ8KeyChunk, now ^= 1) {
+    const int32_t n = std::min(kQ8KeyChunk, end - t0);
+    const BlockQ8_0** k_rows = chunk_rows[now][0];
+    const BlockQ8_0** v_rows = chunk_rows[now][1];
+    detail::Q8Ahead ahead{.k = chunk_rows[now ^ 1][0],
+                          .v = chunk_rows[now ^ 1][1],
+                          .n = std::min(kQ8KeyChunk, end - t0 - n)};
+    if (ahead.n > 0) find_rows(t0 + n, ahead.n, chunk_rows[now ^ 1][0], chunk_rows[now ^ 1][1]);
     // A generated token (one row) accumulates its heads together from the V rows as they are;
     // a prompt tile dequantizes the chunk's V rows once for all its rows.
     if (rows.num_rows > 1) k.dequantize_rows(v_rows, n, blocks, scratch.values.data());
-    bool next_asked = false;  // the next chunk's K rows, after this chunk's first scores
     for (int32_t r = 0; r < rows.num_rows; ++r) {
       const int32_t lo = std::max(t0, first_key(r));
       const int32_t hi = std::min(t0 + n, rows.first_position + r + 1);
@@ -265,11 +249,8 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
         acc[h] = states[h] + 2;
       }
       k.scores(k_rows + (lo - t0), hi - lo, scratch.q.data() + static_cast<size_t>(r) * heads * blocks,
-               heads, blocks, rows.scale, s);
-      if (!next_asked && t0 + n < end) {
-        prefetch_rows(kv, kv.k, block_table, kv_head, t0 + n, std::min(kQ8KeyChunk, end - t0 - n));
-        next_asked = true;
-      }
+               heads, blocks, rows.scale, s, ahead);
+      ahead.n = 0;  // asked once per chunk
       k.softmax(states, heads, s, hi - lo, ms, vs, rescaled);
       if (rows.num_rows == 1) {
         k.accumulate_heads(acc, heads, v_rows + (lo - t0), hi - lo, blocks, ms, vs, rescaled);

@@ -13,7 +13,7 @@
 //   accumulate_heads   two blocks (64 values, four registers) of each item per pass, a V block
 //                      dequantized once for every item
 //   accumulate         32 values in two registers
-// The driver (attention_q8_0) prefetches the rows these read.
+// The scores prefetch the next chunk's rows (Q8Ahead) as they go.
 #include <algorithm>
 #include <cmath>
 
@@ -78,9 +78,10 @@ constexpr int32_t kMaxBlocks = 8;
 // eight lanes, in the same order (lane = fma(d_K * d_Q, float(its integer sum), lane)), then
 // sixteen keys' lane sums of a head are reduced together (hsum8_x16, hsum8's order) and scaled.
 TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q,
-                                        int32_t heads, int32_t blocks, float scale, float* s) {
+                                        int32_t heads, int32_t blocks, float scale, float* s,
+                                        const Q8Ahead& ahead) {
   if (blocks > kMaxBlocks) {  // past every model's head_dim here: the AVX2 form
-    q8_avx2_kernels(false).scores(rows, n, q, heads, blocks, scale, s);
+    q8_avx2_kernels(false).scores(rows, n, q, heads, blocks, scale, s, ahead);
     return;
   }
   const __m512 by = _mm512_set1_ps(scale);
@@ -102,6 +103,10 @@ TROUPE_TARGET_AVX512 void scores_avx512(const BlockQ8_0* const* rows, int32_t n,
       const int32_t m = std::min(16, n - i0);
       __m512 sums[kScoreHeads][8];  // [head][pair]: keys 2p and 2p + 1
       for (int32_t j = 0; j < 16; j += 2) {
+        if (h0 == 0) {
+          prefetch_ahead(ahead, i0 + j, blocks);
+          prefetch_ahead(ahead, i0 + j + 1, blocks);
+        }
         __m512 acc[kScoreHeads];
         for (int32_t h = 0; h < kScoreHeads; ++h) acc[h] = _mm512_setzero_ps();
         if (j < m) {

@@ -72,7 +72,8 @@ TROUPE_TARGET_AVX2 void scale_avx2(float* acc, int32_t n, float by) {
 // dot_avx2's lanes and order, and the 8 keys' lane sums of a head are reduced together (hsum8_x8
 // gives each one hsum8's order), then scaled.
 TROUPE_TARGET_AVX2 void scores_avx2(const BlockQ8_0* const* rows, int32_t n, const BlockQ8_0* q,
-                                    int32_t heads, int32_t blocks, float scale, float* s) {
+                                    int32_t heads, int32_t blocks, float scale, float* s,
+                                    const Q8Ahead& ahead) {
   constexpr int32_t kHeads = 4;
   const __m256 by = _mm256_set1_ps(scale);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -82,6 +83,7 @@ TROUPE_TARGET_AVX2 void scores_avx2(const BlockQ8_0* const* rows, int32_t n, con
       const int32_t m = std::min(8, n - i0);
       alignas(32) float lanes[kHeads][8][8];
       for (int32_t j = 0; j < m; ++j) {
+        if (h0 == 0) prefetch_ahead(ahead, i0 + j, blocks);
         __m256 acc[kHeads];
         for (int32_t h = 0; h < kHeads; ++h) acc[h] = _mm256_setzero_ps();
         const BlockQ8_0* row = rows[i0 + j];

@@ -414,9 +414,9 @@ void LlamaForward::prepare_qkv_row(const StepBatch& b, int32_t l, int64_t i) {
     // Q, K and V rotated as llama.cpp rotates them around a quantized cache (hadamard.hpp);
     // flash attention quantizes the f32 queries itself (attention_q8.hpp).
     if (const int32_t rotation = kv_rotation_block(c.head_dim); rotation > 0) {
-      hadamard_rotate(q, Q, rotation);
-      hadamard_rotate(k, KV, rotation);
-      hadamard_rotate(v, KV, kKvRotationVBlock);
+      hadamard_rotate(q, Q, rotation, isa);
+      hadamard_rotate(k, KV, rotation, isa);
+      hadamard_rotate(v, KV, kKvRotationVBlock, isa);
     }
     kv_store_q8_0(kv_layer(l), block, pos % config_.block_size, k, v, isa);
     return;
@@ -442,7 +442,9 @@ void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& po
   observe("kqv_out", l, attn_.data(), T, Q, Q);
   if (config_.kv_dtype == KvDtype::kQ8_0 && kv_rotation_block(c.head_dim) > 0) {
     // The output back from V's rotation (its own inverse), as llama.cpp does after kqv_out.
-    for_each_row(T, pool, [&](int64_t i) { hadamard_rotate(attn_.data() + i * Q, Q, kKvRotationVBlock); });
+    for_each_row(T, pool, [&](int64_t i) {
+      hadamard_rotate(attn_.data() + i * Q, Q, kKvRotationVBlock, isa);
+    });
   }
   project(L.wo, attn_.data(), Q, T, tmp_.data(), E, pool, q8k_orders_.data());
   observe("attn_out", l, tmp_.data(), T, E, E);

@@ -5,12 +5,15 @@
 // exact arithmetic, while each rotated row spreads its outliers over the block: q8_0 then loses
 // less. Computed as ggml's CPU fast transform (ggml_compute_forward_fwht): the block scaled by
 // 1/sqrtf(n), then the butterflies (u + v, u - v) for len = 1, 2, ..., n/2 — each an exact IEEE
-// operation per value, so any vector width gives these bits.
+// operation per value, so any vector width gives these bits: the AVX-512 form does the same
+// butterflies sixteen values at a time (the first four stages inside a register).
 //
 // Thread-safety: pure functions over caller-owned buffers.
 #pragma once
 
 #include <cstdint>
+
+#include "gpu/cpu/cpu_features.hpp"
 
 namespace troupe::gpu::cpu {
 
@@ -26,7 +29,8 @@ constexpr int32_t kv_rotation_block(int32_t head_dim) {
   return n;
 }
 
-// Rotates x[0, count) in place, block by block (count % block == 0, block a power of two).
-void hadamard_rotate(float* x, int64_t count, int32_t block);
+// Rotates x[0, count) in place, block by block (count % block == 0, block a power of two). Every
+// isa gives the same bits.
+void hadamard_rotate(float* x, int64_t count, int32_t block, IsaLevel isa = IsaLevel::kScalar);
 
 }  // namespace troupe::gpu::cpu

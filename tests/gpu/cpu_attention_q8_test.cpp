@@ -505,6 +505,21 @@ TEST(Hadamard, EqualsTheDenseSylvesterMatrixAndIsItsOwnInverse) {
   }
 }
 
+// Every isa's butterflies give the scalar twin's bits, at every block size the forward uses.
+TEST(Hadamard, SimdBitIdenticalToScalar) {
+  for (int32_t n : {16, 32, 64, 128, 256}) {
+    const auto x = testing::random_floats(static_cast<size_t>(5) * n, 77 + n, 3.0f);
+    auto want = x;
+    hadamard_rotate(want.data(), static_cast<int64_t>(want.size()), n, IsaLevel::kScalar);
+    for (IsaLevel isa : runnable_isas()) {
+      auto got = x;
+      hadamard_rotate(got.data(), static_cast<int64_t>(got.size()), n, isa);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), 4 * got.size()))
+          << to_string(isa) << " n=" << n;
+    }
+  }
+}
+
 // The largest power of two >= 64 dividing head_dim; 0 when 64 does not divide it.
 TEST(Hadamard, RotationBlockOfHeadDim) {
   EXPECT_EQ(kv_rotation_block(64), 64);
