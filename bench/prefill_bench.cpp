@@ -6,9 +6,10 @@
 // the two paths give bit-identical logits.
 //
 //   prefill_bench [--model PATH] [--threads N] [--reps N] [--long N] [--chunk N]
-//                 [--path both|tiled|per-token] [--precision exact|bf16]
+//                 [--path both|tiled|per-token] [--precision exact|bf16] [--kv-dtype f16|q8_0]
 // --precision bf16 runs the tiled path with bf16 attention (cpu.prefill_attention; needs
-// AVX512-BF16) and implies --path tiled.
+// AVX512-BF16) and implies --path tiled. --kv-dtype q8_0 (cache.kv_dtype) runs the q8_0 cache's
+// attention, which has one path for prompts (implies --path tiled).
 // Each line also gives the process CPU time per token, which moves less than wall time on a
 // shared, loaded host, and the load average when the run started. On a box shared with builds
 // the medians still swing by tens of percent: the "best" line (the fastest rep of each length)
@@ -28,6 +29,7 @@
 #include "gpu/cpu/attention_tiled.hpp"
 #include "gpu/cpu/attention_tiled_bf16.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
+#include "gpu/kv_dtype.hpp"
 #include "model/gguf.hpp"
 #include "tests/gpu/cpu_step_harness.hpp"
 
@@ -48,6 +50,7 @@ struct Options {
   std::string path = "both";
   troupe::gpu::cpu::PrefillAttentionPrecision precision =
       troupe::gpu::cpu::PrefillAttentionPrecision::kExact;
+  troupe::gpu::KvDtype kv_dtype = troupe::gpu::KvDtype::kF16;
 };
 
 Options parse(int argc, char** argv) {
@@ -74,9 +77,17 @@ Options parse(int argc, char** argv) {
         std::exit(2);
       }
       o.precision = *p;
+    } else if (a == "--kv-dtype") {
+      const auto d = troupe::gpu::kKvDtypeNames.parse(v);
+      if (!d || (*d != troupe::gpu::KvDtype::kF16 && *d != troupe::gpu::KvDtype::kQ8_0)) {
+        std::fprintf(stderr, "--kv-dtype: f16 or q8_0, not %s\n", v.c_str());
+        std::exit(2);
+      }
+      o.kv_dtype = *d;
     }
   }
   if (o.precision != troupe::gpu::cpu::PrefillAttentionPrecision::kExact) o.path = "tiled";
+  if (o.kv_dtype != troupe::gpu::KvDtype::kF16) o.path = "tiled";
   return o;
 }
 
@@ -175,14 +186,16 @@ int main(int argc, char** argv) {
   cfg.num_threads = o.threads;
   cfg.num_blocks = (o.long_tokens + 15) / 16 + 16;
   cfg.prefill_attention = o.precision;
+  cfg.kv_dtype = o.kv_dtype;
   auto file =
       std::make_shared<const troupe::model::GgufFile>(troupe::model::GgufFile::open(o.model));
   auto backend = CpuBackend::from_gguf(file, cfg);
-  std::printf("model %s, %d threads, isa %s, %s attention, prompt %d tokens in %d-token chunks\n",
-              o.model.filename().c_str(), backend->num_threads(),
-              std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(),
-              std::string(troupe::gpu::cpu::to_string(o.precision)).c_str(), o.long_tokens,
-              o.chunk);
+  std::printf(
+      "model %s, %d threads, isa %s, %s attention, %s KV, prompt %d tokens in %d-token chunks\n",
+      o.model.filename().c_str(), backend->num_threads(),
+      std::string(troupe::gpu::cpu::to_string(backend->isa())).c_str(),
+      std::string(troupe::gpu::cpu::to_string(o.precision)).c_str(),
+      std::string(troupe::gpu::kKvDtypeNames.name(o.kv_dtype)).c_str(), o.long_tokens, o.chunk);
   PathResult before, after;
   if (o.path != "tiled") {
     troupe::gpu::cpu::set_prefill_attention_path(PrefillAttentionPath::kPerToken);
