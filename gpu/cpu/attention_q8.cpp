@@ -99,11 +99,16 @@ void softmax_scalar(float* const* states, int32_t items, const float* s, int32_t
 
 // Where ms[i] != 1 acc *= ms[i] first (a factor of exactly 1 changes nothing, as llama.cpp's
 // scale by 1 would not); then acc = fma(V_i, vs[i], acc). Each value's sequence is llama.cpp's.
-void accumulate_scalar(float* acc, const float* values, int32_t n, int32_t head_dim,
-                       const float* ms, const float* vs, bool /*rescaled*/) {
-  for (int32_t i = 0; i < n; ++i) {
-    if (ms[i] != 1.0f) scale_scalar(acc, head_dim, ms[i]);
-    mad_scalar(acc, values + static_cast<int64_t>(i) * head_dim, head_dim, vs[i]);
+void accumulate_scalar(float* const* acc, int32_t items, const float* values, int32_t n,
+                       int32_t head_dim, const float* ms, const float* vs,
+                       const bool* /*rescaled*/) {
+  for (int32_t item = 0; item < items; ++item) {
+    for (int32_t i = 0; i < n; ++i) {
+      const float m = ms[item * kQ8KeyChunk + i];
+      if (m != 1.0f) scale_scalar(acc[item], head_dim, m);
+      mad_scalar(acc[item], values + static_cast<int64_t>(i) * head_dim, head_dim,
+                 vs[item * kQ8KeyChunk + i]);
+    }
   }
 }
 
@@ -191,7 +196,10 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
   };
   scratch.q.resize(static_cast<size_t>(items) * blocks);
   scratch.state.resize(static_cast<size_t>(items) * stride);
-  scratch.scores.resize(static_cast<size_t>(3 * heads) * kQ8KeyChunk);  // s, ms, vs of a row
+  // A call's items: one row's heads, or the heads of the `group` rows that see a whole chunk.
+  const int32_t group = std::min(rows.num_rows, std::max(1, kQ8MaxItems / heads));
+  const int32_t call_items = group * heads;
+  scratch.scores.resize(static_cast<size_t>(3 * call_items) * kQ8KeyChunk);  // s, ms, vs
   scratch.values.resize(static_cast<size_t>(kQ8KeyChunk) * hd);
   for (int32_t item = 0; item < items; ++item) {
     const int32_t r = item / heads, h = item % heads;
@@ -203,8 +211,8 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
     std::fill_n(state + 2, hd, 0.0f);
   }
   float* s = scratch.scores.data();
-  float* ms = s + heads * kQ8KeyChunk;
-  float* vs = ms + heads * kQ8KeyChunk;
+  float* ms = s + call_items * kQ8KeyChunk;
+  float* vs = ms + call_items * kQ8KeyChunk;
   float* states[kQ8MaxItems];
   float* acc[kQ8MaxItems];
   bool rescaled[kQ8MaxItems];
@@ -236,30 +244,43 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
                           .v = chunk_rows[now ^ 1][1],
                           .n = std::min(kQ8KeyChunk, end - t0 - n)};
     if (ahead.n > 0) find_rows(t0 + n, ahead.n, chunk_rows[now ^ 1][0], chunk_rows[now ^ 1][1]);
-    // A generated token (one row) accumulates its heads together from the V rows as they are;
-    // a prompt tile dequantizes the chunk's V rows once for all its rows.
+    // Rows [r0, r0 + count) over keys [lo, hi) of this chunk: their items' scores, softmax and
+    // value sums in one call each. A generated token (one row) accumulates its heads straight
+    // from the q8_0 V rows; a prompt tile's rows from the chunk's V rows dequantized once.
+    auto attend = [&](int32_t r0, int32_t count, int32_t lo, int32_t hi) {
+      const int32_t call = count * heads;
+      for (int32_t j = 0; j < call; ++j) {
+        states[j] = scratch.state.data() + (r0 * heads + j) * stride;
+        acc[j] = states[j] + 2;
+      }
+      k.scores(k_rows + (lo - t0), hi - lo,
+               scratch.q.data() + static_cast<size_t>(r0) * heads * blocks, call, blocks,
+               rows.scale, s, ahead);
+      ahead.n = 0;  // asked once per chunk
+      k.softmax(states, call, s, hi - lo, ms, vs, rescaled);
+      if (rows.num_rows == 1) {
+        k.accumulate_heads(acc, call, v_rows + (lo - t0), hi - lo, blocks, ms, vs, rescaled);
+      } else {
+        k.accumulate(acc, call, scratch.values.data() + static_cast<size_t>(lo - t0) * hd, hi - lo,
+                     hd, ms, vs, rescaled);
+      }
+    };
     if (rows.num_rows > 1) k.dequantize_rows(v_rows, n, blocks, scratch.values.data());
-    for (int32_t r = 0; r < rows.num_rows; ++r) {
+    // Rows that see all of the chunk (its keys inside their windows) are taken `group` at a
+    // time; the others (the causal diagonal, a window's edge) one by one, over their part.
+    for (int32_t r = 0; r < rows.num_rows;) {
       const int32_t lo = std::max(t0, first_key(r));
       const int32_t hi = std::min(t0 + n, rows.first_position + r + 1);
-      if (lo >= hi) continue;
-      for (int32_t h = 0; h < heads; ++h) {
-        const int32_t item = r * heads + h;
-        states[h] = scratch.state.data() + item * stride;
-        acc[h] = states[h] + 2;
-      }
-      k.scores(k_rows + (lo - t0), hi - lo, scratch.q.data() + static_cast<size_t>(r) * heads * blocks,
-               heads, blocks, rows.scale, s, ahead);
-      ahead.n = 0;  // asked once per chunk
-      k.softmax(states, heads, s, hi - lo, ms, vs, rescaled);
-      if (rows.num_rows == 1) {
-        k.accumulate_heads(acc, heads, v_rows + (lo - t0), hi - lo, blocks, ms, vs, rescaled);
+      if (lo >= hi) {
+        ++r;
         continue;
       }
-      for (int32_t h = 0; h < heads; ++h) {
-        k.accumulate(acc[h], scratch.values.data() + static_cast<size_t>(lo - t0) * hd, hi - lo,
-                     hd, ms + h * kQ8KeyChunk, vs + h * kQ8KeyChunk, rescaled[h]);
+      int32_t count = 1;
+      if (lo == t0 && hi == t0 + n) {
+        while (count < group && r + count < rows.num_rows && first_key(r + count) <= t0) ++count;
       }
+      attend(r, count, lo, hi);
+      r += count;
     }
   }
   for (int32_t item = 0; item < items; ++item) {

@@ -12,7 +12,7 @@
 //                      libm's expf in sixteen lanes
 //   accumulate_heads   two blocks (64 values, four registers) of each item per pass, a V block
 //                      dequantized once for every item
-//   accumulate         32 values in two registers
+//   accumulate         up to three items at once, 64 values (four registers) each per pass
 // The scores prefetch the next chunk's rows (Q8Ahead) as they go.
 #include <algorithm>
 #include <cmath>
@@ -282,23 +282,62 @@ TROUPE_TARGET_AVX512 void accumulate_heads_avx512(float* const* acc, int32_t ite
   }
 }
 
-// accumulate_avx2's order, 32 values (two registers) at a time across all n keys.
-TROUPE_TARGET_AVX512 void accumulate_avx512(float* acc, const float* values, int32_t n,
-                                            int32_t head_dim, const float* ms, const float* vs,
-                                            bool rescaled) {
-  for (int32_t c = 0; c < head_dim; c += kQk) {
-    __m512 a[2];
-    for (int j = 0; j < 2; ++j) a[j] = _mm512_loadu_ps(acc + c + 16 * j);
-    for (int32_t i = 0; i < n; ++i) {
-      if (rescaled && ms[i] != 1.0f) {
-        const __m512 m = _mm512_set1_ps(ms[i]);
-        for (int j = 0; j < 2; ++j) a[j] = _mm512_mul_ps(a[j], m);
+// accumulate_avx2's order for up to three items at once, 64 of their values (four registers
+// each) per pass across all n keys: each V row's registers are loaded once for the items.
+template <int32_t kRegs, bool kRescale>
+TROUPE_TARGET_AVX512 void accumulate_rows_pass(float* const* acc, int32_t h0, int32_t hn,
+                                               int32_t c, const float* values, int32_t n,
+                                               int32_t head_dim, const float* ms,
+                                               const float* vs) {
+  __m512 a[3][kRegs];
+  for (int32_t h = 0; h < hn; ++h) {
+    for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_loadu_ps(acc[h0 + h] + c + 16 * r);
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    const float* row = values + static_cast<int64_t>(i) * head_dim + c;
+    __m512 v[kRegs];
+    for (int32_t r = 0; r < kRegs; ++r) v[r] = _mm512_loadu_ps(row + 16 * r);
+    for (int32_t h = 0; h < hn; ++h) {
+      if constexpr (kRescale) {
+        const float m = ms[(h0 + h) * kQ8KeyChunk + i];
+        if (m != 1.0f) {
+          const __m512 mm = _mm512_set1_ps(m);
+          for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
+        }
       }
-      const __m512 v = _mm512_set1_ps(vs[i]);
-      const float* row = values + static_cast<int64_t>(i) * head_dim + c;
-      for (int j = 0; j < 2; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(row + 16 * j), v, a[j]);
+      const __m512 weight = _mm512_set1_ps(vs[(h0 + h) * kQ8KeyChunk + i]);
+      for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(v[r], weight, a[h][r]);
     }
-    for (int j = 0; j < 2; ++j) _mm512_storeu_ps(acc + c + 16 * j, a[j]);
+  }
+  for (int32_t h = 0; h < hn; ++h) {
+    for (int32_t r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc[h0 + h] + c + 16 * r, a[h][r]);
+  }
+}
+
+template <int32_t kRegs>
+TROUPE_TARGET_AVX512 void accumulate_rows_pass(float* const* acc, int32_t h0, int32_t hn,
+                                               int32_t c, const float* values, int32_t n,
+                                               int32_t head_dim, const float* ms, const float* vs,
+                                               bool any_rescaled) {
+  if (any_rescaled) {
+    accumulate_rows_pass<kRegs, true>(acc, h0, hn, c, values, n, head_dim, ms, vs);
+  } else {
+    accumulate_rows_pass<kRegs, false>(acc, h0, hn, c, values, n, head_dim, ms, vs);
+  }
+}
+
+TROUPE_TARGET_AVX512 void accumulate_avx512(float* const* acc, int32_t items, const float* values,
+                                            int32_t n, int32_t head_dim, const float* ms,
+                                            const float* vs, const bool* rescaled) {
+  for (int32_t h0 = 0; h0 < items; h0 += 3) {
+    const int32_t hn = std::min<int32_t>(3, items - h0);
+    bool any_rescaled = false;
+    for (int32_t h = 0; h < hn; ++h) any_rescaled = any_rescaled || rescaled[h0 + h];
+    int32_t c = 0;
+    for (; c + 64 <= head_dim; c += 64)
+      accumulate_rows_pass<4>(acc, h0, hn, c, values, n, head_dim, ms, vs, any_rescaled);
+    for (; c < head_dim; c += 16)
+      accumulate_rows_pass<1>(acc, h0, hn, c, values, n, head_dim, ms, vs, any_rescaled);
   }
 }
 

@@ -10,7 +10,8 @@
 //                   (items) that see the same keys: each item's running maximum and sum, and per
 //                   key its factors ms (the accumulator's rescale, 1 unless a new maximum) and
 //                   vs (the V row's weight); rescaled[item]: whether any ms differs from 1
-//   accumulate      acc = acc * ms[i] (where a new maximum) then fma(V_i, vs[i], acc), per key
+//   accumulate      acc = acc * ms[i] (where a new maximum) then fma(V_i, vs[i], acc), per key,
+//                   for several items over the same dequantized V rows (a prompt's rows)
 //   accumulate_heads  the same for several items of one generated token, straight from the q8_0
 //                   V rows (each V block dequantized once for all of them)
 //
@@ -54,8 +55,10 @@ struct Q8Kernels {
   // states[item]: its running maximum and sum; s, ms, vs: [item][kQ8KeyChunk].
   void (*softmax)(float* const* states, int32_t items, const float* s, int32_t n, float* ms,
                   float* vs, bool* rescaled);
-  void (*accumulate)(float* acc, const float* values, int32_t n, int32_t head_dim,
-                     const float* ms, const float* vs, bool rescaled);
+  // acc[item]: head_dim values; values: the chunk's n V rows as floats; ms, vs:
+  // [item][kQ8KeyChunk].
+  void (*accumulate)(float* const* acc, int32_t items, const float* values, int32_t n,
+                     int32_t head_dim, const float* ms, const float* vs, const bool* rescaled);
   // acc[item]: head_dim values; ms, vs: [item][kQ8KeyChunk].
   void (*accumulate_heads)(float* const* acc, int32_t items, const BlockQ8_0* const* rows,
                            int32_t n, int32_t blocks, const float* ms, const float* vs,

@@ -176,23 +176,28 @@ TROUPE_TARGET_AVX2 void softmax_avx2(float* const* states, int32_t items, const 
   for (int32_t item = 0; item < items; ++item) states[item][1] = _mm_cvtss_f32(sum[item]);
 }
 
-// accumulate_scalar's order, 32 values (4 registers) at a time across all n keys.
-TROUPE_TARGET_AVX2 void accumulate_avx2(float* acc, const float* values, int32_t n,
-                                        int32_t head_dim, const float* ms, const float* vs,
-                                        bool rescaled) {
-  for (int32_t c = 0; c < head_dim; c += kQk) {
-    __m256 a[4];
-    for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_ps(acc + c + 8 * j);
-    for (int32_t i = 0; i < n; ++i) {
-      if (rescaled && ms[i] != 1.0f) {
-        const __m256 m = _mm256_set1_ps(ms[i]);
-        for (int j = 0; j < 4; ++j) a[j] = _mm256_mul_ps(a[j], m);
+// accumulate_scalar's order, each item's 32 values (4 registers) at a time across all n keys.
+TROUPE_TARGET_AVX2 void accumulate_avx2(float* const* acc, int32_t items, const float* values,
+                                        int32_t n, int32_t head_dim, const float* ms,
+                                        const float* vs, const bool* rescaled) {
+  for (int32_t item = 0; item < items; ++item) {
+    const float* msi = ms + item * kQ8KeyChunk;
+    const float* vsi = vs + item * kQ8KeyChunk;
+    for (int32_t c = 0; c < head_dim; c += kQk) {
+      float* out = acc[item] + c;
+      __m256 a[4];
+      for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_ps(out + 8 * j);
+      for (int32_t i = 0; i < n; ++i) {
+        if (rescaled[item] && msi[i] != 1.0f) {
+          const __m256 m = _mm256_set1_ps(msi[i]);
+          for (int j = 0; j < 4; ++j) a[j] = _mm256_mul_ps(a[j], m);
+        }
+        const __m256 v = _mm256_set1_ps(vsi[i]);
+        const float* row = values + static_cast<int64_t>(i) * head_dim + c;
+        for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), v, a[j]);
       }
-      const __m256 v = _mm256_set1_ps(vs[i]);
-      const float* row = values + static_cast<int64_t>(i) * head_dim + c;
-      for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), v, a[j]);
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + 8 * j, a[j]);
     }
-    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(acc + c + 8 * j, a[j]);
   }
 }
 
