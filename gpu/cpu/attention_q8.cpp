@@ -129,6 +129,54 @@ void accumulate_heads_scalar(float* const* acc, int32_t items, const BlockQ8_0* 
   }
 }
 
+// The K and V row pointers of keys [t0, t0 + n) of one KV head, a page's run at a time.
+void find_rows(const KvLayerView& kv, const int32_t* block_table, int32_t kv_head, int32_t t0,
+               int32_t n, const BlockQ8_0** k_rows, const BlockQ8_0** v_rows) {
+  for (int32_t i = 0; i < n;) {
+    const int32_t slot = (t0 + i) % kv.block_size;
+    const int32_t run = std::min(kv.block_size - slot, n - i);
+    const size_t at = kv.offset(block_table[(t0 + i) / kv.block_size], kv_head, slot);
+    for (int32_t j = 0; j < run; ++j, ++i) {
+      k_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.k + at + j * kv.row_words());
+      v_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.v + at + j * kv.row_words());
+    }
+  }
+}
+
+// Every item's (item = row * heads + head) query quantized, and its state [maximum, sum,
+// accumulator] cleared: -inf, 0, zeros.
+void start_items(const Q8AttentionRows& rows, int32_t heads, int32_t head_dim,
+                 Q8AttentionScratch& scratch, IsaLevel isa) {
+  const int32_t items = rows.num_rows * heads;
+  const int32_t blocks = head_dim / kQ8Block;
+  const int64_t stride = 2 + head_dim;
+  scratch.q.resize(static_cast<size_t>(items) * blocks);
+  scratch.state.resize(static_cast<size_t>(items * stride));
+  for (int32_t item = 0; item < items; ++item) {
+    const int32_t r = item / heads, h = item % heads;
+    quantize_q8_0(rows.q + r * rows.q_stride + static_cast<int64_t>(h) * head_dim, head_dim,
+                  scratch.q.data() + static_cast<size_t>(item) * blocks, isa);
+    float* state = scratch.state.data() + item * stride;
+    state[0] = -INFINITY;
+    state[1] = 0.0f;
+    std::fill_n(state + 2, head_dim, 0.0f);
+  }
+}
+
+// Every item's output: its accumulator over its sum (0 where no key was seen).
+void finish_items(const Q8Kernels& k, const Q8AttentionRows& rows, int32_t heads,
+                  int32_t head_dim, const Q8AttentionScratch& scratch) {
+  const int64_t stride = 2 + head_dim;
+  for (int32_t item = 0; item < rows.num_rows * heads; ++item) {
+    const int32_t r = item / heads, h = item % heads;
+    const float* state = scratch.state.data() + item * stride;
+    float* out = rows.out + r * rows.out_stride + static_cast<int64_t>(h) * head_dim;
+    const float inv = state[1] == 0.0f ? 0.0f : 1.0f / state[1];
+    std::copy_n(state + 2, head_dim, out);
+    k.scale(out, head_dim, inv);
+  }
+}
+
 bool use_avx2(IsaLevel isa) { return TROUPE_X86 && isa != IsaLevel::kScalar; }
 
 }  // namespace
@@ -188,28 +236,17 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
     part.out = rows.out + static_cast<int64_t>(heads) * hd;
     attention_q8_0(kv, block_table, kv_head, part, scratch, isa);
   }
-  const int32_t items = rows.num_rows * heads;  // item = row * heads + head
-  const int64_t stride = 2 + hd;
+  const int64_t stride = 2 + hd;  // a state: maximum, sum, accumulator
   auto first_key = [&](int32_t r) {
     const int32_t p = rows.first_position + r;
     return rows.window > 0 ? std::max(0, p + 1 - rows.window) : 0;
   };
-  scratch.q.resize(static_cast<size_t>(items) * blocks);
-  scratch.state.resize(static_cast<size_t>(items) * stride);
   // A call's items: one row's heads, or the heads of the `group` rows that see a whole chunk.
   const int32_t group = std::min(rows.num_rows, std::max(1, kQ8MaxItems / heads));
   const int32_t call_items = group * heads;
   scratch.scores.resize(static_cast<size_t>(3 * call_items) * kQ8KeyChunk);  // s, ms, vs
   scratch.values.resize(static_cast<size_t>(kQ8KeyChunk) * hd);
-  for (int32_t item = 0; item < items; ++item) {
-    const int32_t r = item / heads, h = item % heads;
-    quantize_q8_0(rows.q + r * rows.q_stride + static_cast<int64_t>(h) * hd, hd,
-                  scratch.q.data() + static_cast<size_t>(item) * blocks, isa);
-    float* state = scratch.state.data() + item * stride;
-    state[0] = -INFINITY;
-    state[1] = 0.0f;
-    std::fill_n(state + 2, hd, 0.0f);
-  }
+  detail::start_items(rows, heads, hd, scratch, isa);
   float* s = scratch.scores.data();
   float* ms = s + call_items * kQ8KeyChunk;
   float* vs = ms + call_items * kQ8KeyChunk;
@@ -219,23 +256,13 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
   // Row pointers of two chunks, [chunk][K or V][key]: this one, and the next one, which the
   // first scores call of this chunk prefetches (Q8Ahead).
   const BlockQ8_0* chunk_rows[2][2][kQ8KeyChunk];
-  auto find_rows = [&](int32_t t0, int32_t n, const BlockQ8_0** k_rows, const BlockQ8_0** v_rows) {
-    for (int32_t i = 0; i < n;) {  // a page's run of rows at a time
-      const int32_t slot = (t0 + i) % kv.block_size;
-      const int32_t run = std::min(kv.block_size - slot, n - i);
-      const size_t at = kv.offset(block_table[(t0 + i) / kv.block_size], kv_head, slot);
-      for (int32_t j = 0; j < run; ++j, ++i) {
-        k_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.k + at + j * kv.row_words());
-        v_rows[i] = reinterpret_cast<const BlockQ8_0*>(kv.v + at + j * kv.row_words());
-      }
-    }
-  };
   // Every key of [first_key(0), last position] is visible to some row (windows slide with the
   // rows), so each chunk's V rows are dequantized once for all of them.
   const int32_t end = rows.first_position + rows.num_rows;
   int32_t now = 0;
-  find_rows(first_key(0), std::min(kQ8KeyChunk, end - first_key(0)), chunk_rows[now][0],
-            chunk_rows[now][1]);
+  detail::find_rows(kv, block_table, kv_head, first_key(0),
+                    std::min(kQ8KeyChunk, end - first_key(0)), chunk_rows[now][0],
+                    chunk_rows[now][1]);
   for (int32_t t0 = first_key(0); t0 < end; t0 += kQ8KeyChunk, now ^= 1) {
     const int32_t n = std::min(kQ8KeyChunk, end - t0);
     const BlockQ8_0** k_rows = chunk_rows[now][0];
@@ -243,7 +270,10 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
     detail::Q8Ahead ahead{.k = chunk_rows[now ^ 1][0],
                           .v = chunk_rows[now ^ 1][1],
                           .n = std::min(kQ8KeyChunk, end - t0 - n)};
-    if (ahead.n > 0) find_rows(t0 + n, ahead.n, chunk_rows[now ^ 1][0], chunk_rows[now ^ 1][1]);
+    if (ahead.n > 0) {
+      detail::find_rows(kv, block_table, kv_head, t0 + n, ahead.n, chunk_rows[now ^ 1][0],
+                        chunk_rows[now ^ 1][1]);
+    }
     // Rows [r0, r0 + count) over keys [lo, hi) of this chunk: their items' scores, softmax and
     // value sums in one call each. A generated token (one row) accumulates its heads straight
     // from the q8_0 V rows; a prompt tile's rows from the chunk's V rows dequantized once.
@@ -283,14 +313,7 @@ void attention_q8_0(const KvLayerView& kv, const int32_t* block_table, int32_t k
       r += count;
     }
   }
-  for (int32_t item = 0; item < items; ++item) {
-    const int32_t r = item / heads, h = item % heads;
-    float* state = scratch.state.data() + item * stride;
-    float* out = rows.out + r * rows.out_stride + static_cast<int64_t>(h) * hd;
-    const float inv = state[1] == 0.0f ? 0.0f : 1.0f / state[1];
-    std::copy_n(state + 2, hd, out);
-    k.scale(out, hd, inv);
-  }
+  detail::finish_items(k, rows, heads, hd, scratch);
 }
 
 }  // namespace troupe::gpu::cpu
