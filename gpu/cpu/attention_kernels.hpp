@@ -55,6 +55,26 @@ TROUPE_TARGET_AVX2 inline __m256 hsum8_x8(const __m256* a) {
   return unshuffle(_mm256_add_ps(_mm256_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
                                  _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1))));
 }
+
+// hsum8_x8's tree for sixteen 8-lane sums at once: half 2p of the input is z[p]'s low 256 bits,
+// half 2p + 1 its high ones. Each half's ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) lands
+// in the tree's order: lane 4L + j holds half L + 4j; callers permute it into theirs.
+TROUPE_TARGET_AVX512 inline __m512 hsum8_halves_x16(const __m512* z) {
+  // Four halves per register, one per 128-bit lane: (a0 + a4, a1 + a5, a2 + a6, a3 + a7).
+  __m512 folded[4];
+  for (int i = 0; i < 4; ++i) {
+    folded[i] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Lane L: halves L and 4 + L (s), 8 + L and 12 + L (t), each as (a0 + a4) + (a2 + a6) and
+  // (a1 + a5) + (a3 + a7).
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(folded[0], folded[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(folded[0], folded[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(folded[2], folded[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(folded[2], folded[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
+}
 #endif
 
 // rows[t]: key t's head_dim fp16 values (K or V), gathered from the block table by the caller.

@@ -37,26 +37,10 @@ TROUPE_TARGET_AVX512 inline __m512i pair_of(const int8_t* lo, const int8_t* hi) 
 }
 
 // hsum8_x8 (attention_kernels.hpp) for sixteen keys at once: z[p] holds keys 2p and 2p + 1 in
-// its 256-bit halves; result lane k is key k's ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)),
-// hsum8's order.
+// its 256-bit halves; result lane k is key k's sum in hsum8's order.
 TROUPE_TARGET_AVX512 inline __m512 hsum8_x16(const __m512* z) {
-  // Four keys per register, one per 128-bit lane: (a0 + a4, a1 + a5, a2 + a6, a3 + a7).
-  __m512 folded[4];
-  for (int32_t i = 0; i < 4; ++i) {
-    folded[i] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  // Lane L: keys L and 4 + L (s), 8 + L and 12 + L (t), each as (a0 + a4) + (a2 + a6) and
-  // (a1 + a5) + (a3 + a7).
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(folded[0], folded[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(folded[0], folded[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(folded[2], folded[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(folded[2], folded[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  // Lane L: keys L, 4 + L, 8 + L, 12 + L; then into key order.
-  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
-                                    _mm512_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm512_permutexvar_ps(
-      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), sums);
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), hsum8_halves_x16(z));
 }
 
 // A query block as scores_avx512 uses it, prepared once per call: its 32 bytes in both halves,
@@ -218,6 +202,26 @@ TROUPE_TARGET_AVX512 inline __m512 dequantize_half(const BlockQ8_0& x, int half,
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
 
+// One key's step for items [h0, h0 + hn) whose accumulators a[h] hold kRegs registers of
+// values: rescale where the key is the item's new maximum (kRescale: some item has one in this
+// chunk), then fma(V, the key's weight) — accumulate_scalar's order per value.
+template <int32_t kRegs, bool kRescale>
+TROUPE_TARGET_AVX512 inline void take_key(__m512 (*a)[kRegs], int32_t h0, int32_t hn,
+                                          const __m512* v, const float* ms, const float* vs,
+                                          int32_t i) {
+  for (int32_t h = 0; h < hn; ++h) {
+    if constexpr (kRescale) {
+      const float m = ms[(h0 + h) * kQ8KeyChunk + i];
+      if (m != 1.0f) {
+        const __m512 mm = _mm512_set1_ps(m);
+        for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
+      }
+    }
+    const __m512 weight = _mm512_set1_ps(vs[(h0 + h) * kQ8KeyChunk + i]);
+    for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(v[r], weight, a[h][r]);
+  }
+}
+
 // accumulate_heads_avx2's order per value: each item's accumulator is rescaled where a key is a
 // new maximum and takes fma(V, weight) key after key. kWidth blocks (1 or 2) per pass; kRescale:
 // whether any item's factors hold a new maximum (deep in a context almost never: the pass then
@@ -239,17 +243,7 @@ TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t
       v[2 * w] = dequantize_half(x, 0, d);
       v[2 * w + 1] = dequantize_half(x, 1, d);
     }
-    for (int32_t h = 0; h < hn; ++h) {
-      if constexpr (kRescale) {
-        const float m = ms[(h0 + h) * kQ8KeyChunk + i];
-        if (m != 1.0f) {
-          const __m512 mm = _mm512_set1_ps(m);
-          for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
-        }
-      }
-      const __m512 weight = _mm512_set1_ps(vs[(h0 + h) * kQ8KeyChunk + i]);
-      for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(v[r], weight, a[h][r]);
-    }
+    take_key<kRegs, kRescale>(a, h0, hn, v, ms, vs, i);
   }
   for (int32_t h = 0; h < hn; ++h) {
     for (int32_t r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc[h0 + h] + b * kQk + 16 * r, a[h][r]);
@@ -297,17 +291,7 @@ TROUPE_TARGET_AVX512 void accumulate_rows_pass(float* const* acc, int32_t h0, in
     const float* row = values + static_cast<int64_t>(i) * head_dim + c;
     __m512 v[kRegs];
     for (int32_t r = 0; r < kRegs; ++r) v[r] = _mm512_loadu_ps(row + 16 * r);
-    for (int32_t h = 0; h < hn; ++h) {
-      if constexpr (kRescale) {
-        const float m = ms[(h0 + h) * kQ8KeyChunk + i];
-        if (m != 1.0f) {
-          const __m512 mm = _mm512_set1_ps(m);
-          for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
-        }
-      }
-      const __m512 weight = _mm512_set1_ps(vs[(h0 + h) * kQ8KeyChunk + i]);
-      for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(v[r], weight, a[h][r]);
-    }
+    take_key<kRegs, kRescale>(a, h0, hn, v, ms, vs, i);
   }
   for (int32_t h = 0; h < hn; ++h) {
     for (int32_t r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc[h0 + h] + c + 16 * r, a[h][r]);

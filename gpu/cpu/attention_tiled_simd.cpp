@@ -333,22 +333,9 @@ TROUPE_TARGET_AVX512 inline void normalize(const SoftmaxRow& row, bool fp16_prob
 // [lo blocks of rows 0..7 | hi blocks of rows 0..7], each ((a0+a4) + (a2+a6)) + ((a1+a5) +
 // (a3+a7)): the scalar adds, done for 16 blocks at once across the registers.
 TROUPE_TARGET_AVX512 inline __m512 block_sums_x8(const __m512* z) {
-  // Per 128-bit block: v_i = a_i + a_i+4 of one (row, block): [r lo | r hi | r+1 lo | r+1 hi].
-  __m512 w[4];
-  for (int i = 0; i < 4; ++i) {
-    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  // Per 128-bit block: [x y x' y'], x = v0 + v2 and y = v1 + v3 of two (row, block)s.
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(w[2], w[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(w[2], w[3], _MM_SHUFFLE(3, 2, 3, 2)));
-  // x + y: blocks [0lo 2lo 4lo 6lo], [0hi 2hi 4hi 6hi], [1lo 3lo 5lo 7lo], [1hi 3hi 5hi 7hi].
-  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(s, t, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(s, t, _MM_SHUFFLE(3, 1, 3, 1)));
+  // The tree gives half L + 4j at lane 4L + j; row r's lo block is half 2r, its hi block 2r + 1.
   const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-  return _mm512_permutexvar_ps(order, r);
+  return _mm512_permutexvar_ps(order, hsum8_halves_x16(z));
 }
 
 // softmax_row_avx2's operations on 16 lanes for G <= 8 rows at once. Over the keys every row
