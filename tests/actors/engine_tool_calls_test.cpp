@@ -85,7 +85,9 @@ TEST(EngineToolCalls, RequiredAndNamedGiveParseableCallsMatchingTheSchema) {
         model::parse_tool_calls(model::ToolCallFormat::kHermes, answer.text);
     ASSERT_EQ(parsed.calls.size(), 1u) << answer.text;
     EXPECT_EQ(parsed.content, "") << answer.text;
-    if (!c.expected_name.empty()) EXPECT_EQ(parsed.calls[0].name, c.expected_name);
+    if (!c.expected_name.empty()) {
+      EXPECT_EQ(parsed.calls[0].name, c.expected_name);
+    }
     expect_valid_call(parsed.calls[0]);
   }
   EXPECT_TRUE(wait_idle(*engine));
@@ -102,7 +104,9 @@ TEST(EngineToolCalls, AutoGivesTextOrWellFormedCalls) {
     if (answer.finish_reason == "stop") {
       // Whatever the model chose, a call that started is a whole, valid call.
       for (const model::ParsedToolCall& call : parsed.calls) expect_valid_call(call);
-      if (answer.text.find("<tool_call>") != std::string::npos) EXPECT_FALSE(parsed.calls.empty());
+      if (answer.text.find("<tool_call>") != std::string::npos) {
+        EXPECT_FALSE(parsed.calls.empty());
+      }
     }
   }
   EXPECT_TRUE(wait_idle(*engine));
