@@ -65,7 +65,7 @@ struct Q8AttentionRows {
 struct Q8AttentionScratch {
   std::vector<BlockQ8_0> q;    // [rows * heads][blocks]
   std::vector<float> state;    // [rows * heads][2 + head_dim]: M, S, accumulator
-  std::vector<float> scores;   // one item's chunk: scores, then its ms and vs factors
+  std::vector<float> scores;   // a call's items over one chunk: scores, ms and vs factors
   std::vector<float> values;   // [kKeyChunk][head_dim]: the chunk's V rows dequantized
 };
 
