@@ -202,126 +202,110 @@ TROUPE_TARGET_AVX512 inline __m512 dequantize_half(const BlockQ8_0& x, int half,
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
 
-// One key's step for items [h0, h0 + hn) whose accumulators a[h] hold kRegs registers of
-// values: rescale where the key is the item's new maximum (kRescale: some item has one in this
-// chunk), then fma(V, the key's weight) — accumulate_scalar's order per value.
-template <int32_t kRegs, bool kRescale>
-TROUPE_TARGET_AVX512 inline void take_key(__m512 (*a)[kRegs], int32_t h0, int32_t hn,
-                                          const __m512* v, const float* ms, const float* vs,
-                                          int32_t i) {
-  for (int32_t h = 0; h < hn; ++h) {
-    if constexpr (kRescale) {
-      const float m = ms[(h0 + h) * kQ8KeyChunk + i];
-      if (m != 1.0f) {
-        const __m512 mm = _mm512_set1_ps(m);
-        for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
-      }
-    }
-    const __m512 weight = _mm512_set1_ps(vs[(h0 + h) * kQ8KeyChunk + i]);
-    for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(v[r], weight, a[h][r]);
-  }
-}
-
-// accumulate_heads_avx2's order per value: each item's accumulator is rescaled where a key is a
-// new maximum and takes fma(V, weight) key after key. kWidth blocks (1 or 2) per pass; kRescale:
-// whether any item's factors hold a new maximum (deep in a context almost never: the pass then
-// tests nothing per key).
-template <int32_t kWidth, bool kRescale>
-TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t hn, int32_t b,
-                                          const BlockQ8_0* const* rows, int32_t n, const float* ms,
-                                          const float* vs) {
-  constexpr int32_t kRegs = 2 * kWidth;
-  __m512 a[3][kRegs];
-  for (int32_t h = 0; h < hn; ++h) {
-    for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_loadu_ps(acc[h0 + h] + b * kQk + 16 * r);
-  }
-  for (int32_t i = 0; i < n; ++i) {
-    __m512 v[kRegs];
-    for (int32_t w = 0; w < kWidth; ++w) {
+// Where an accumulation pass's V registers come from. A generated token's: its q8_0 V rows,
+// dequantized (kRegs / 2 blocks from block b of each row).
+template <int32_t kRegs>
+struct QuantizedRows {
+  const BlockQ8_0* const* rows;
+  int32_t b;
+  TROUPE_TARGET_AVX512 void load(int32_t i, __m512* v) const {
+    for (int32_t w = 0; w < kRegs / 2; ++w) {
       const BlockQ8_0& x = rows[i][b + w];
       const __m512 d = _mm512_set1_ps(_cvtsh_ss(x.d));
       v[2 * w] = dequantize_half(x, 0, d);
       v[2 * w + 1] = dequantize_half(x, 1, d);
     }
-    take_key<kRegs, kRescale>(a, h0, hn, v, ms, vs, i);
+  }
+};
+
+// A prompt tile's: the chunk's V rows already dequantized ([key][head_dim] floats from `values`,
+// which points at the pass's first value of key 0).
+template <int32_t kRegs>
+struct FloatRows {
+  const float* values;
+  int32_t head_dim;
+  TROUPE_TARGET_AVX512 void load(int32_t i, __m512* v) const {
+    const float* row = values + static_cast<int64_t>(i) * head_dim;
+    for (int32_t r = 0; r < kRegs; ++r) v[r] = _mm512_loadu_ps(row + 16 * r);
+  }
+};
+
+// accumulate_scalar's order per value for up to three items [h0, h0 + hn), kRegs registers of
+// each item's values (from acc[h] + at) per pass across all n keys: a key's V registers come from
+// `source` once for all the items; each item's accumulator is rescaled where the key is its new
+// maximum, then takes fma(V, the key's weight). kRescale: whether any of the items has a new
+// maximum in this chunk (deep in a context almost never: the pass then tests nothing per key).
+template <int32_t kRegs, bool kRescale, class Source>
+TROUPE_TARGET_AVX512 void accumulate_items(float* const* acc, int32_t h0, int32_t hn, int64_t at,
+                                           const Source& source, int32_t n, const float* ms,
+                                           const float* vs) {
+  __m512 a[3][kRegs];
+  for (int32_t h = 0; h < hn; ++h) {
+    for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_loadu_ps(acc[h0 + h] + at + 16 * r);
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    __m512 v[kRegs];
+    source.load(i, v);
+    for (int32_t h = 0; h < hn; ++h) {
+      if constexpr (kRescale) {
+        const float m = ms[(h0 + h) * kQ8KeyChunk + i];
+        if (m != 1.0f) {
+          const __m512 mm = _mm512_set1_ps(m);
+          for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_mul_ps(a[h][r], mm);
+        }
+      }
+      const __m512 weight = _mm512_set1_ps(vs[(h0 + h) * kQ8KeyChunk + i]);
+      for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(v[r], weight, a[h][r]);
+    }
   }
   for (int32_t h = 0; h < hn; ++h) {
-    for (int32_t r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc[h0 + h] + b * kQk + 16 * r, a[h][r]);
+    for (int32_t r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc[h0 + h] + at + 16 * r, a[h][r]);
   }
 }
 
-template <int32_t kWidth>
-TROUPE_TARGET_AVX512 void accumulate_pass(float* const* acc, int32_t h0, int32_t hn, int32_t b,
-                                          const BlockQ8_0* const* rows, int32_t n, const float* ms,
-                                          const float* vs, bool any_rescaled) {
-  if (any_rescaled) {
-    accumulate_pass<kWidth, true>(acc, h0, hn, b, rows, n, ms, vs);
+template <int32_t kRegs, class Source>
+TROUPE_TARGET_AVX512 void accumulate_items(float* const* acc, int32_t h0, int32_t hn, int64_t at,
+                                           const Source& source, int32_t n, const float* ms,
+                                           const float* vs, const bool* rescaled) {
+  if (std::any_of(rescaled + h0, rescaled + h0 + hn, [](bool r) { return r; })) {
+    accumulate_items<kRegs, true>(acc, h0, hn, at, source, n, ms, vs);
   } else {
-    accumulate_pass<kWidth, false>(acc, h0, hn, b, rows, n, ms, vs);
+    accumulate_items<kRegs, false>(acc, h0, hn, at, source, n, ms, vs);
   }
 }
 
+// accumulate_heads_avx2's order: two blocks (four registers) of each item per pass.
 TROUPE_TARGET_AVX512 void accumulate_heads_avx512(float* const* acc, int32_t items,
                                                   const BlockQ8_0* const* rows, int32_t n,
                                                   int32_t blocks, const float* ms, const float* vs,
                                                   const bool* rescaled) {
   for (int32_t h0 = 0; h0 < items; h0 += 3) {
     const int32_t hn = std::min<int32_t>(3, items - h0);
-    bool any_rescaled = false;
-    for (int32_t h = 0; h < hn; ++h) any_rescaled = any_rescaled || rescaled[h0 + h];
     int32_t b = 0;
-    for (; b + 2 <= blocks; b += 2)
-      accumulate_pass<2>(acc, h0, hn, b, rows, n, ms, vs, any_rescaled);
-    if (b < blocks) accumulate_pass<1>(acc, h0, hn, b, rows, n, ms, vs, any_rescaled);
+    for (; b + 2 <= blocks; b += 2) {
+      accumulate_items<4>(acc, h0, hn, b * kQk, QuantizedRows<4>{rows, b}, n, ms, vs, rescaled);
+    }
+    if (b < blocks) {
+      accumulate_items<2>(acc, h0, hn, b * kQk, QuantizedRows<2>{rows, b}, n, ms, vs, rescaled);
+    }
   }
 }
 
-// accumulate_avx2's order for up to three items at once, 64 of their values (four registers
-// each) per pass across all n keys: each V row's registers are loaded once for the items.
-template <int32_t kRegs, bool kRescale>
-TROUPE_TARGET_AVX512 void accumulate_rows_pass(float* const* acc, int32_t h0, int32_t hn,
-                                               int32_t c, const float* values, int32_t n,
-                                               int32_t head_dim, const float* ms,
-                                               const float* vs) {
-  __m512 a[3][kRegs];
-  for (int32_t h = 0; h < hn; ++h) {
-    for (int32_t r = 0; r < kRegs; ++r) a[h][r] = _mm512_loadu_ps(acc[h0 + h] + c + 16 * r);
-  }
-  for (int32_t i = 0; i < n; ++i) {
-    const float* row = values + static_cast<int64_t>(i) * head_dim + c;
-    __m512 v[kRegs];
-    for (int32_t r = 0; r < kRegs; ++r) v[r] = _mm512_loadu_ps(row + 16 * r);
-    take_key<kRegs, kRescale>(a, h0, hn, v, ms, vs, i);
-  }
-  for (int32_t h = 0; h < hn; ++h) {
-    for (int32_t r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc[h0 + h] + c + 16 * r, a[h][r]);
-  }
-}
-
-template <int32_t kRegs>
-TROUPE_TARGET_AVX512 void accumulate_rows_pass(float* const* acc, int32_t h0, int32_t hn,
-                                               int32_t c, const float* values, int32_t n,
-                                               int32_t head_dim, const float* ms, const float* vs,
-                                               bool any_rescaled) {
-  if (any_rescaled) {
-    accumulate_rows_pass<kRegs, true>(acc, h0, hn, c, values, n, head_dim, ms, vs);
-  } else {
-    accumulate_rows_pass<kRegs, false>(acc, h0, hn, c, values, n, head_dim, ms, vs);
-  }
-}
-
+// accumulate_avx2's order: 64 values (four registers) of each item per pass.
 TROUPE_TARGET_AVX512 void accumulate_avx512(float* const* acc, int32_t items, const float* values,
                                             int32_t n, int32_t head_dim, const float* ms,
                                             const float* vs, const bool* rescaled) {
   for (int32_t h0 = 0; h0 < items; h0 += 3) {
     const int32_t hn = std::min<int32_t>(3, items - h0);
-    bool any_rescaled = false;
-    for (int32_t h = 0; h < hn; ++h) any_rescaled = any_rescaled || rescaled[h0 + h];
     int32_t c = 0;
-    for (; c + 64 <= head_dim; c += 64)
-      accumulate_rows_pass<4>(acc, h0, hn, c, values, n, head_dim, ms, vs, any_rescaled);
-    for (; c < head_dim; c += 16)
-      accumulate_rows_pass<1>(acc, h0, hn, c, values, n, head_dim, ms, vs, any_rescaled);
+    for (; c + 64 <= head_dim; c += 64) {
+      accumulate_items<4>(acc, h0, hn, c, FloatRows<4>{values + c, head_dim}, n, ms, vs,
+                          rescaled);
+    }
+    for (; c < head_dim; c += 16) {
+      accumulate_items<1>(acc, h0, hn, c, FloatRows<1>{values + c, head_dim}, n, ms, vs,
+                          rescaled);
+    }
   }
 }
 
