@@ -1,6 +1,6 @@
 // AVX-512 VNNI tile kernels of the batched matmul (layouts in matmul_kernels.hpp, numerics in
 // matmul.hpp). Up to two rows (quantized) or eight (float) share each unpacked weight vector;
-// a Q4 tile meeting many rows is unpacked once per thread instead (UnpackedBlock).
+// a quantized tile meeting many rows is unpacked once per thread instead (UnpackedBlock).
 #include <cstring>
 #include <vector>
 
@@ -96,19 +96,20 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
   }
 }
 
-// A Q4 tile's block with its nibbles spread to bytes and its scales to float: what quant_tile
+// A quantized tile's block with its codes as bytes and its scales as float: what quant_tile
 // computes from the packed block before its products, computed once for every row of a call.
-// quant_tile spends 3 vector operations per 64-byte chunk on the nibbles (and, shift, and) and
-// 4 per block on the fp16 scales, for only 2 rows: ~0.75 extra operation per vpdpbusd-cvt-fma
-// triple, on the two ports that triple saturates. Read from here, the weights cost loads only.
+// For Q4, quant_tile spends 3 vector operations per 64-byte chunk on the nibbles (and, shift,
+// and) and 4 per block on the fp16 scales, for only 2 rows: ~0.75 extra operation per
+// vpdpbusd-cvt-fma triple, on the two ports that triple saturates. Read from here, the weights
+// cost loads only. Byte formats (Q8_0, Q5_1) are copied, for the scales and the prefetch below.
 struct alignas(64) UnpackedBlock {
   uint8_t groups[8][64];  // group g: inputs 4g..4g+3 of the 16 lanes (matmul_kernels.hpp's Q8 chunks)
   float d[kTileOutputs];
-  float m[kTileOutputs];  // Q4_1's mins; unused for Q4_0
+  float m[kTileOutputs];  // Q4_1's and Q5_1's mins; unused otherwise
 };
 
-// Rows of a call from which unpacking pays: measured on a Xeon (AVX-512 VNNI, 2026-12-06) per
-// 16x4 product, direct vs unpacked: 16+ rows 0.70-0.83 vs 0.65-0.71 ns at every K from 576 to
+// Rows of a call from which unpacking pays: measured for Q4_1 on a Xeon (AVX-512 VNNI,
+// 2026-12-06) per 16x4 product, direct vs unpacked: 16+ rows 0.70-0.83 vs 0.65-0.71 ns at every K from 576 to
 // 14,336; 8 rows gain while the scratch stays in L1 (K 1,536: 0.82 vs 0.79 ns) and lose beyond
 // (K 4,096: 0.82 vs 0.87 ns); 4 rows lose everywhere.
 constexpr int64_t kUnpackRows = 16;
@@ -118,10 +119,11 @@ constexpr size_t kUnpackL1Bytes = 32 * 1024;
 // Also asks for the next tile (`ahead`, nullptr for none) into L2, a block's lines per block:
 // the weights stream from L3 or memory once per call, and the rows' products on this tile then
 // hide the next one's fetch. Profiled at 16 rows (forward bench, 2026-12-06), the unpack fell
-// from 38 % to 25 % of the unpacked products' time; 2 tiles ahead did no better.
+// from 38 % to 25 % of the unpacked products' time; 2 tiles ahead did no better. The Q8_0
+// output matrix (the logits), copied the same way, went from 0.42 to 0.39 of the Q4_1 products.
 template <PackedFormat F>
-TROUPE_TARGET_AVX512 void unpack_q4_tile(const uint8_t* tile, const uint8_t* ahead, int64_t nb,
-                                         UnpackedBlock* out) {
+TROUPE_TARGET_AVX512 void unpack_tile(const uint8_t* tile, const uint8_t* ahead, int64_t nb,
+                                      UnpackedBlock* out) {
   constexpr int kBlockBytes = packed_block_bytes(F);
   constexpr bool kHasMin = has_packed_min(F);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -134,10 +136,14 @@ TROUPE_TARGET_AVX512 void unpack_q4_tile(const uint8_t* tile, const uint8_t* ahe
     }
     const uint8_t* qs = blk + packed_header_bytes(kHasMin);
     UnpackedBlock& u = out[b];
-    for (int p = 0; p < 4; ++p) {
-      const __m512i v = _mm512_loadu_si512(qs + 64 * p);
-      _mm512_store_si512(u.groups[2 * p], _mm512_and_si512(v, low4));
-      _mm512_store_si512(u.groups[2 * p + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+    if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1) {
+      for (int p = 0; p < 4; ++p) {
+        const __m512i v = _mm512_loadu_si512(qs + 64 * p);
+        _mm512_store_si512(u.groups[2 * p], _mm512_and_si512(v, low4));
+        _mm512_store_si512(u.groups[2 * p + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      }
+    } else {  // byte codes, copied as they are
+      for (int g = 0; g < 8; ++g) _mm512_store_si512(u.groups[g], _mm512_loadu_si512(qs + 64 * g));
     }
     _mm512_store_ps(u.d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
     if constexpr (kHasMin) {
@@ -151,7 +157,7 @@ template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void unpacked_tile(const TileJob& job, const UnpackedBlock* blocks,
                                         int64_t r0, int64_t o0) {
   constexpr bool kHasMin = has_packed_min(F);
-  constexpr int32_t kOffset = F == PackedFormat::kQ4_0 ? 8 : 0;
+  constexpr int32_t kOffset = F == PackedFormat::kQ4_0 ? 8 : F == PackedFormat::kQ8_0 ? 128 : 0;
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
   __m512 acc[R][8];
@@ -202,7 +208,7 @@ void run_unpacked(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
   if (scratch.size() < static_cast<size_t>(nb)) scratch.resize(nb);
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    unpack_q4_tile<F>(tile, t + 1 < tile_end ? tile + job.tile_bytes : nullptr, nb, scratch.data());
+    unpack_tile<F>(tile, t + 1 < tile_end ? tile + job.tile_bytes : nullptr, nb, scratch.data());
     const int64_t o0 = t * kTileOutputs;
     int64_t r = 0;
     for (; r + 2 <= job.num_rows; r += 2) unpacked_tile<F, 2>(job, scratch.data(), r, o0);
@@ -255,7 +261,7 @@ struct TileKernel {
 struct Avx512Runner {
   template <PackedFormat F>
   static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-    if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1) {
+    if constexpr (is_legacy_format(F)) {
       if (unpacking_pays(job)) {
         run_unpacked<F>(job, tile_begin, tile_end);
         return;
