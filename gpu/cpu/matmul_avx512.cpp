@@ -33,17 +33,74 @@ TROUPE_TARGET_AVX512 inline __m512 group_dot(__m512i w, const int8_t* xb, const 
   return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, broadcast_dword(xb)));
 }
 
+// The offset a format's stored codes carry (group_dot subtracts it).
+template <PackedFormat F>
+inline constexpr int32_t kCodeOffset = F == PackedFormat::kQ8_0   ? 128
+                                       : F == PackedFormat::kQ4_0 ? 8
+                                                                  : 0;
+
+// A quantized tile's block with its codes as bytes and its scales as float: what quant_tile
+// computes from the packed block before its products, computed once for every row of a call.
+// For Q4, quant_tile spends 3 vector operations per 64-byte chunk on the nibbles (and, shift,
+// and) and 4 per block on the fp16 scales, for only 2 rows: ~0.75 extra operation per
+// vpdpbusd-cvt-fma triple, on the two ports that triple saturates. Read from here, the weights
+// cost loads only. Byte formats (Q8_0, Q5_1) are copied, for the scales and the prefetch below.
+struct alignas(64) UnpackedBlock {
+  uint8_t groups[8][64];  // group g: inputs 4g..4g+3 of the 16 lanes (the Q8 chunk layout)
+  float d[kTileOutputs];
+  float m[kTileOutputs];  // Q4_1's and Q5_1's mins; unused otherwise
+};
+
+// The weights of a tile as the kernel reads them, per block b: the 16 lanes' scales (and mins)
+// as float, and group g's codes as bytes (inputs 4g..4g+3 of each lane). PackedWeights derives
+// them from the packed block (Q4: group 2p is chunk p's low nibbles, 2p + 1 its high ones; the
+// kernel's unrolled group loop loads each chunk once); UnpackedWeights reads an unpacked tile.
+template <PackedFormat F>
+struct PackedWeights {
+  static constexpr int kBlockBytes = packed_block_bytes(F);
+  static constexpr bool kQ4 = F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1;
+  const uint8_t* tile;
+
+  TROUPE_TARGET_AVX512 static __m512 fp16_lanes(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+
+  TROUPE_TARGET_AVX512 __m512 d(int64_t b) const { return fp16_lanes(tile + b * kBlockBytes); }
+  TROUPE_TARGET_AVX512 __m512 m(int64_t b) const {
+    return fp16_lanes(tile + b * kBlockBytes + kPackedMins);
+  }
+  TROUPE_TARGET_AVX512 __m512i group(int64_t b, int g) const {
+    const uint8_t* qs = tile + b * kBlockBytes + packed_header_bytes(has_packed_min(F));
+    if constexpr (kQ4) {
+      const __m512i v = _mm512_loadu_si512(qs + 64 * (g / 2));
+      const __m512i low4 = _mm512_set1_epi8(0x0F);
+      return g % 2 == 0 ? _mm512_and_si512(v, low4)
+                        : _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    } else {
+      return _mm512_loadu_si512(qs + 64 * g);
+    }
+  }
+};
+
+struct UnpackedWeights {
+  const UnpackedBlock* blocks;
+
+  TROUPE_TARGET_AVX512 __m512 d(int64_t b) const { return _mm512_load_ps(blocks[b].d); }
+  TROUPE_TARGET_AVX512 __m512 m(int64_t b) const { return _mm512_load_ps(blocks[b].m); }
+  TROUPE_TARGET_AVX512 __m512i group(int64_t b, int g) const {
+    return _mm512_load_si512(blocks[b].groups[g]);
+  }
+};
+
 // Quantized formats: R rows (1 or 2) starting at row r0 against one tile, in ggml's
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
-// block, combined at the end as ggml's hsum_float_8; Q4_1's m * s terms in their own chain.
-template <PackedFormat F, int R>
-TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, int64_t r0,
+// block, combined at the end as ggml's hsum_float_8; Q4_1/Q5_1's m * s terms in their own chain.
+template <PackedFormat F, int R, class Weights>
+TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64_t r0,
                                      int64_t o0) {
-  constexpr int kBlockBytes = packed_block_bytes(F);
   constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R][8];
   __m512 macc[R];
   for (int i = 0; i < R; ++i) {
@@ -51,38 +108,23 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
     macc[i] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = tile + b * kBlockBytes;
-    const uint8_t* qs = blk + packed_header_bytes(kHasMin);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const __m512 dw = w.d(b);
     __m512 scale[R];
-    for (int i = 0; i < R; ++i) scale[i] = _mm512_mul_ps(dw, _mm512_set1_ps(job.dx[(r0 + i) * nb + b]));
-    if constexpr (F == PackedFormat::kQ8_0 || F == PackedFormat::kQ5_1) {
-      // Byte codes: Q8_0 stored +128 (bias), Q5_1 unsigned as they are.
-      constexpr int32_t kOffset = F == PackedFormat::kQ8_0 ? 128 : 0;
-      for (int g = 0; g < 8; ++g) {
-        const __m512i w = _mm512_loadu_si512(qs + 64 * g);
-        for (int i = 0; i < R; ++i) {
-          const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g;
-          const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + g;
-          acc[i][g] = _mm512_fmadd_ps(scale[i], group_dot<kOffset>(w, xb, bias), acc[i][g]);
-        }
-      }
-    } else {
-      constexpr int32_t kOffset = F == PackedFormat::kQ4_0 ? 8 : 0;
-      for (int p = 0; p < 4; ++p) {
-        const __m512i v = _mm512_loadu_si512(qs + 64 * p);
-        const __m512i lo = _mm512_and_si512(v, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        for (int i = 0; i < R; ++i) {
-          const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 8 * p;
-          const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + 2 * p;
-          acc[i][2 * p] = _mm512_fmadd_ps(scale[i], group_dot<kOffset>(lo, xb, bias), acc[i][2 * p]);
-          acc[i][2 * p + 1] = _mm512_fmadd_ps(scale[i], group_dot<kOffset>(hi, xb + 4, bias + 1), acc[i][2 * p + 1]);
-        }
+    for (int i = 0; i < R; ++i) {
+      scale[i] = _mm512_mul_ps(dw, _mm512_set1_ps(job.dx[(r0 + i) * nb + b]));
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const __m512i codes = w.group(b, g);
+      for (int i = 0; i < R; ++i) {
+        const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g;
+        const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + g;
+        const __m512 dot = group_dot<kCodeOffset<F>>(codes, xb, bias);
+        acc[i][g] = _mm512_fmadd_ps(scale[i], dot, acc[i][g]);
       }
     }
     if constexpr (kHasMin) {
-      const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPackedMins)));
+      const __m512 mw = w.m(b);
       for (int i = 0; i < R; ++i) {
         macc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
       }
@@ -96,22 +138,10 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const uint8_t* tile, in
   }
 }
 
-// A quantized tile's block with its codes as bytes and its scales as float: what quant_tile
-// computes from the packed block before its products, computed once for every row of a call.
-// For Q4, quant_tile spends 3 vector operations per 64-byte chunk on the nibbles (and, shift,
-// and) and 4 per block on the fp16 scales, for only 2 rows: ~0.75 extra operation per
-// vpdpbusd-cvt-fma triple, on the two ports that triple saturates. Read from here, the weights
-// cost loads only. Byte formats (Q8_0, Q5_1) are copied, for the scales and the prefetch below.
-struct alignas(64) UnpackedBlock {
-  uint8_t groups[8][64];  // group g: inputs 4g..4g+3 of the 16 lanes (matmul_kernels.hpp's Q8 chunks)
-  float d[kTileOutputs];
-  float m[kTileOutputs];  // Q4_1's and Q5_1's mins; unused otherwise
-};
-
 // Rows of a call from which unpacking pays: measured for Q4_1 on a Xeon (AVX-512 VNNI,
-// 2026-12-06) per 16x4 product, direct vs unpacked: 16+ rows 0.70-0.83 vs 0.65-0.71 ns at every K from 576 to
-// 14,336; 8 rows gain while the scratch stays in L1 (K 1,536: 0.82 vs 0.79 ns) and lose beyond
-// (K 4,096: 0.82 vs 0.87 ns); 4 rows lose everywhere.
+// 2026-12-06) per 16x4 product, direct vs unpacked: 16+ rows 0.70-0.83 vs 0.65-0.71 ns at
+// every K from 576 to 14,336; 8 rows gain while the scratch stays in L1 (K 1,536: 0.82 vs
+// 0.79 ns) and lose beyond (K 4,096: 0.82 vs 0.87 ns); 4 rows lose everywhere.
 constexpr int64_t kUnpackRows = 16;
 constexpr int64_t kUnpackRowsInL1 = 8;
 constexpr size_t kUnpackL1Bytes = 32 * 1024;
@@ -125,72 +155,18 @@ template <PackedFormat F>
 TROUPE_TARGET_AVX512 void unpack_tile(const uint8_t* tile, const uint8_t* ahead, int64_t nb,
                                       UnpackedBlock* out) {
   constexpr int kBlockBytes = packed_block_bytes(F);
-  constexpr bool kHasMin = has_packed_min(F);
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const PackedWeights<F> w{tile};
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = tile + b * kBlockBytes;
     if (ahead != nullptr) {
       for (int line = 0; line < kBlockBytes; line += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + b * kBlockBytes + line), _MM_HINT_T1);
       }
     }
-    const uint8_t* qs = blk + packed_header_bytes(kHasMin);
     UnpackedBlock& u = out[b];
-    if constexpr (F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1) {
-      for (int p = 0; p < 4; ++p) {
-        const __m512i v = _mm512_loadu_si512(qs + 64 * p);
-        _mm512_store_si512(u.groups[2 * p], _mm512_and_si512(v, low4));
-        _mm512_store_si512(u.groups[2 * p + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
-      }
-    } else {  // byte codes, copied as they are
-      for (int g = 0; g < 8; ++g) _mm512_store_si512(u.groups[g], _mm512_loadu_si512(qs + 64 * g));
-    }
-    _mm512_store_ps(u.d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
-    if constexpr (kHasMin) {
-      _mm512_store_ps(u.m, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kPackedMins))));
-    }
-  }
-}
-
-// quant_tile's operations for R rows, the weights read from an unpacked tile.
-template <PackedFormat F, int R>
-TROUPE_TARGET_AVX512 void unpacked_tile(const TileJob& job, const UnpackedBlock* blocks,
-                                        int64_t r0, int64_t o0) {
-  constexpr bool kHasMin = has_packed_min(F);
-  constexpr int32_t kOffset = F == PackedFormat::kQ4_0 ? 8 : F == PackedFormat::kQ8_0 ? 128 : 0;
-  const int64_t nb = job.num_inputs / kQuantBlock;
-  const int64_t K = job.num_inputs;
-  __m512 acc[R][8];
-  __m512 macc[R];
-  for (int i = 0; i < R; ++i) {
-    for (auto& a : acc[i]) a = _mm512_setzero_ps();
-    macc[i] = _mm512_setzero_ps();
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const UnpackedBlock& u = blocks[b];
-    const __m512 dw = _mm512_load_ps(u.d);
-    __m512 scale[R];
-    for (int i = 0; i < R; ++i) scale[i] = _mm512_mul_ps(dw, _mm512_set1_ps(job.dx[(r0 + i) * nb + b]));
-    for (int g = 0; g < 8; ++g) {
-      const __m512i w = _mm512_load_si512(u.groups[g]);
-      for (int i = 0; i < R; ++i) {
-        const int8_t* xb = job.xq + (r0 + i) * K + b * kQuantBlock + 4 * g;
-        const int32_t* bias = job.xgb + ((r0 + i) * nb + b) * 8 + g;
-        acc[i][g] = _mm512_fmadd_ps(scale[i], group_dot<kOffset>(w, xb, bias), acc[i][g]);
-      }
-    }
-    if constexpr (kHasMin) {
-      const __m512 mw = _mm512_load_ps(u.m);
-      for (int i = 0; i < R; ++i) {
-        macc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(job.xsx[(r0 + i) * nb + b]), macc[i]);
-      }
-    }
-  }
-  const int64_t valid = job.num_outputs - o0;
-  for (int i = 0; i < R; ++i) {
-    __m512 y = avx512::fold_groups(acc[i]);
-    if constexpr (kHasMin) y = _mm512_add_ps(y, macc[i]);
-    avx512::store_lanes(job.y + (r0 + i) * job.ldy + o0, y, valid);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) _mm512_store_si512(u.groups[g], w.group(b, g));
+    _mm512_store_ps(u.d, w.d(b));
+    if constexpr (has_packed_min(F)) _mm512_store_ps(u.m, w.m(b));
   }
 }
 
@@ -211,8 +187,9 @@ void run_unpacked(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
     unpack_tile<F>(tile, t + 1 < tile_end ? tile + job.tile_bytes : nullptr, nb, scratch.data());
     const int64_t o0 = t * kTileOutputs;
     int64_t r = 0;
-    for (; r + 2 <= job.num_rows; r += 2) unpacked_tile<F, 2>(job, scratch.data(), r, o0);
-    if (r < job.num_rows) unpacked_tile<F, 1>(job, scratch.data(), r, o0);
+    const UnpackedWeights w{scratch.data()};
+    for (; r + 2 <= job.num_rows; r += 2) quant_tile<F, 2>(job, w, r, o0);
+    if (r < job.num_rows) quant_tile<F, 1>(job, w, r, o0);
   }
 }
 
@@ -251,7 +228,7 @@ struct TileKernel {
   TROUPE_TARGET_AVX512 static void rows(const TileJob& job, const uint8_t* tile, int /*part*/,
                                         int64_t r0, int64_t o0) {
     if constexpr (is_legacy_format(F)) {
-      quant_tile<F, R>(job, tile, r0, o0);
+      quant_tile<F, R>(job, PackedWeights<F>{tile}, r0, o0);
     } else {
       float_tile<F, R>(job, tile, r0, o0);
     }
