@@ -1,0 +1,162 @@
+// The batched matmul's quantized products alone (gpu/cpu/matmul.hpp): one thread, every SIMD ISA
+// this CPU runs, nanoseconds per 16x4 product (16 outputs times one 4-input group of one row:
+// one vpdpbusd, one int-to-float and one FMA in ggml's exact order) over a grid of input widths
+// K and row counts. One matrix of ~1 M weights per K, reused: it stays in L2, so this measures
+// the arithmetic, not the weights' stream from memory (cpu_forward_bench has both).
+//
+// Each shape is timed twice: the rows in one call (as the forward pass multiplies a batch: from
+// 8 rows the AVX-512 kernel unpacks each tile once for all of them), and the same rows in calls
+// of 2 (what every row pair paid before: its own nibble unpacking and scale conversions).
+//
+//   matmul_bench [--type q4_1|q4_0|q8_0|q5_1] [--rounds N] [--k LIST] [--rows LIST]
+//
+// Rounds alternate shapes and forms in one process (the 2-vCPU box's speed drifts between
+// processes by tens of percent); the tables hold each one's best round.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/cpu/cpu_features.hpp"
+#include "gpu/cpu/matmul.hpp"
+#include "tests/gpu/cpu_test_util.hpp"
+
+namespace {
+
+using namespace troupe::gpu::cpu;
+using troupe::model::TensorType;
+using Clock = std::chrono::steady_clock;
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::atoll(item.c_str()));
+  return out;
+}
+
+TensorType parse_type(const std::string& s) {
+  if (s == "q4_0") return TensorType::kQ4_0;
+  if (s == "q8_0") return TensorType::kQ8_0;
+  if (s == "q5_1") return TensorType::kQ5_1;
+  if (s != "q4_1") {
+    std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_1, q4_0, q8_0, q5_1)\n", s.c_str());
+    std::exit(2);
+  }
+  return TensorType::kQ4_1;
+}
+
+struct Shape {
+  int64_t k, outputs, rows;
+  PackedMatrix packed;
+  std::vector<float> x, y;
+  QuantizedRows q;
+  std::vector<QuantizedRows> pairs;  // rows 2i, 2i + 1 quantized alone
+};
+
+// All the shape's rows at `isa`, in calls of `rows_per_call` rows.
+void multiply(Shape& s, IsaLevel isa, int64_t rows_per_call) {
+  QuantizedRows part;
+  for (int64_t r = 0; r < s.rows; r += rows_per_call) {
+    const int64_t n = std::min(rows_per_call, s.rows - r);
+    if (n == s.rows) {
+      matmul(s.packed, {s.x.data(), s.k, n, &s.q}, s.y.data(), s.outputs, nullptr, isa);
+      continue;
+    }
+    // Row r's quantized activations start at r * k; QuantizedRows holds rows from 0, so these
+    // calls read a copy (made once per shape, below).
+    matmul(s.packed, {s.x.data() + r * s.k, s.k, n, &s.pairs[r / rows_per_call]},
+           s.y.data() + r * s.outputs, s.outputs, nullptr, isa);
+  }
+}
+
+// Seconds per pass over the shape's rows, over enough passes to take ~20 ms.
+double time_pass(Shape& s, IsaLevel isa, int64_t rows_per_call) {
+  multiply(s, isa, rows_per_call);  // warm the caches
+  int passes = 1;
+  for (;;) {
+    const auto start = Clock::now();
+    for (int i = 0; i < passes; ++i) multiply(s, isa, rows_per_call);
+    const double sec = std::chrono::duration<double>(Clock::now() - start).count();
+    if (sec > 0.02) return sec / passes;
+    passes *= 2;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TensorType type = TensorType::kQ4_1;
+  int rounds = 3;
+  std::vector<int64_t> ks = {576, 1536, 4096, 14336};
+  std::vector<int64_t> row_counts = {1, 2, 4, 8, 16, 32, 64};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--type") type = parse_type(argv[i + 1]);
+    else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--k") ks = parse_list(argv[i + 1]);
+    else if (a == "--rows") row_counts = parse_list(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "matmul_bench: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+
+  std::vector<Shape> shapes;
+  for (int64_t k : ks) {
+    // ~1 M weights per matrix, a whole number of tiles.
+    const int64_t outputs = std::max<int64_t>(256, (1536 * 576 / k + 15) / 16 * 16);
+    const auto w = testing::random_weights(type, outputs, k, 42 + k);
+    const PackedMatrix packed = PackedMatrix::pack(type, w.data(), outputs, k);
+    for (int64_t rows : row_counts) {
+      Shape s{k, outputs, rows, packed, testing::random_floats(rows * k, 7 + rows),
+              std::vector<float>(rows * outputs), {}};
+      quantize_rows(s.x.data(), k, rows, k, s.q);
+      for (int64_t r = 0; r < rows; r += 2) {
+        s.pairs.emplace_back();
+        quantize_rows(s.x.data() + r * k, k, std::min<int64_t>(2, rows - r), k, s.pairs.back());
+      }
+      shapes.push_back(std::move(s));
+    }
+  }
+
+  std::printf("matmul_bench: %s, one thread, best of %d rounds; ns per 16x4 product\n",
+              std::string(troupe::model::tensor_type_name(type)).c_str(), rounds);
+  for (IsaLevel isa : runnable_isas()) {
+    if (isa == IsaLevel::kScalar) continue;
+    // [form][(k, rows)]: form 0 one call, form 1 calls of 2 rows.
+    std::map<std::pair<int64_t, int64_t>, double> best[2];
+    for (int r = 0; r < rounds; ++r) {
+      for (Shape& s : shapes) {
+        const double products = static_cast<double>(s.outputs / kTileOutputs) * s.rows * (s.k / 4);
+        for (int form = 0; form < 2; ++form) {
+          const double ns = time_pass(s, isa, form == 0 ? s.rows : 2) * 1e9 / products;
+          auto [it, fresh] = best[form].try_emplace({s.k, s.rows}, ns);
+          if (!fresh) it->second = std::min(it->second, ns);
+        }
+      }
+    }
+    const char* titles[3] = {"one call", "calls of 2 rows", "one call / calls of 2 rows"};
+    for (int table = 0; table < 3; ++table) {
+      std::printf("\n%s, %s\n| K \\ rows |", std::string(to_string(isa)).c_str(), titles[table]);
+      for (int64_t rows : row_counts) std::printf(" %lld |", static_cast<long long>(rows));
+      std::printf("\n|---|");
+      for (size_t i = 0; i < row_counts.size(); ++i) std::printf("---|");
+      std::printf("\n");
+      for (int64_t k : ks) {
+        std::printf("| %lld |", static_cast<long long>(k));
+        for (int64_t rows : row_counts) {
+          const double one = best[0][{k, rows}], pairs = best[1][{k, rows}];
+          std::printf(" %.3f |", table == 0 ? one : table == 1 ? pairs : one / pairs);
+        }
+        std::printf("\n");
+      }
+    }
+  }
+  return 0;
+}
