@@ -176,18 +176,26 @@ bool unpacking_pays(const TileJob& job) {
          (job.num_rows >= kUnpackRowsInL1 && scratch <= kUnpackL1Bytes);
 }
 
+// The calling thread's unpacked tile, at least `blocks` blocks: each thread that multiplies
+// (the backend's step thread, the pool's workers) keeps one, grown to the widest matrix it met
+// (~10-300 KB), so concurrent calls never share one.
+UnpackedBlock* thread_scratch(int64_t blocks) {
+  thread_local std::vector<UnpackedBlock> scratch;
+  if (scratch.size() < static_cast<size_t>(blocks)) scratch.resize(blocks);
+  return scratch.data();
+}
+
 // Each tile unpacked into this thread's scratch, then every row pair (and a last odd row).
 template <PackedFormat F>
 void run_unpacked(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
-  thread_local std::vector<UnpackedBlock> scratch;
   const int64_t nb = job.num_inputs / kQuantBlock;
-  if (scratch.size() < static_cast<size_t>(nb)) scratch.resize(nb);
+  UnpackedBlock* scratch = thread_scratch(nb);
+  const UnpackedWeights w{scratch};
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    unpack_tile<F>(tile, t + 1 < tile_end ? tile + job.tile_bytes : nullptr, nb, scratch.data());
+    unpack_tile<F>(tile, t + 1 < tile_end ? tile + job.tile_bytes : nullptr, nb, scratch);
     const int64_t o0 = t * kTileOutputs;
     int64_t r = 0;
-    const UnpackedWeights w{scratch.data()};
     for (; r + 2 <= job.num_rows; r += 2) quant_tile<F, 2>(job, w, r, o0);
     if (r < job.num_rows) quant_tile<F, 1>(job, w, r, o0);
   }
@@ -243,8 +251,6 @@ struct Avx512Runner {
         run_unpacked<F>(job, tile_begin, tile_end);
         return;
       }
-    }
-    if constexpr (is_legacy_format(F)) {
       // Eight accumulators per row: two rows fill the register file.
       run_tiles<TileKernel<F>, 1, 2>(job, tile_begin, tile_end);
     } else {
