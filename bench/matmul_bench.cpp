@@ -97,10 +97,14 @@ int main(int argc, char** argv) {
   std::vector<int64_t> row_counts = {1, 2, 4, 8, 16, 32, 64};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--type") type = parse_type(argv[i + 1]);
-    else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--k") ks = parse_list(argv[i + 1]);
-    else if (a == "--rows") row_counts = parse_list(argv[i + 1]);
+    if (a == "--type")
+      type = parse_type(argv[i + 1]);
+    else if (a == "--rounds")
+      rounds = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--k")
+      ks = parse_list(argv[i + 1]);
+    else if (a == "--rows")
+      row_counts = parse_list(argv[i + 1]);
     else {
       std::fprintf(stderr, "matmul_bench: unknown flag %s\n", a.c_str());
       return 2;
@@ -114,8 +118,13 @@ int main(int argc, char** argv) {
     const auto w = testing::random_weights(type, outputs, k, 42 + k);
     const PackedMatrix packed = PackedMatrix::pack(type, w.data(), outputs, k);
     for (int64_t rows : row_counts) {
-      Shape s{k, outputs, rows, packed, testing::random_floats(rows * k, 7 + rows),
-              std::vector<float>(rows * outputs), {}};
+      Shape s{k,
+              outputs,
+              rows,
+              packed,
+              testing::random_floats(rows * k, 7 + rows),
+              std::vector<float>(rows * outputs),
+              {}};
       quantize_rows(s.x.data(), k, rows, k, s.q);
       for (int64_t r = 0; r < rows; r += 2) {
         s.pairs.emplace_back();

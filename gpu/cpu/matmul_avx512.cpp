@@ -96,8 +96,7 @@ struct UnpackedWeights {
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
 // block, combined at the end as ggml's hsum_float_8; Q4_1/Q5_1's m * s terms in their own chain.
 template <PackedFormat F, int R, class Weights>
-TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64_t r0,
-                                     int64_t o0) {
+TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64_t r0, int64_t o0) {
   constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
