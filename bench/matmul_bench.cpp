@@ -8,7 +8,11 @@
 // 8 rows the AVX-512 kernel unpacks each tile once for all of them), and the same rows in calls
 // of 2 (what every row pair paid before: its own nibble unpacking and scale conversions).
 //
-//   matmul_bench [--type q4_1|q4_0|q8_0|q5_1] [--rounds N] [--k LIST] [--rows LIST]
+//   matmul_bench [--type q4_1|q4_0|q8_0|q5_1|q4_k|q5_k|q6_k] [--rounds N] [--k LIST] [--rows LIST]
+//
+// K-quants (matmul_q8k.hpp) are not tiled: their "16x4 product" is the same count of
+// multiply-adds (16 outputs x 4 inputs x 1 row), and widths that are not a multiple of 256 are
+// skipped.
 //
 // Rounds alternate shapes and forms in one process (the 2-vCPU box's speed drifts between
 // processes by tens of percent); the tables hold each one's best round.
@@ -44,8 +48,12 @@ TensorType parse_type(const std::string& s) {
   if (s == "q4_0") return TensorType::kQ4_0;
   if (s == "q8_0") return TensorType::kQ8_0;
   if (s == "q5_1") return TensorType::kQ5_1;
+  if (s == "q4_k") return TensorType::kQ4_K;
+  if (s == "q5_k") return TensorType::kQ5_K;
+  if (s == "q6_k") return TensorType::kQ6_K;
   if (s != "q4_1") {
-    std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_1, q4_0, q8_0, q5_1)\n", s.c_str());
+    std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_1 q4_0 q8_0 q5_1 q4_k q5_k q6_k)\n",
+                 s.c_str());
     std::exit(2);
   }
   return TensorType::kQ4_1;
@@ -111,6 +119,9 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (uses_q8k_activations(type)) {
+    std::erase_if(ks, [](int64_t k) { return k % kQ8KBlock != 0; });
+  }
   std::vector<Shape> shapes;
   for (int64_t k : ks) {
     // ~1 M weights per matrix, a whole number of tiles.
