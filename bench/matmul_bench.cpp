@@ -14,7 +14,7 @@
 // multiply-adds (16 outputs x 4 inputs x 1 row), and widths that are not a multiple of 256 are
 // skipped.
 //
-// Rounds alternate shapes and forms in one process (the 2-vCPU box's speed drifts between
+// Rounds alternate ISAs, shapes and forms in one process (the 2-vCPU box's speed drifts between
 // processes by tens of percent); the tables hold each one's best round.
 #include <algorithm>
 #include <chrono>
@@ -147,21 +147,27 @@ int main(int argc, char** argv) {
 
   std::printf("matmul_bench: %s, one thread, best of %d rounds; ns per 16x4 product\n",
               std::string(troupe::model::tensor_type_name(type)).c_str(), rounds);
+  std::vector<IsaLevel> isas;
   for (IsaLevel isa : runnable_isas()) {
-    if (isa == IsaLevel::kScalar) continue;
-    // [form][(k, rows)]: form 0 one call, form 1 calls of 2 rows.
-    std::map<std::pair<int64_t, int64_t>, double> best[2];
-    for (int r = 0; r < rounds; ++r) {
+    if (isa != IsaLevel::kScalar) isas.push_back(isa);
+  }
+  // [isa][form][(k, rows)]: form 0 one call, form 1 calls of 2 rows. Each round runs every ISA,
+  // shape and form, so a drift of the box's speed reaches them all alike.
+  std::map<IsaLevel, std::map<std::pair<int64_t, int64_t>, double>[2]> best;
+  for (int r = 0; r < rounds; ++r) {
+    for (IsaLevel isa : isas) {
       for (Shape& s : shapes) {
         const double products = static_cast<double>(s.outputs / kTileOutputs) * s.rows * (s.k / 4);
         for (int form = 0; form < 2; ++form) {
           const double ns = time_pass(s, isa, form == 0 ? s.rows : 2) * 1e9 / products;
-          auto [it, fresh] = best[form].try_emplace({s.k, s.rows}, ns);
+          auto [it, fresh] = best[isa][form].try_emplace({s.k, s.rows}, ns);
           if (!fresh) it->second = std::min(it->second, ns);
         }
       }
     }
-    const char* titles[3] = {"one call", "calls of 2 rows", "one call / calls of 2 rows"};
+  }
+  const char* titles[3] = {"one call", "calls of 2 rows", "one call / calls of 2 rows"};
+  for (IsaLevel isa : isas) {
     for (int table = 0; table < 3; ++table) {
       std::printf("\n%s, %s\n| K \\ rows |", std::string(to_string(isa)).c_str(), titles[table]);
       for (int64_t rows : row_counts) std::printf(" %lld |", static_cast<long long>(rows));
@@ -171,7 +177,7 @@ int main(int argc, char** argv) {
       for (int64_t k : ks) {
         std::printf("| %lld |", static_cast<long long>(k));
         for (int64_t rows : row_counts) {
-          const double one = best[0][{k, rows}], pairs = best[1][{k, rows}];
+          const double one = best[isa][0][{k, rows}], pairs = best[isa][1][{k, rows}];
           std::printf(" %.3f |", table == 0 ? one : table == 1 ? pairs : one / pairs);
         }
         std::printf("\n");

@@ -392,7 +392,11 @@ void dot_rows_upto(const Block* x, const BlockQ8K* const* ys, int rows, int64_t 
   if constexpr (R > 1) {
     if (rows < R) return dot_rows_upto<Block, R - 1>(x, ys, rows, nb, orders, out, isa);
   }
-  if (isa == IsaLevel::kAvx512Vnni) return dot_rows_avx512<Block, R>(x, ys, nb, orders, out);
+  // One row keeps the AVX2 form: widening a block costs what its one row saves (Q4_K at 1 row:
+  // 0-18 % slower on AVX-512, from 2 rows faster; matmul_bench, 2026-12-06).
+  if constexpr (R > 1) {
+    if (isa == IsaLevel::kAvx512Vnni) return dot_rows_avx512<Block, R>(x, ys, nb, orders, out);
+  }
   if constexpr (R <= kRowGroup) {
     dot_rows_avx2<Block, R>(x, ys, nb, orders, out);
   } else {  // AVX2 groups stop at kRowGroup (row_group): split, should one come
