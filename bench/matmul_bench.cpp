@@ -17,6 +17,7 @@
 // Rounds alternate ISAs, shapes and forms in one process (the 2-vCPU box's speed drifts between
 // processes by tens of percent); the tables hold each one's best round.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,19 +45,20 @@ std::vector<int64_t> parse_list(const char* s) {
   return out;
 }
 
-TensorType parse_type(const std::string& s) {
-  if (s == "q4_0") return TensorType::kQ4_0;
-  if (s == "q8_0") return TensorType::kQ8_0;
-  if (s == "q5_1") return TensorType::kQ5_1;
-  if (s == "q4_k") return TensorType::kQ4_K;
-  if (s == "q5_k") return TensorType::kQ5_K;
-  if (s == "q6_k") return TensorType::kQ6_K;
-  if (s != "q4_1") {
-    std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_1 q4_0 q8_0 q5_1 q4_k q5_k q6_k)\n",
-                 s.c_str());
-    std::exit(2);
+// --type: a weight type's name as tensor_type_name spells it, any case.
+TensorType parse_type(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  const TensorType types[] = {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ8_0,
+                              TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K,
+                              TensorType::kQ6_K};
+  for (TensorType t : types) {
+    std::string name(troupe::model::tensor_type_name(t));
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    if (name == s) return t;
   }
-  return TensorType::kQ4_1;
+  std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_0 q4_1 q8_0 q5_1 q4_k q5_k q6_k)\n",
+               s.c_str());
+  std::exit(2);
 }
 
 struct Shape {
@@ -67,29 +69,26 @@ struct Shape {
   std::vector<QuantizedRows> pairs;  // rows 2i, 2i + 1 quantized alone
 };
 
-// All the shape's rows at `isa`, in calls of `rows_per_call` rows.
-void multiply(Shape& s, IsaLevel isa, int64_t rows_per_call) {
-  QuantizedRows part;
-  for (int64_t r = 0; r < s.rows; r += rows_per_call) {
-    const int64_t n = std::min(rows_per_call, s.rows - r);
-    if (n == s.rows) {
-      matmul(s.packed, {s.x.data(), s.k, n, &s.q}, s.y.data(), s.outputs, nullptr, isa);
-      continue;
-    }
-    // Row r's quantized activations start at r * k; QuantizedRows holds rows from 0, so these
-    // calls read a copy (made once per shape, below).
-    matmul(s.packed, {s.x.data() + r * s.k, s.k, n, &s.pairs[r / rows_per_call]},
+// All the shape's rows at `isa`: in one call, or in calls of 2 rows (each pair reads its own
+// quantized copy, made once per shape below: QuantizedRows holds rows from 0).
+void multiply(Shape& s, IsaLevel isa, bool in_pairs) {
+  if (!in_pairs) {
+    matmul(s.packed, {s.x.data(), s.k, s.rows, &s.q}, s.y.data(), s.outputs, nullptr, isa);
+    return;
+  }
+  for (int64_t r = 0; r < s.rows; r += 2) {
+    matmul(s.packed, {s.x.data() + r * s.k, s.k, std::min<int64_t>(2, s.rows - r), &s.pairs[r / 2]},
            s.y.data() + r * s.outputs, s.outputs, nullptr, isa);
   }
 }
 
 // Seconds per pass over the shape's rows, over enough passes to take ~20 ms.
-double time_pass(Shape& s, IsaLevel isa, int64_t rows_per_call) {
-  multiply(s, isa, rows_per_call);  // warm the caches
+double time_pass(Shape& s, IsaLevel isa, bool in_pairs) {
+  multiply(s, isa, in_pairs);  // warm the caches
   int passes = 1;
   for (;;) {
     const auto start = Clock::now();
-    for (int i = 0; i < passes; ++i) multiply(s, isa, rows_per_call);
+    for (int i = 0; i < passes; ++i) multiply(s, isa, in_pairs);
     const double sec = std::chrono::duration<double>(Clock::now() - start).count();
     if (sec > 0.02) return sec / passes;
     passes *= 2;
@@ -159,7 +158,7 @@ int main(int argc, char** argv) {
       for (Shape& s : shapes) {
         const double products = static_cast<double>(s.outputs / kTileOutputs) * s.rows * (s.k / 4);
         for (int form = 0; form < 2; ++form) {
-          const double ns = time_pass(s, isa, form == 0 ? s.rows : 2) * 1e9 / products;
+          const double ns = time_pass(s, isa, form == 1) * 1e9 / products;
           auto [it, fresh] = best[isa][form].try_emplace({s.k, s.rows}, ns);
           if (!fresh) it->second = std::min(it->second, ns);
         }

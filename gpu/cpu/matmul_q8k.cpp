@@ -386,30 +386,31 @@ inline int row_group(IsaLevel isa) {
   return isa == IsaLevel::kAvx512Vnni ? kRowGroup512 : kRowGroup;
 }
 
-template <typename Block, int R>
+// rows (1..R) rows in one pass: the AVX-512 form (kWide) from 2 rows; one row keeps the AVX2
+// form, widening a block costing what its one row saves (Q4_K at 1 row: 0-18 % slower on
+// AVX-512, from 2 rows faster; matmul_bench, 2026-12-06).
+template <typename Block, int R, bool kWide>
 void dot_rows_upto(const Block* x, const BlockQ8K* const* ys, int rows, int64_t nb,
-                   const Q8KOrder* orders, float* out, IsaLevel isa) {
+                   const Q8KOrder* orders, float* out) {
   if constexpr (R > 1) {
-    if (rows < R) return dot_rows_upto<Block, R - 1>(x, ys, rows, nb, orders, out, isa);
+    if (rows < R) return dot_rows_upto<Block, R - 1, kWide>(x, ys, rows, nb, orders, out);
   }
-  // One row keeps the AVX2 form: widening a block costs what its one row saves (Q4_K at 1 row:
-  // 0-18 % slower on AVX-512, from 2 rows faster; matmul_bench, 2026-12-06).
-  if constexpr (R > 1) {
-    if (isa == IsaLevel::kAvx512Vnni) return dot_rows_avx512<Block, R>(x, ys, nb, orders, out);
-  }
-  if constexpr (R <= kRowGroup) {
+  if constexpr (kWide && R > 1) {
+    dot_rows_avx512<Block, R>(x, ys, nb, orders, out);
+  } else {
     dot_rows_avx2<Block, R>(x, ys, nb, orders, out);
-  } else {  // AVX2 groups stop at kRowGroup (row_group): split, should one come
-    dot_rows_avx2<Block, kRowGroup>(x, ys, nb, orders, out);
-    dot_rows_upto<Block, R - kRowGroup>(x, ys + kRowGroup, rows - kRowGroup, nb,
-                                        orders + kRowGroup, out + kRowGroup, isa);
   }
 }
 
+// rows <= row_group(isa).
 template <typename Block>
 void dot_rows(const Block* x, const BlockQ8K* const* ys, int rows, int64_t nb,
               const Q8KOrder* orders, float* out, IsaLevel isa) {
-  dot_rows_upto<Block, kRowGroup512>(x, ys, rows, nb, orders, out, isa);
+  if (isa == IsaLevel::kAvx512Vnni) {
+    dot_rows_upto<Block, kRowGroup512, true>(x, ys, rows, nb, orders, out);
+  } else {
+    dot_rows_upto<Block, kRowGroup, false>(x, ys, rows, nb, orders, out);
+  }
 }
 
 void dot_rows(model::TensorType type, const void* row, const BlockQ8K* const* ys, int rows,
