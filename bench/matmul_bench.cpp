@@ -2,13 +2,16 @@
 // this CPU runs, nanoseconds per 16x4 product (16 outputs times one 4-input group of one row:
 // one vpdpbusd, one int-to-float and one FMA in ggml's exact order) over a grid of input widths
 // K and row counts. One matrix of ~1 M weights per K, reused: it stays in L2, so this measures
-// the arithmetic, not the weights' stream from memory (cpu_forward_bench has both).
+// the arithmetic, not the weights' stream from memory (cpu_forward_bench has both). With
+// --stream-mib N each call takes the next of N MiB of copies of that matrix instead, so the
+// weights come from memory as a forward pass's do (same products, same results).
 //
 // Each shape is timed twice: the rows in one call (as the forward pass multiplies a batch: from
 // 8 rows the AVX-512 kernel unpacks each tile once for all of them), and the same rows in calls
 // of 2 (what every row pair paid before: its own nibble unpacking and scale conversions).
 //
 //   matmul_bench [--type q4_1|q4_0|q8_0|q5_1|q4_k|q5_k|q6_k] [--rounds N] [--k LIST] [--rows LIST]
+//                [--stream-mib N]
 //
 // K-quants (matmul_q8k.hpp) are not tiled: their "16x4 product" is the same count of
 // multiply-adds (16 outputs x 4 inputs x 1 row), and widths that are not a multiple of 256 are
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -63,7 +67,9 @@ TensorType parse_type(std::string s) {
 
 struct Shape {
   int64_t k, outputs, rows;
-  PackedMatrix packed;
+  // The matrix, or its copies taken in turn (--stream-mib): one per call.
+  std::vector<const PackedMatrix*> copies;
+  size_t next_copy = 0;
   std::vector<float> x, y;
   QuantizedRows q;
   std::vector<QuantizedRows> pairs;  // rows 2i, 2i + 1 quantized alone
@@ -72,12 +78,14 @@ struct Shape {
 // All the shape's rows at `isa`: in one call, or in calls of 2 rows (each pair reads its own
 // quantized copy, made once per shape below: QuantizedRows holds rows from 0).
 void multiply(Shape& s, IsaLevel isa, bool in_pairs) {
+  const PackedMatrix& packed = *s.copies[s.next_copy];
+  s.next_copy = (s.next_copy + 1) % s.copies.size();
   if (!in_pairs) {
-    matmul(s.packed, {s.x.data(), s.k, s.rows, &s.q}, s.y.data(), s.outputs, nullptr, isa);
+    matmul(packed, {s.x.data(), s.k, s.rows, &s.q}, s.y.data(), s.outputs, nullptr, isa);
     return;
   }
   for (int64_t r = 0; r < s.rows; r += 2) {
-    matmul(s.packed, {s.x.data() + r * s.k, s.k, std::min<int64_t>(2, s.rows - r), &s.pairs[r / 2]},
+    matmul(packed, {s.x.data() + r * s.k, s.k, std::min<int64_t>(2, s.rows - r), &s.pairs[r / 2]},
            s.y.data() + r * s.outputs, s.outputs, nullptr, isa);
   }
 }
@@ -102,6 +110,7 @@ int main(int argc, char** argv) {
   int rounds = 3;
   std::vector<int64_t> ks = {576, 1536, 4096, 14336};
   std::vector<int64_t> row_counts = {1, 2, 4, 8, 16, 32, 64};
+  int64_t stream_mib = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--type")
@@ -112,6 +121,8 @@ int main(int argc, char** argv) {
       ks = parse_list(argv[i + 1]);
     else if (a == "--rows")
       row_counts = parse_list(argv[i + 1]);
+    else if (a == "--stream-mib")
+      stream_mib = std::max<int64_t>(0, std::atoll(argv[i + 1]));
     else {
       std::fprintf(stderr, "matmul_bench: unknown flag %s\n", a.c_str());
       return 2;
@@ -122,16 +133,22 @@ int main(int argc, char** argv) {
     std::erase_if(ks, [](int64_t k) { return k % kQ8KBlock != 0; });
   }
   std::vector<Shape> shapes;
+  std::vector<std::unique_ptr<PackedMatrix>> matrices;  // every shape's copies, alive to the end
   for (int64_t k : ks) {
     // ~1 M weights per matrix, a whole number of tiles.
     const int64_t outputs = std::max<int64_t>(256, (1536 * 576 / k + 15) / 16 * 16);
     const auto w = testing::random_weights(type, outputs, k, 42 + k);
-    const PackedMatrix packed = PackedMatrix::pack(type, w.data(), outputs, k);
+    std::vector<const PackedMatrix*> copies;
+    do {
+      matrices.push_back(std::make_unique<PackedMatrix>(PackedMatrix::pack(type, w.data(), outputs, k)));
+      copies.push_back(matrices.back().get());
+    } while (static_cast<int64_t>(copies.size() * copies[0]->bytes()) < (stream_mib << 20));
     for (int64_t rows : row_counts) {
       Shape s{k,
               outputs,
               rows,
-              packed,
+              copies,
+              0,
               testing::random_floats(rows * k, 7 + rows),
               std::vector<float>(rows * outputs),
               {}};
@@ -144,8 +161,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("matmul_bench: %s, one thread, best of %d rounds; ns per 16x4 product\n",
-              std::string(troupe::model::tensor_type_name(type)).c_str(), rounds);
+  std::printf("matmul_bench: %s, one thread, best of %d rounds; ns per 16x4 product; weights %s\n",
+              std::string(troupe::model::tensor_type_name(type)).c_str(), rounds,
+              stream_mib > 0 ? "streamed from memory (--stream-mib)" : "L2-resident");
   std::vector<IsaLevel> isas;
   for (IsaLevel isa : runnable_isas()) {
     if (isa != IsaLevel::kScalar) isas.push_back(isa);

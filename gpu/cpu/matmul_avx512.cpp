@@ -61,6 +61,8 @@ struct PackedWeights {
   static constexpr bool kQ4 = F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1;
   const uint8_t* tile;
 
+  static constexpr int64_t lines_ahead_per_block() { return 0; }
+
   TROUPE_TARGET_AVX512 static __m512 fp16_lanes(const uint8_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
@@ -84,6 +86,9 @@ struct PackedWeights {
 
 struct UnpackedWeights {
   const UnpackedBlock* blocks;
+  int64_t ahead_per_block;  // lines of the next tile quant_tile asks for per block
+
+  int64_t lines_ahead_per_block() const { return ahead_per_block; }
 
   TROUPE_TARGET_AVX512 __m512 d(int64_t b) const { return _mm512_load_ps(blocks[b].d); }
   TROUPE_TARGET_AVX512 __m512 m(int64_t b) const { return _mm512_load_ps(blocks[b].m); }
@@ -95,8 +100,14 @@ struct UnpackedWeights {
 // Quantized formats: R rows (1 or 2) starting at row r0 against one tile, in ggml's
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
 // block, combined at the end as ggml's hsum_float_8; Q4_1/Q5_1's m * s terms in their own chain.
+// [ahead, ahead_end): cache lines of the next tile to ask for into L2 as it goes,
+// w.lines_ahead_per_block() of them per block (run_unpacked); none by default. Plain pointers, not
+// a struct: the caller writes them just before the call, and a struct passed by value was copied
+// with a 16-byte load of two 8-byte stores (a failed store forward, on every pass).
 template <PackedFormat F, int R, class Weights>
-TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64_t r0, int64_t o0) {
+TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64_t r0, int64_t o0,
+                                     const char* ahead = nullptr,
+                                     const char* ahead_end = nullptr) {
   constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
@@ -107,6 +118,9 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64
     macc[i] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t i = 0; i < w.lines_ahead_per_block() && ahead < ahead_end; ++i, ahead += 64) {
+      _mm_prefetch(ahead, _MM_HINT_T1);
+    }
     const __m512 dw = w.d(b);
     __m512 scale[R];
     for (int i = 0; i < R; ++i) {
@@ -145,22 +159,11 @@ constexpr int64_t kUnpackRows = 16;
 constexpr int64_t kUnpackRowsInL1 = 8;
 constexpr size_t kUnpackL1Bytes = 32 * 1024;
 
-// Also asks for the next tile (`ahead`, nullptr for none) into L2, a block's lines per block:
-// the weights stream from L3 or memory once per call, and the rows' products on this tile then
-// hide the next one's fetch. Profiled at 16 rows (forward bench, 2026-12-06), the unpack fell
-// from 38 % to 25 % of the unpacked products' time; 2 tiles ahead did no better. The Q8_0
-// output matrix (the logits), copied the same way, went from 0.42 to 0.39 of the Q4_1 products.
+// A tile's codes and scales into `out` (UnpackedBlock), block by block.
 template <PackedFormat F>
-TROUPE_TARGET_AVX512 void unpack_tile(const uint8_t* tile, const uint8_t* ahead, int64_t nb,
-                                      UnpackedBlock* out) {
-  constexpr int kBlockBytes = packed_block_bytes(F);
+TROUPE_TARGET_AVX512 void unpack_tile(const uint8_t* tile, int64_t nb, UnpackedBlock* out) {
   const PackedWeights<F> w{tile};
   for (int64_t b = 0; b < nb; ++b) {
-    if (ahead != nullptr) {
-      for (int line = 0; line < kBlockBytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * kBlockBytes + line), _MM_HINT_T1);
-      }
-    }
     UnpackedBlock& u = out[b];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) _mm512_store_si512(u.groups[g], w.group(b, g));
@@ -185,18 +188,41 @@ UnpackedBlock* thread_scratch(int64_t blocks) {
 }
 
 // Each tile unpacked into this thread's scratch, then every row pair (and a last odd row).
+//
+// The weights stream from memory once per call (a model's matrices outgrow L2 and, on a shared
+// host, L3), ~10 GB/s per core here, so each tile's products also ask for the next tile into L2:
+// its lines are dealt out over the passes, a line or two per block, so that at most a few are in
+// flight at once. Asked for in one burst (the whole next tile during the unpack, as before),
+// most waited for a line fill buffer (16 per core) and the burst stalled the unpack. matmul_bench
+// --stream-mib 128 (Q4_1, one thread, 2026-12-06, alternated in one process): 16 rows 0.81-0.88
+// -> 0.70-0.78 ns per 16x4 product at K 576-4,096; 8 rows (K <= 1,536) 0.99-1.02 -> 0.75-0.83;
+// 64 rows 0.66-0.75 -> 0.63-0.72 (L2-resident weights: 0.66-0.72).
 template <PackedFormat F>
-void run_unpacked(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+TROUPE_TARGET_AVX512 void run_unpacked(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
   const int64_t nb = job.num_inputs / kQuantBlock;
   UnpackedBlock* scratch = thread_scratch(nb);
-  const UnpackedWeights w{scratch};
+  // Pass p asks for `share` lines of the next tile, one more for the first `extra` passes: no
+  // division per pass (an idiv per pass would cost more than the prefetch saves at 64 rows).
+  const int64_t passes = (job.num_rows + 1) / 2;
+  const auto lines = static_cast<int64_t>((job.tile_bytes + 63) / 64);
+  const int64_t share = lines / passes, extra = lines % passes;
+  const UnpackedWeights w{scratch, (share + (extra > 0 ? 1 : 0) + nb - 1) / nb};
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    unpack_tile<F>(tile, t + 1 < tile_end ? tile + job.tile_bytes : nullptr, nb, scratch);
+    unpack_tile<F>(tile, nb, scratch);
     const int64_t o0 = t * kTileOutputs;
-    int64_t r = 0;
-    for (; r + 2 <= job.num_rows; r += 2) quant_tile<F, 2>(job, w, r, o0);
-    if (r < job.num_rows) quant_tile<F, 1>(job, w, r, o0);
+    const bool last_tile = t + 1 == tile_end;
+    const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
+    for (int64_t p = 0; p < passes; ++p) {
+      const char* ahead = last_tile ? nullptr : next;
+      next += 64 * (share + (p < extra ? 1 : 0));
+      const char* ahead_end = last_tile ? nullptr : next;
+      if (2 * p + 2 <= job.num_rows) {
+        quant_tile<F, 2>(job, w, 2 * p, o0, ahead, ahead_end);
+      } else {
+        quant_tile<F, 1>(job, w, 2 * p, o0, ahead, ahead_end);
+      }
+    }
   }
 }
 
