@@ -60,8 +60,9 @@ struct PackedWeights {
   static constexpr int kBlockBytes = packed_block_bytes(F);
   static constexpr bool kQ4 = F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1;
   const uint8_t* tile;
+  int64_t ahead_per_block = 0;  // lines of the next tile quant_tile asks for per block
 
-  static constexpr int64_t lines_ahead_per_block() { return 0; }
+  int64_t lines_ahead_per_block() const { return ahead_per_block; }
 
   TROUPE_TARGET_AVX512 static __m512 fp16_lanes(const uint8_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -86,7 +87,7 @@ struct PackedWeights {
 
 struct UnpackedWeights {
   const UnpackedBlock* blocks;
-  int64_t ahead_per_block;  // lines of the next tile quant_tile asks for per block
+  int64_t ahead_per_block = 0;  // as PackedWeights'
 
   int64_t lines_ahead_per_block() const { return ahead_per_block; }
 
@@ -101,7 +102,7 @@ struct UnpackedWeights {
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
 // block, combined at the end as ggml's hsum_float_8; Q4_1/Q5_1's m * s terms in their own chain.
 // [ahead, ahead_end): cache lines of the next tile to ask for into L2 as it goes,
-// w.lines_ahead_per_block() of them per block (run_unpacked); none by default. Plain pointers, not
+// w.lines_ahead_per_block() of them per block (run_quant_tiles); none by default. Plain pointers, not
 // a struct: the caller writes them just before the call, and a struct passed by value was copied
 // with a 16-byte load of two 8-byte stores (a failed store forward, on every pass).
 template <PackedFormat F, int R, class Weights>
@@ -154,7 +155,12 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64
 // Rows of a call from which unpacking pays: measured for Q4_1 on a Xeon (AVX-512 VNNI,
 // 2026-12-06) per 16x4 product, direct vs unpacked: 16+ rows 0.70-0.83 vs 0.65-0.71 ns at
 // every K from 576 to 14,336; 8 rows gain while the scratch stays in L1 (K 1,536: 0.82 vs
-// 0.79 ns) and lose beyond (K 4,096: 0.82 vs 0.87 ns); 4 rows lose everywhere.
+// 0.79 ns) and lose beyond (K 4,096: 0.82 vs 0.87 ns); 4 rows lose everywhere. Checked again
+// with the weights streamed and both paths prefetching (matmul_bench --stream-mib 128, 3
+// alternated runs): unpacked at 2 and 4 rows lost (2 rows 1.9-3.2 vs 1.6-2.2 ns), at 8 rows won
+// at K 576 and lost at K 4,096, from 12 rows won at K <= 1,536 -- the same thresholds. The
+// prefetch itself took the packed path's 1 row from 5.2-5.9 to 3.2-4.1 ns (~11 GB/s of Q4_1, the
+// core's bandwidth here), 2 rows from 2.9-3.3 to 1.8-2.2, 4 rows from 2.0-2.3 to 1.2-1.5.
 constexpr int64_t kUnpackRows = 16;
 constexpr int64_t kUnpackRowsInL1 = 8;
 constexpr size_t kUnpackL1Bytes = 32 * 1024;
@@ -187,29 +193,41 @@ UnpackedBlock* thread_scratch(int64_t blocks) {
   return scratch.data();
 }
 
-// Each tile unpacked into this thread's scratch, then every row pair (and a last odd row).
+// The products of tiles [tile_begin, tile_end) for every row: per tile, passes over the row pairs
+// (and a last odd row), reading the packed tile, or (kUnpack) the tile unpacked once into this
+// thread's scratch.
 //
 // The weights stream from memory once per call (a model's matrices outgrow L2 and, on a shared
-// host, L3), ~10 GB/s per core here, so each tile's products also ask for the next tile into L2:
-// its lines are dealt out over the passes, a line or two per block, so that at most a few are in
+// host, L3; ~11 GB/s per core here), so each tile's passes also ask for the next tile into L2:
+// its lines are dealt out over the passes, a line or two per block, so that only a few are in
 // flight at once. Asked for in one burst (the whole next tile during the unpack, as before),
-// most waited for a line fill buffer (16 per core) and the burst stalled the unpack. matmul_bench
-// --stream-mib 128 (Q4_1, one thread, 2026-12-06, alternated in one process): 16 rows 0.81-0.88
-// -> 0.70-0.78 ns per 16x4 product at K 576-4,096; 8 rows (K <= 1,536) 0.99-1.02 -> 0.75-0.83;
-// 64 rows 0.66-0.75 -> 0.63-0.72 (L2-resident weights: 0.66-0.72).
-template <PackedFormat F>
-TROUPE_TARGET_AVX512 void run_unpacked(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
+// most waited for a line fill buffer (16 per core) and the burst stalled the unpack; with no
+// software prefetch at all (the packed path before), the hardware's kept ~6 GB/s in flight.
+// matmul_bench --stream-mib 128 (Q4_1, one thread, 2026-12-06, alternated in one process):
+// unpacked, 16 rows 0.81-0.88 -> 0.70-0.78 ns per 16x4 product at K 576-4,096, 8 rows (K <=
+// 1,536) 0.99-1.02 -> 0.75-0.83, 64 rows 0.66-0.75 -> 0.63-0.72 (L2-resident weights:
+// 0.66-0.72); packed, see kUnpackRows.
+template <PackedFormat F, bool kUnpack>
+TROUPE_TARGET_AVX512 void run_quant_tiles(const TileJob& job, int64_t tile_begin,
+                                          int64_t tile_end) {
   const int64_t nb = job.num_inputs / kQuantBlock;
-  UnpackedBlock* scratch = thread_scratch(nb);
+  UnpackedBlock* scratch = kUnpack ? thread_scratch(nb) : nullptr;
   // Pass p asks for `share` lines of the next tile, one more for the first `extra` passes: no
   // division per pass (an idiv per pass would cost more than the prefetch saves at 64 rows).
   const int64_t passes = (job.num_rows + 1) / 2;
   const auto lines = static_cast<int64_t>((job.tile_bytes + 63) / 64);
   const int64_t share = lines / passes, extra = lines % passes;
-  const UnpackedWeights w{scratch, (share + (extra > 0 ? 1 : 0) + nb - 1) / nb};
+  const int64_t per_block = (share + (extra > 0 ? 1 : 0) + nb - 1) / nb;
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    unpack_tile<F>(tile, nb, scratch);
+    if constexpr (kUnpack) unpack_tile<F>(tile, nb, scratch);
+    const auto w = [&] {
+      if constexpr (kUnpack) {
+        return UnpackedWeights{scratch, per_block};
+      } else {
+        return PackedWeights<F>{tile, per_block};
+      }
+    }();
     const int64_t o0 = t * kTileOutputs;
     const bool last_tile = t + 1 == tile_end;
     const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
@@ -254,17 +272,13 @@ TROUPE_TARGET_AVX512 void float_tile(const TileJob& job, const uint8_t* tile, in
   for (int i = 0; i < R; ++i) avx512::store_lanes(job.y + (r0 + i) * job.ldy + o0, acc[i], valid);
 }
 
-// run_tiles' kernel: a whole 16-lane tile (one part) for R rows.
+// run_tiles' kernel for the float formats: a whole 16-lane tile (one part) for R rows.
 template <PackedFormat F>
-struct TileKernel {
+struct FloatTileKernel {
   template <int R>
   TROUPE_TARGET_AVX512 static void rows(const TileJob& job, const uint8_t* tile, int /*part*/,
                                         int64_t r0, int64_t o0) {
-    if constexpr (is_legacy_format(F)) {
-      quant_tile<F, R>(job, PackedWeights<F>{tile}, r0, o0);
-    } else {
-      float_tile<F, R>(job, tile, r0, o0);
-    }
+    float_tile<F, R>(job, tile, r0, o0);
   }
 };
 
@@ -273,13 +287,12 @@ struct Avx512Runner {
   static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
     if constexpr (is_legacy_format(F)) {
       if (unpacking_pays(job)) {
-        run_unpacked<F>(job, tile_begin, tile_end);
-        return;
+        run_quant_tiles<F, true>(job, tile_begin, tile_end);
+      } else {
+        run_quant_tiles<F, false>(job, tile_begin, tile_end);
       }
-      // Eight accumulators per row: two rows fill the register file.
-      run_tiles<TileKernel<F>, 1, 2>(job, tile_begin, tile_end);
     } else {
-      run_tiles<TileKernel<F>, 1, kFloatRows>(job, tile_begin, tile_end);
+      run_tiles<FloatTileKernel<F>, 1, kFloatRows>(job, tile_begin, tile_end);
     }
   }
 };
