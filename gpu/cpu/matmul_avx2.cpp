@@ -22,11 +22,13 @@ constexpr int kFloatRows = 4;  // float formats: rows sharing each weight load
 // 4-input group) fed its blocks in order. One row takes all eight groups in one pass; more rows
 // take two passes of four (sixteen ymm registers hold no more), which leaves every accumulator's
 // sequence, and so every bit, unchanged. Q4_1/Q5_1's m * s chain runs in the pass that ends the
-// block.
+// block. [ahead, ahead_end): lines of the next tile to ask for into L2, per_block a block
+// (AheadPlan); plain pointers, not a struct by value (matmul_avx512.cpp's quant_tile says why).
 template <PackedFormat F, int R, int kFirstGroup, int kNumGroups>
 TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t* tile, int h,
                                                int64_t r0, __m256 (&lanes)[R][8],
-                                               __m256 (&macc)[R]) {
+                                               __m256 (&macc)[R], const char* ahead,
+                                               const char* ahead_end, int64_t per_block) {
   constexpr int kBlockBytes = packed_block_bytes(F);
   constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
@@ -39,6 +41,9 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
     for (auto& v : a) v = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t i = 0; i < per_block && ahead < ahead_end; ++i, ahead += 64) {
+      _mm_prefetch(ahead, _MM_HINT_T1);
+    }
     const uint8_t* blk = tile + b * kBlockBytes;
     const uint8_t* qs = blk + packed_header_bytes(kHasMin) + 32 * h;
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
@@ -98,18 +103,20 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
   }
 }
 
-// Quantized formats: R (1 or 2) rows of one 8-lane half h of a tile.
+// Quantized formats: R (1 or 2) rows of one 8-lane half h of a tile; its first group pass asks
+// for the next tile's lines [ahead, ahead_end).
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void quant_half_rows(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
-                                        int64_t o0) {
+                                        int64_t o0, const char* ahead, const char* ahead_end,
+                                        int64_t per_block) {
   __m256 lanes[R][8];
   __m256 macc[R];
   for (auto& m : macc) m = _mm256_setzero_ps();
   if constexpr (R == 1) {
-    quant_half_pass<F, R, 0, 8>(job, tile, h, r0, lanes, macc);
+    quant_half_pass<F, R, 0, 8>(job, tile, h, r0, lanes, macc, ahead, ahead_end, per_block);
   } else {
-    quant_half_pass<F, R, 0, 4>(job, tile, h, r0, lanes, macc);
-    quant_half_pass<F, R, 4, 4>(job, tile, h, r0, lanes, macc);
+    quant_half_pass<F, R, 0, 4>(job, tile, h, r0, lanes, macc, ahead, ahead_end, per_block);
+    quant_half_pass<F, R, 4, 4>(job, tile, h, r0, lanes, macc, nullptr, nullptr, 0);
   }
   for (int i = 0; i < R; ++i) {
     __m256 y = avx2::fold_groups(lanes[i]);
@@ -147,17 +154,40 @@ TROUPE_TARGET_AVX2 void float_half(const TileJob& job, const uint8_t* tile, int 
   for (int i = 0; i < R; ++i) avx2::store_lanes(job.y + (r0 + i) * job.ldy + o0 + 8 * h, acc[i], valid);
 }
 
-// run_tiles' kernel: the 8-lane half `part` of a tile for R rows.
+// Quantized formats: tiles [tile_begin, tile_end), each as passes over its halves' row pairs
+// (and a last odd row), which ask for the next tile as they go (AheadPlan).
 template <PackedFormat F>
-struct HalfKernel {
+TROUPE_TARGET_AVX2 void run_quant_halves(const TileJob& job, int64_t tile_begin,
+                                         int64_t tile_end) {
+  const int64_t pairs = (job.num_rows + 1) / 2;
+  const AheadPlan plan(job, 2 * pairs);
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
+    const int64_t o0 = t * kTileOutputs;
+    const bool last_tile = t + 1 == tile_end;
+    const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
+    for (int h = 0; h < 2 && o0 + 8 * h < job.num_outputs; ++h) {
+      for (int64_t p = 0; p < pairs; ++p) {
+        const char* ahead = last_tile ? nullptr : next;
+        next = plan.advance(next, h * pairs + p);
+        const char* ahead_end = last_tile ? nullptr : next;
+        if (2 * p + 2 <= job.num_rows) {
+          quant_half_rows<F, 2>(job, tile, h, 2 * p, o0, ahead, ahead_end, plan.per_block);
+        } else {
+          quant_half_rows<F, 1>(job, tile, h, 2 * p, o0, ahead, ahead_end, plan.per_block);
+        }
+      }
+    }
+  }
+}
+
+// run_tiles' kernel for the float formats: the 8-lane half `part` of a tile for R rows.
+template <PackedFormat F>
+struct FloatHalfKernel {
   template <int R>
   TROUPE_TARGET_AVX2 static void rows(const TileJob& job, const uint8_t* tile, int part, int64_t r0,
                                       int64_t o0) {
-    if constexpr (is_legacy_format(F)) {
-      quant_half_rows<F, R>(job, tile, part, r0, o0);
-    } else {
-      float_half<F, R>(job, tile, part, r0, o0);
-    }
+    float_half<F, R>(job, tile, part, r0, o0);
   }
 };
 
@@ -165,9 +195,9 @@ struct Avx2Runner {
   template <PackedFormat F>
   static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
     if constexpr (is_legacy_format(F)) {
-      run_tiles<HalfKernel<F>, 2, 2>(job, tile_begin, tile_end);  // eight accumulators per row
+      run_quant_halves<F>(job, tile_begin, tile_end);  // eight accumulators per row: 2 rows
     } else {
-      run_tiles<HalfKernel<F>, 2, kFloatRows>(job, tile_begin, tile_end);
+      run_tiles<FloatHalfKernel<F>, 2, kFloatRows>(job, tile_begin, tile_end);
     }
   }
 };

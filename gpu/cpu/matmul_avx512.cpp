@@ -212,20 +212,16 @@ TROUPE_TARGET_AVX512 void run_quant_tiles(const TileJob& job, int64_t tile_begin
                                           int64_t tile_end) {
   const int64_t nb = job.num_inputs / kQuantBlock;
   UnpackedBlock* scratch = kUnpack ? thread_scratch(nb) : nullptr;
-  // Pass p asks for `share` lines of the next tile, one more for the first `extra` passes: no
-  // division per pass (an idiv per pass would cost more than the prefetch saves at 64 rows).
   const int64_t passes = (job.num_rows + 1) / 2;
-  const auto lines = static_cast<int64_t>((job.tile_bytes + 63) / 64);
-  const int64_t share = lines / passes, extra = lines % passes;
-  const int64_t per_block = (share + (extra > 0 ? 1 : 0) + nb - 1) / nb;
+  const AheadPlan plan(job, passes);
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
     if constexpr (kUnpack) unpack_tile<F>(tile, nb, scratch);
     const auto w = [&] {
       if constexpr (kUnpack) {
-        return UnpackedWeights{scratch, per_block};
+        return UnpackedWeights{scratch, plan.per_block};
       } else {
-        return PackedWeights<F>{tile, per_block};
+        return PackedWeights<F>{tile, plan.per_block};
       }
     }();
     const int64_t o0 = t * kTileOutputs;
@@ -233,7 +229,7 @@ TROUPE_TARGET_AVX512 void run_quant_tiles(const TileJob& job, int64_t tile_begin
     const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
     for (int64_t p = 0; p < passes; ++p) {
       const char* ahead = last_tile ? nullptr : next;
-      next += 64 * (share + (p < extra ? 1 : 0));
+      next = plan.advance(next, p);
       const char* ahead_end = last_tile ? nullptr : next;
       if (2 * p + 2 <= job.num_rows) {
         quant_tile<F, 2>(job, w, 2 * p, o0, ahead, ahead_end);

@@ -19,6 +19,27 @@
 
 namespace troupe::gpu::cpu::detail {
 
+// How a tile's row passes ask for the next tile's lines into L2 while they compute (the weights
+// stream from memory once per call; matmul_avx512.cpp's run_quant_tiles has the measurements):
+// pass p of `passes` asks for `share` lines, one more when p < extra, per_block of them per block
+// of its loop, so that only a few requests are in flight at once. Fixed per call: no division per
+// pass.
+struct AheadPlan {
+  int64_t share = 0, extra = 0, per_block = 0;
+
+  AheadPlan(const TileJob& job, int64_t passes) {
+    const auto lines = static_cast<int64_t>((job.tile_bytes + 63) / 64);
+    const int64_t blocks = job.num_inputs / kQuantBlock;
+    share = lines / passes;
+    extra = lines % passes;
+    per_block = (share + (extra > 0 ? 1 : 0) + blocks - 1) / blocks;
+  }
+  // Pass p's lines start at `next`: returns where the following pass's start.
+  const char* advance(const char* next, int64_t p) const {
+    return next + 64 * (share + (p < extra ? 1 : 0));
+  }
+};
+
 // The last `job.num_rows - r` rows (fewer than R + 1) of a tile part as one group whose size is
 // a compile-time constant (the kernels keep one accumulator set per row in registers).
 template <class Kernel, int R>
