@@ -10,7 +10,7 @@
 // 8 rows the AVX-512 kernel unpacks each tile once for all of them), and the same rows in calls
 // of 2 (what every row pair paid before: its own nibble unpacking and scale conversions).
 //
-//   matmul_bench [--type q4_1|q4_0|q8_0|q5_1|q4_k|q5_k|q6_k] [--rounds N] [--k LIST] [--rows LIST]
+//   matmul_bench [--type q4_1|q4_0|q8_0|q5_1|q4_k|q5_k|q6_k|f16|bf16] [--rounds N] [--k LIST] [--rows LIST]
 //                [--stream-mib N]
 //
 // K-quants (matmul_q8k.hpp) are not tiled: their "16x4 product" is the same count of
@@ -54,13 +54,13 @@ TensorType parse_type(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), ::tolower);
   const TensorType types[] = {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ8_0,
                               TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K,
-                              TensorType::kQ6_K};
+                              TensorType::kQ6_K, TensorType::kF16,  TensorType::kBF16};
   for (TensorType t : types) {
     std::string name(troupe::model::tensor_type_name(t));
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     if (name == s) return t;
   }
-  std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_0 q4_1 q8_0 q5_1 q4_k q5_k q6_k)\n",
+  std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_0 q4_1 q8_0 q5_1 q4_k q5_k q6_k f16 bf16)\n",
                s.c_str());
   std::exit(2);
 }

@@ -2,6 +2,7 @@
 // matmul.hpp). A 16-output tile is done as two 8-lane halves; int8 products use
 // vpmaddubsw + vpmaddwd, whose 16-bit intermediates cannot saturate for these ranges
 // (Q4: 15 * 127 * 2; Q8 via the sign trick: 128 * 127 * 2 < 32767).
+#include <algorithm>
 #include <cstring>
 
 #include "gpu/cpu/isa_target.hpp"
@@ -139,15 +140,22 @@ TROUPE_TARGET_AVX2 inline __m256 load_float_half(const uint8_t* p) {
 
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void float_half(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
-                                   int64_t o0) {
+                                   int64_t o0, const AheadLines& ahead) {
   constexpr int kStride = packed_block_bytes(F);
   constexpr int kHalf = kStride / 2;
+  const char* next = ahead.next;
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < job.num_inputs; ++k) {
-    const __m256 w = load_float_half<F>(tile + k * kStride + kHalf * h);
-    for (int i = 0; i < R; ++i) {
-      acc[i] = _mm256_fmadd_ps(w, _mm256_set1_ps(job.x[(r0 + i) * job.ldx + k]), acc[i]);
+  for (int64_t k0 = 0; k0 < job.num_inputs; k0 += kQuantBlock) {
+    for (int64_t i = 0; i < ahead.per_block && next < ahead.end; ++i, next += 64) {
+      _mm_prefetch(next, _MM_HINT_T1);
+    }
+    const int64_t k1 = std::min<int64_t>(job.num_inputs, k0 + kQuantBlock);
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m256 w = load_float_half<F>(tile + k * kStride + kHalf * h);
+      for (int i = 0; i < R; ++i) {
+        acc[i] = _mm256_fmadd_ps(w, _mm256_set1_ps(job.x[(r0 + i) * job.ldx + k]), acc[i]);
+      }
     }
   }
   const int64_t valid = job.num_outputs - o0 - 8 * h;
@@ -186,8 +194,8 @@ template <PackedFormat F>
 struct FloatHalfKernel {
   template <int R>
   TROUPE_TARGET_AVX2 static void rows(const TileJob& job, const uint8_t* tile, int part, int64_t r0,
-                                      int64_t o0) {
-    float_half<F, R>(job, tile, part, r0, o0);
+                                      int64_t o0, const AheadLines& ahead) {
+    float_half<F, R>(job, tile, part, r0, o0, ahead);
   }
 };
 

@@ -1,6 +1,7 @@
 // AVX-512 VNNI tile kernels of the batched matmul (layouts in matmul_kernels.hpp, numerics in
 // matmul.hpp). Up to two rows (quantized) or eight (float) share each unpacked weight vector;
 // a quantized tile meeting many rows is unpacked once per thread instead (UnpackedBlock).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -254,14 +255,21 @@ TROUPE_TARGET_AVX512 inline __m512 load_float_lanes(const uint8_t* p) {
 
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX512 void float_tile(const TileJob& job, const uint8_t* tile, int64_t r0,
-                                     int64_t o0) {
+                                     int64_t o0, const AheadLines& ahead) {
   constexpr int kStride = packed_block_bytes(F);
+  const char* next = ahead.next;
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < job.num_inputs; ++k) {
-    const __m512 w = load_float_lanes<F>(tile + k * kStride);
-    for (int i = 0; i < R; ++i) {
-      acc[i] = _mm512_fmadd_ps(w, _mm512_set1_ps(job.x[(r0 + i) * job.ldx + k]), acc[i]);
+  for (int64_t k0 = 0; k0 < job.num_inputs; k0 += kQuantBlock) {
+    for (int64_t i = 0; i < ahead.per_block && next < ahead.end; ++i, next += 64) {
+      _mm_prefetch(next, _MM_HINT_T1);
+    }
+    const int64_t k1 = std::min<int64_t>(job.num_inputs, k0 + kQuantBlock);
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m512 w = load_float_lanes<F>(tile + k * kStride);
+      for (int i = 0; i < R; ++i) {
+        acc[i] = _mm512_fmadd_ps(w, _mm512_set1_ps(job.x[(r0 + i) * job.ldx + k]), acc[i]);
+      }
     }
   }
   const int64_t valid = job.num_outputs - o0;
@@ -273,8 +281,8 @@ template <PackedFormat F>
 struct FloatTileKernel {
   template <int R>
   TROUPE_TARGET_AVX512 static void rows(const TileJob& job, const uint8_t* tile, int /*part*/,
-                                        int64_t r0, int64_t o0) {
-    float_tile<F, R>(job, tile, r0, o0);
+                                        int64_t r0, int64_t o0, const AheadLines& ahead) {
+    float_tile<F, R>(job, tile, r0, o0, ahead);
   }
 };
 

@@ -29,7 +29,7 @@ struct AheadPlan {
 
   AheadPlan(const TileJob& job, int64_t passes) {
     const auto lines = static_cast<int64_t>((job.tile_bytes + 63) / 64);
-    const int64_t blocks = job.num_inputs / kQuantBlock;
+    const int64_t blocks = (job.num_inputs + kQuantBlock - 1) / kQuantBlock;  // float K: any
     share = lines / passes;
     extra = lines % passes;
     per_block = (share + (extra > 0 ? 1 : 0) + blocks - 1) / blocks;
@@ -40,36 +40,57 @@ struct AheadPlan {
   }
 };
 
+// The lines of the next tile one kernel call asks for into L2 (an AheadPlan pass), per_block of
+// them per 32 inputs. By reference: a struct passed by value is copied with a 16-byte load of
+// the caller's two fresh 8-byte stores (matmul_avx512.cpp's quant_tile says what that cost).
+struct AheadLines {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int64_t per_block = 0;
+};
+
 // The last `job.num_rows - r` rows (fewer than R + 1) of a tile part as one group whose size is
 // a compile-time constant (the kernels keep one accumulator set per row in registers).
 template <class Kernel, int R>
-void run_row_remainder(const TileJob& job, const uint8_t* tile, int part, int64_t r, int64_t o0) {
+void run_row_remainder(const TileJob& job, const uint8_t* tile, int part, int64_t r, int64_t o0,
+                       const AheadLines& ahead) {
   if constexpr (R > 0) {
     if (job.num_rows - r == R) {
-      Kernel::template rows<R>(job, tile, part, r, o0);
+      Kernel::template rows<R>(job, tile, part, r, o0, ahead);
       return;
     }
-    run_row_remainder<Kernel, R - 1>(job, tile, part, r, o0);
+    run_row_remainder<Kernel, R - 1>(job, tile, part, r, o0, ahead);
   }
 }
 
-// Tiles [tile_begin, tile_end) through Kernel::rows<R>(job, tile, part, r0, o0): each tile as
-// kParts parts of kTileOutputs / kParts output lanes (AVX2 takes a 16-lane tile in two 8-lane
-// halves), rows in groups of kMaxRows sharing each weight load, then one group of the rest.
-// Every (row, output) is computed by the same operations whatever its group (matmul.hpp), so the
-// grouping is only a matter of speed.
+// Tiles [tile_begin, tile_end) through Kernel::rows<R>(job, tile, part, r0, o0, ahead): each
+// tile as kParts parts of kTileOutputs / kParts output lanes (AVX2 takes a 16-lane tile in two
+// 8-lane halves), rows in groups of kMaxRows sharing each weight load, then one group of the
+// rest; each call asks for its share of the next tile (AheadPlan). Every (row, output) is
+// computed by the same operations whatever its group (matmul.hpp), so the grouping is only a
+// matter of speed.
 template <class Kernel, int kParts, int kMaxRows>
 void run_tiles(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
   constexpr int kPartLanes = kTileOutputs / kParts;
+  const int64_t groups = (job.num_rows + kMaxRows - 1) / kMaxRows;
+  const AheadPlan plan(job, kParts * groups);
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
     const int64_t o0 = t * kTileOutputs;
+    const bool last_tile = t + 1 == tile_end;
+    const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
+    int64_t pass = 0;
     for (int part = 0; part < kParts && o0 + kPartLanes * part < job.num_outputs; ++part) {
-      int64_t r = 0;
-      for (; r + kMaxRows <= job.num_rows; r += kMaxRows) {
-        Kernel::template rows<kMaxRows>(job, tile, part, r, o0);
+      for (int64_t r = 0; r < job.num_rows; r += kMaxRows) {
+        AheadLines ahead;
+        if (!last_tile) ahead = {next, plan.advance(next, pass), plan.per_block};
+        next = plan.advance(next, pass++);
+        if (r + kMaxRows <= job.num_rows) {
+          Kernel::template rows<kMaxRows>(job, tile, part, r, o0, ahead);
+        } else {
+          run_row_remainder<Kernel, kMaxRows - 1>(job, tile, part, r, o0, ahead);
+        }
       }
-      run_row_remainder<Kernel, kMaxRows - 1>(job, tile, part, r, o0);
     }
   }
 }

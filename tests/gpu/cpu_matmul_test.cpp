@@ -19,6 +19,11 @@ using testing::MatmulTest;
 
 const MatmulShape kShapes[] = {{16, 32, 1},    {37, 64, 3},    {100, 96, 9}, {5, 160, 8},
                                {576, 576, 17}, {192, 1536, 2}, {48, 32, 64}};
+// Float weights take any width: the same shapes and two whose last 32-input block is partial
+// (the float kernels ask for the next tile once per 32 inputs).
+const MatmulShape kFloatShapes[] = {{16, 32, 1},    {37, 64, 3},    {100, 96, 9},
+                                    {5, 160, 8},    {576, 576, 17}, {192, 1536, 2},
+                                    {48, 32, 64},   {24, 40, 3},    {33, 100, 9}};
 
 // Error bound against the exact product: float32 rounding of a K-term fma chain (2e-6 of
 // sum |w x|), plus, for quantized weights, int8 activation rounding: at most half a step
@@ -27,7 +32,7 @@ const TensorType kFloatTypes[] = {TensorType::kF32, TensorType::kF16, TensorType
 const TensorType kQuantTypes[] = {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ8_0};
 
 std::vector<MatmulCase> all_cases() {
-  std::vector<MatmulCase> cases = testing::matmul_cases(kFloatTypes, kShapes, 0.0);
+  std::vector<MatmulCase> cases = testing::matmul_cases(kFloatTypes, kFloatShapes, 0.0);
   const std::vector<MatmulCase> quant = testing::matmul_cases(kQuantTypes, kShapes, 0.5);
   cases.insert(cases.end(), quant.begin(), quant.end());
   return cases;

@@ -82,14 +82,25 @@ inline DequantizedProduct dequantized_product(model::TensorType type, const std:
       for (int64_t k = 0; k < s.inputs; ++k) {
         const double wx = static_cast<double>(wrow[k]) * x[r * s.inputs + k];
         exact += wx;
-        bound += 2e-6 * std::fabs(wx) +
-                 std::fabs(wrow[k]) * activation_steps * q.scale[(r * s.inputs + k) / kQuantBlock];
+        bound += 2e-6 * std::fabs(wx);
+        if (activation_steps > 0) {
+          bound += std::fabs(wrow[k]) * activation_steps * q.scale[(r * s.inputs + k) / kQuantBlock];
+        }
       }
       p.exact[r * s.outputs + o] = exact;
       p.bound[r * s.outputs + o] = bound;
     }
   }
   return p;
+}
+
+// The rows' int8 activations, for a width of whole 32-input blocks; nullptr for another (only a
+// float packing takes one, and it reads no activation blocks).
+inline const QuantizedRows* quantize_whole_blocks(const float* x, int64_t cols, int64_t rows,
+                                                  QuantizedRows& q) {
+  if (cols % kQuantBlock != 0) return nullptr;
+  quantize_rows(x, cols, rows, cols, q);
+  return &q;
 }
 
 // The scalar reference is within the bound of the dequantized product, and every runnable ISA,
@@ -103,8 +114,8 @@ TEST_P(MatmulTest, AllPathsMatchReferenceBitExact) {
   const auto w = random_weights(type, s.outputs, s.inputs, 42 + s.outputs);
   const auto x = random_floats(s.rows * s.inputs, 7 + s.rows);
   QuantizedRows q;
-  quantize_rows(x.data(), s.inputs, s.rows, s.inputs, q);
-  const MatmulInput in{x.data(), s.inputs, s.rows, &q};
+  const MatmulInput in{x.data(), s.inputs, s.rows,
+                       quantize_whole_blocks(x.data(), s.inputs, s.rows, q)};
   std::vector<float> ref(s.rows * s.outputs);
   matmul_reference(type, w.data(), s.outputs, s.inputs, in, ref.data(), s.outputs);
 
@@ -139,12 +150,12 @@ TEST_P(MatmulTest, EveryPathAgreesWithReferenceDequantizers) {
   const auto w = random_weights(type, s.outputs, s.inputs, 5 + s.inputs);
   const auto x = random_floats(s.rows * s.inputs, 13 + s.rows);
   QuantizedRows q;
-  quantize_rows(x.data(), s.inputs, s.rows, s.inputs, q);
+  const QuantizedRows* qp = quantize_whole_blocks(x.data(), s.inputs, s.rows, q);
   const DequantizedProduct want = dequantized_product(type, w, x, q, s, GetParam().activation_steps);
   const PackedMatrix packed = PackedMatrix::pack(type, w.data(), s.outputs, s.inputs);
   for (IsaLevel isa : runnable_isas()) {
     std::vector<float> y(s.rows * s.outputs);
-    matmul(packed, {x.data(), s.inputs, s.rows, &q}, y.data(), s.outputs, nullptr, isa);
+    matmul(packed, {x.data(), s.inputs, s.rows, qp}, y.data(), s.outputs, nullptr, isa);
     for (int64_t i = 0; i < s.rows * s.outputs; ++i) {
       ASSERT_NEAR(y[i], want.exact[i], want.bound[i])
           << "isa " << to_string(isa) << " row " << i / s.outputs << " output " << i % s.outputs;
@@ -161,15 +172,15 @@ TEST_P(MatmulTest, RowResultDoesNotDependOnBatch) {
   const int64_t rows = 13;
   const auto x = random_floats(rows * s.inputs, 11);
   QuantizedRows q;
-  quantize_rows(x.data(), s.inputs, rows, s.inputs, q);
+  const QuantizedRows* qp = quantize_whole_blocks(x.data(), s.inputs, rows, q);
   for (IsaLevel isa : runnable_isas()) {
     std::vector<float> all(rows * s.outputs);
-    matmul(packed, {x.data(), s.inputs, rows, &q}, all.data(), s.outputs, nullptr, isa);
+    matmul(packed, {x.data(), s.inputs, rows, qp}, all.data(), s.outputs, nullptr, isa);
     for (int64_t r = 0; r < rows; ++r) {
       QuantizedRows q1;
-      quantize_rows(x.data() + r * s.inputs, s.inputs, 1, s.inputs, q1);
+      const QuantizedRows* q1p = quantize_whole_blocks(x.data() + r * s.inputs, s.inputs, 1, q1);
       std::vector<float> one(s.outputs);
-      matmul(packed, {x.data() + r * s.inputs, s.inputs, 1, &q1}, one.data(), s.outputs, nullptr,
+      matmul(packed, {x.data() + r * s.inputs, s.inputs, 1, q1p}, one.data(), s.outputs, nullptr,
              isa);
       ASSERT_EQ(0, std::memcmp(one.data(), &all[r * s.outputs], 4 * s.outputs)) << "row " << r;
     }
