@@ -10,8 +10,8 @@
 // 8 rows the AVX-512 kernel unpacks each tile once for all of them), and the same rows in calls
 // of 2 (what every row pair paid before: its own nibble unpacking and scale conversions).
 //
-//   matmul_bench [--type q4_1|q4_0|q8_0|q5_1|q4_k|q5_k|q6_k|f16|bf16] [--rounds N] [--k LIST] [--rows LIST]
-//                [--stream-mib N]
+//   matmul_bench [--type q4_1|q4_0|q8_0|q5_1|q4_k|q5_k|q6_k|f16|bf16] [--rounds N]
+//                [--k LIST] [--rows LIST] [--stream-mib N]
 //
 // K-quants (matmul_q8k.hpp) are not tiled: their "16x4 product" is the same count of
 // multiply-adds (16 outputs x 4 inputs x 1 row), and widths that are not a multiple of 256 are
@@ -60,7 +60,8 @@ TensorType parse_type(std::string s) {
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     if (name == s) return t;
   }
-  std::fprintf(stderr, "matmul_bench: unknown --type %s (q4_0 q4_1 q8_0 q5_1 q4_k q5_k q6_k f16 bf16)\n",
+  std::fprintf(stderr,
+               "matmul_bench: unknown --type %s (q4_0 q4_1 q8_0 q5_1 q4_k q5_k q6_k f16 bf16)\n",
                s.c_str());
   std::exit(2);
 }
@@ -140,7 +141,8 @@ int main(int argc, char** argv) {
     const auto w = testing::random_weights(type, outputs, k, 42 + k);
     std::vector<const PackedMatrix*> copies;
     do {
-      matrices.push_back(std::make_unique<PackedMatrix>(PackedMatrix::pack(type, w.data(), outputs, k)));
+      matrices.push_back(
+          std::make_unique<PackedMatrix>(PackedMatrix::pack(type, w.data(), outputs, k)));
       copies.push_back(matrices.back().get());
     } while (static_cast<int64_t>(copies.size() * copies[0]->bytes()) < (stream_mib << 20));
     for (int64_t rows : row_counts) {

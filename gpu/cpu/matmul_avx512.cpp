@@ -103,9 +103,9 @@ struct UnpackedWeights {
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
 // block, combined at the end as ggml's hsum_float_8; Q4_1/Q5_1's m * s terms in their own chain.
 // [ahead, ahead_end): cache lines of the next tile to ask for into L2 as it goes,
-// w.lines_ahead_per_block() of them per block (run_quant_tiles); none by default. Plain pointers, not
-// a struct: the caller writes them just before the call, and a struct passed by value was copied
-// with a 16-byte load of two 8-byte stores (a failed store forward, on every pass).
+// w.lines_ahead_per_block() of them per block (run_quant_tiles); none by default. Plain
+// pointers, not a struct: the caller writes them just before the call, and a struct passed by
+// value was copied with a 16-byte load of two 8-byte stores (a failed store forward, every pass).
 template <PackedFormat F, int R, class Weights>
 TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64_t r0, int64_t o0,
                                      const char* ahead = nullptr,

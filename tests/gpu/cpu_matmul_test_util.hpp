@@ -84,7 +84,8 @@ inline DequantizedProduct dequantized_product(model::TensorType type, const std:
         exact += wx;
         bound += 2e-6 * std::fabs(wx);
         if (activation_steps > 0) {
-          bound += std::fabs(wrow[k]) * activation_steps * q.scale[(r * s.inputs + k) / kQuantBlock];
+          const float scale = q.scale[(r * s.inputs + k) / kQuantBlock];
+          bound += std::fabs(wrow[k]) * activation_steps * scale;
         }
       }
       p.exact[r * s.outputs + o] = exact;
