@@ -12,6 +12,7 @@
 // Thread-safety: pure functions; callable from any thread (on a CPU with the ISA).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "gpu/cpu/isa_target.hpp"
@@ -29,7 +30,9 @@ struct AheadPlan {
 
   AheadPlan(const TileJob& job, int64_t passes) {
     const auto lines = static_cast<int64_t>((job.tile_bytes + 63) / 64);
-    const int64_t blocks = (job.num_inputs + kQuantBlock - 1) / kQuantBlock;  // float K: any
+    // Float K: any width. No rows or no inputs leave nothing to run (and nothing to divide by).
+    const int64_t blocks = std::max<int64_t>(1, (job.num_inputs + kQuantBlock - 1) / kQuantBlock);
+    passes = std::max<int64_t>(1, passes);
     share = lines / passes;
     extra = lines % passes;
     per_block = (share + (extra > 0 ? 1 : 0) + blocks - 1) / blocks;
