@@ -1,6 +1,7 @@
 // AVX-512 VNNI tile kernels of the batched matmul (layouts in matmul_kernels.hpp, numerics in
 // matmul.hpp). Up to two rows (quantized) or eight (float) share each unpacked weight vector;
-// a quantized tile meeting many rows is unpacked once per thread instead (UnpackedBlock).
+// a quantized tile meeting many rows is unpacked once per thread instead (UnpackedBlock). Every
+// tile's passes ask for the next tile as they go (AheadPlan, matmul_simd.hpp).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -203,7 +204,7 @@ UnpackedBlock* thread_scratch(int64_t blocks) {
 // its lines are dealt out over the passes, a line or two per block, so that only a few are in
 // flight at once. Asked for in one burst (the whole next tile during the unpack, as before),
 // most waited for a line fill buffer (16 per core) and the burst stalled the unpack; with no
-// software prefetch at all (the packed path before), the hardware's kept ~6 GB/s in flight.
+// software prefetch at all (the packed path before), the hardware prefetchers alone kept ~6 GB/s.
 // matmul_bench --stream-mib 128 (Q4_1, one thread, 2026-12-06, alternated in one process):
 // unpacked, 16 rows 0.81-0.88 -> 0.70-0.78 ns per 16x4 product at K 576-4,096, 8 rows (K <=
 // 1,536) 0.99-1.02 -> 0.75-0.83, 64 rows 0.66-0.75 -> 0.63-0.72 (L2-resident weights:
