@@ -23,13 +23,11 @@ constexpr int kFloatRows = 4;  // float formats: rows sharing each weight load
 // 4-input group) fed its blocks in order. One row takes all eight groups in one pass; more rows
 // take two passes of four (sixteen ymm registers hold no more), which leaves every accumulator's
 // sequence, and so every bit, unchanged. Q4_1/Q5_1's m * s chain runs in the pass that ends the
-// block. [ahead, ahead_end): lines of the next tile to ask for into L2, per_block a block
-// (AheadPlan); plain pointers, not a struct by value (matmul_avx512.cpp's quant_tile says why).
+// block. `ahead`: lines of the next tile to ask for as it goes (AheadPlan).
 template <PackedFormat F, int R, int kFirstGroup, int kNumGroups>
 TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t* tile, int h,
                                                int64_t r0, __m256 (&lanes)[R][8],
-                                               __m256 (&macc)[R], const char* ahead,
-                                               const char* ahead_end, int64_t per_block) {
+                                               __m256 (&macc)[R], const AheadLines& ahead) {
   constexpr int kBlockBytes = packed_block_bytes(F);
   constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
@@ -41,10 +39,9 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
   for (auto& a : acc) {
     for (auto& v : a) v = _mm256_setzero_ps();
   }
+  const char* next = ahead.next;
   for (int64_t b = 0; b < nb; ++b) {
-    for (int64_t i = 0; i < per_block && ahead < ahead_end; ++i, ahead += 64) {
-      _mm_prefetch(ahead, _MM_HINT_T1);
-    }
+    ask_ahead(next, ahead);
     const uint8_t* blk = tile + b * kBlockBytes;
     const uint8_t* qs = blk + packed_header_bytes(kHasMin) + 32 * h;
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
@@ -105,19 +102,18 @@ TROUPE_TARGET_AVX2 inline void quant_half_pass(const TileJob& job, const uint8_t
 }
 
 // Quantized formats: R (1 or 2) rows of one 8-lane half h of a tile; its first group pass asks
-// for the next tile's lines [ahead, ahead_end).
+// for the next tile's lines `ahead`.
 template <PackedFormat F, int R>
 TROUPE_TARGET_AVX2 void quant_half_rows(const TileJob& job, const uint8_t* tile, int h, int64_t r0,
-                                        int64_t o0, const char* ahead, const char* ahead_end,
-                                        int64_t per_block) {
+                                        int64_t o0, const AheadLines& ahead) {
   __m256 lanes[R][8];
   __m256 macc[R];
   for (auto& m : macc) m = _mm256_setzero_ps();
   if constexpr (R == 1) {
-    quant_half_pass<F, R, 0, 8>(job, tile, h, r0, lanes, macc, ahead, ahead_end, per_block);
+    quant_half_pass<F, R, 0, 8>(job, tile, h, r0, lanes, macc, ahead);
   } else {
-    quant_half_pass<F, R, 0, 4>(job, tile, h, r0, lanes, macc, ahead, ahead_end, per_block);
-    quant_half_pass<F, R, 4, 4>(job, tile, h, r0, lanes, macc, nullptr, nullptr, 0);
+    quant_half_pass<F, R, 0, 4>(job, tile, h, r0, lanes, macc, ahead);
+    quant_half_pass<F, R, 4, 4>(job, tile, h, r0, lanes, macc, AheadLines{});
   }
   for (int i = 0; i < R; ++i) {
     __m256 y = avx2::fold_groups(lanes[i]);
@@ -147,9 +143,7 @@ TROUPE_TARGET_AVX2 void float_half(const TileJob& job, const uint8_t* tile, int 
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t k0 = 0; k0 < job.num_inputs; k0 += kQuantBlock) {
-    for (int64_t i = 0; i < ahead.per_block && next < ahead.end; ++i, next += 64) {
-      _mm_prefetch(next, _MM_HINT_T1);
-    }
+    ask_ahead(next, ahead);
     const int64_t k1 = std::min<int64_t>(job.num_inputs, k0 + kQuantBlock);
     for (int64_t k = k0; k < k1; ++k) {
       const __m256 w = load_float_half<F>(tile + k * kStride + kHalf * h);
@@ -176,13 +170,11 @@ TROUPE_TARGET_AVX2 void run_quant_halves(const TileJob& job, int64_t tile_begin,
     const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
     for (int h = 0; h < 2 && o0 + 8 * h < job.num_outputs; ++h) {
       for (int64_t p = 0; p < pairs; ++p) {
-        const char* ahead = last_tile ? nullptr : next;
-        next = plan.advance(next, h * pairs + p);
-        const char* ahead_end = last_tile ? nullptr : next;
+        const AheadLines ahead = plan.take(next, h * pairs + p, last_tile);
         if (2 * p + 2 <= job.num_rows) {
-          quant_half_rows<F, 2>(job, tile, h, 2 * p, o0, ahead, ahead_end, plan.per_block);
+          quant_half_rows<F, 2>(job, tile, h, 2 * p, o0, ahead);
         } else {
-          quant_half_rows<F, 1>(job, tile, h, 2 * p, o0, ahead, ahead_end, plan.per_block);
+          quant_half_rows<F, 1>(job, tile, h, 2 * p, o0, ahead);
         }
       }
     }

@@ -62,9 +62,6 @@ struct PackedWeights {
   static constexpr int kBlockBytes = packed_block_bytes(F);
   static constexpr bool kQ4 = F == PackedFormat::kQ4_0 || F == PackedFormat::kQ4_1;
   const uint8_t* tile;
-  int64_t ahead_per_block = 0;  // lines of the next tile quant_tile asks for per block
-
-  int64_t lines_ahead_per_block() const { return ahead_per_block; }
 
   TROUPE_TARGET_AVX512 static __m512 fp16_lanes(const uint8_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -89,9 +86,6 @@ struct PackedWeights {
 
 struct UnpackedWeights {
   const UnpackedBlock* blocks;
-  int64_t ahead_per_block = 0;  // as PackedWeights'
-
-  int64_t lines_ahead_per_block() const { return ahead_per_block; }
 
   TROUPE_TARGET_AVX512 __m512 d(int64_t b) const { return _mm512_load_ps(blocks[b].d); }
   TROUPE_TARGET_AVX512 __m512 m(int64_t b) const { return _mm512_load_ps(blocks[b].m); }
@@ -103,14 +97,10 @@ struct UnpackedWeights {
 // Quantized formats: R rows (1 or 2) starting at row r0 against one tile, in ggml's
 // order (matmul.hpp): eight float accumulators per (row, output), one per 4-input group of a
 // block, combined at the end as ggml's hsum_float_8; Q4_1/Q5_1's m * s terms in their own chain.
-// [ahead, ahead_end): cache lines of the next tile to ask for into L2 as it goes,
-// w.lines_ahead_per_block() of them per block (run_quant_tiles); none by default. Plain
-// pointers, not a struct: the caller writes them just before the call, and a struct passed by
-// value was copied with a 16-byte load of two 8-byte stores (a failed store forward, every pass).
+// `ahead`: lines of the next tile to ask for as it goes (AheadPlan).
 template <PackedFormat F, int R, class Weights>
 TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64_t r0, int64_t o0,
-                                     const char* ahead = nullptr,
-                                     const char* ahead_end = nullptr) {
+                                     const AheadLines& ahead) {
   constexpr bool kHasMin = has_packed_min(F);
   const int64_t nb = job.num_inputs / kQuantBlock;
   const int64_t K = job.num_inputs;
@@ -120,10 +110,9 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64
     for (auto& a : acc[i]) a = _mm512_setzero_ps();
     macc[i] = _mm512_setzero_ps();
   }
+  const char* next = ahead.next;
   for (int64_t b = 0; b < nb; ++b) {
-    for (int64_t i = 0; i < w.lines_ahead_per_block() && ahead < ahead_end; ++i, ahead += 64) {
-      _mm_prefetch(ahead, _MM_HINT_T1);
-    }
+    ask_ahead(next, ahead);
     const __m512 dw = w.d(b);
     __m512 scale[R];
     for (int i = 0; i < R; ++i) {
@@ -221,22 +210,20 @@ TROUPE_TARGET_AVX512 void run_quant_tiles(const TileJob& job, int64_t tile_begin
     if constexpr (kUnpack) unpack_tile<F>(tile, nb, scratch);
     const auto w = [&] {
       if constexpr (kUnpack) {
-        return UnpackedWeights{scratch, plan.per_block};
+        return UnpackedWeights{scratch};
       } else {
-        return PackedWeights<F>{tile, plan.per_block};
+        return PackedWeights<F>{tile};
       }
     }();
     const int64_t o0 = t * kTileOutputs;
     const bool last_tile = t + 1 == tile_end;
     const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
     for (int64_t p = 0; p < passes; ++p) {
-      const char* ahead = last_tile ? nullptr : next;
-      next = plan.advance(next, p);
-      const char* ahead_end = last_tile ? nullptr : next;
+      const AheadLines ahead = plan.take(next, p, last_tile);
       if (2 * p + 2 <= job.num_rows) {
-        quant_tile<F, 2>(job, w, 2 * p, o0, ahead, ahead_end);
+        quant_tile<F, 2>(job, w, 2 * p, o0, ahead);
       } else {
-        quant_tile<F, 1>(job, w, 2 * p, o0, ahead, ahead_end);
+        quant_tile<F, 1>(job, w, 2 * p, o0, ahead);
       }
     }
   }
@@ -262,9 +249,7 @@ TROUPE_TARGET_AVX512 void float_tile(const TileJob& job, const uint8_t* tile, in
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t k0 = 0; k0 < job.num_inputs; k0 += kQuantBlock) {
-    for (int64_t i = 0; i < ahead.per_block && next < ahead.end; ++i, next += 64) {
-      _mm_prefetch(next, _MM_HINT_T1);
-    }
+    ask_ahead(next, ahead);
     const int64_t k1 = std::min<int64_t>(job.num_inputs, k0 + kQuantBlock);
     for (int64_t k = k0; k < k1; ++k) {
       const __m512 w = load_float_lanes<F>(tile + k * kStride);

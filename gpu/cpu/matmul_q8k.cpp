@@ -484,7 +484,7 @@ void matmul_q8k_range(model::TensorType type, const uint8_t* w, size_t row_bytes
 #if TROUPE_X86
   if (isa != IsaLevel::kScalar) {
     // Rows in slices that stay in L2 (64 rows of 2,048 inputs: 150 KB of Q8_K) while every
-    // weight row of the range passes over them, kRowGroup rows per pass.
+    // weight row of the range passes over them, row_group(isa) rows per pass.
     constexpr int64_t kRowSlice = 64;
     const int64_t group = row_group(isa);
     for (int64_t r0 = 0; r0 < num_rows; r0 += kRowSlice) {

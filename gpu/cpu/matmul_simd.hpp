@@ -20,6 +20,24 @@
 
 namespace troupe::gpu::cpu::detail {
 
+// The lines of the next tile one kernel call asks for into L2 (an AheadPlan pass), per_block of
+// them per 32 inputs (ask_ahead). Kernels take it by reference: passed by value, the struct was
+// copied with a 16-byte load of the caller's two fresh 8-byte stores, a failed store forward on
+// every call (batch 64 fell from 770-845 to 555-713 tok/s, perf on that load; 2026-12-06).
+struct AheadLines {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int64_t per_block = 0;
+};
+
+// In a kernel's loop, once per block of 32 inputs: asks for the next per_block lines of `lines`
+// into L2 (prefetcht1), `next` being the kernel's cursor, from lines.next.
+inline void ask_ahead(const char*& next, const AheadLines& lines) {
+  for (int64_t i = 0; i < lines.per_block && next < lines.end; ++i, next += 64) {
+    __builtin_prefetch(next, 0, 2);
+  }
+}
+
 // How a tile's row passes ask for the next tile's lines into L2 while they compute (the weights
 // stream from memory once per call; matmul_avx512.cpp's run_quant_tiles has the measurements):
 // pass p of `passes` asks for `share` lines, one more when p < extra, per_block of them per block
@@ -37,20 +55,17 @@ struct AheadPlan {
     extra = lines % passes;
     per_block = (share + (extra > 0 ? 1 : 0) + blocks - 1) / blocks;
   }
-  // Pass p's lines start at `next`: returns where the following pass's start.
-  const char* advance(const char* next, int64_t p) const {
-    return next + 64 * (share + (p < extra ? 1 : 0));
-  }
+  // Pass p's lines, from `next` (left past them); none on the last tile of a call's range
+  // (what follows it is another thread's, or nothing).
+  AheadLines take(const char*& next, int64_t p, bool last_tile) const;
 };
 
-// The lines of the next tile one kernel call asks for into L2 (an AheadPlan pass), per_block of
-// them per 32 inputs. By reference: a struct passed by value is copied with a 16-byte load of
-// the caller's two fresh 8-byte stores (matmul_avx512.cpp's quant_tile says what that cost).
-struct AheadLines {
-  const char* next = nullptr;
-  const char* end = nullptr;
-  int64_t per_block = 0;
-};
+inline AheadLines AheadPlan::take(const char*& next, int64_t p, bool last_tile) const {
+  const char* end = next + 64 * (share + (p < extra ? 1 : 0));
+  const AheadLines lines = last_tile ? AheadLines{} : AheadLines{next, end, per_block};
+  next = end;
+  return lines;
+}
 
 // The last `job.num_rows - r` rows (fewer than R + 1) of a tile part as one group whose size is
 // a compile-time constant (the kernels keep one accumulator set per row in registers).
@@ -85,9 +100,7 @@ void run_tiles(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
     int64_t pass = 0;
     for (int part = 0; part < kParts && o0 + kPartLanes * part < job.num_outputs; ++part) {
       for (int64_t r = 0; r < job.num_rows; r += kMaxRows) {
-        AheadLines ahead;
-        if (!last_tile) ahead = {next, plan.advance(next, pass), plan.per_block};
-        next = plan.advance(next, pass++);
+        const AheadLines ahead = plan.take(next, pass++, last_tile);
         if (r + kMaxRows <= job.num_rows) {
           Kernel::template rows<kMaxRows>(job, tile, part, r, o0, ahead);
         } else {
