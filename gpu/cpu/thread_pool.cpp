@@ -42,11 +42,15 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run_chunks(int thread_index) {
   const RangeFn& fn = *job_.load(std::memory_order_relaxed);
   const int64_t items = job_items_.load(std::memory_order_relaxed);
-  const int64_t chunk = job_chunk_.load(std::memory_order_relaxed);
+  const int64_t share = 2 * static_cast<int64_t>(num_threads_);
   for (;;) {
-    const int64_t begin = next_item_.fetch_add(chunk, std::memory_order_relaxed);
-    if (begin >= items) return;
-    const int64_t end = std::min(items, begin + chunk);
+    // A chunk of 1 / share of what is left (thread_pool.hpp: the threads finish together).
+    int64_t begin = next_item_.load(std::memory_order_relaxed);
+    int64_t end = 0;
+    do {
+      if (begin >= items) return;
+      end = begin + std::max<int64_t>(1, (items - begin) / share);
+    } while (!next_item_.compare_exchange_weak(begin, end, std::memory_order_relaxed));
     fn(begin, end, thread_index);
     done_items_.fetch_add(end - begin, std::memory_order_release);
   }
@@ -75,11 +79,8 @@ void ThreadPool::parallel_for(int64_t num_items, const RangeFn& fn) {
     fn(0, num_items, 0);
     return;
   }
-  // A few chunks per thread: small enough that a stalled thread's chunk is a small share.
-  const int64_t chunk = std::max<int64_t>(1, num_items / (4 * static_cast<int64_t>(num_threads_)));
   job_.store(&fn, std::memory_order_relaxed);
   job_items_.store(num_items, std::memory_order_relaxed);
-  job_chunk_.store(chunk, std::memory_order_relaxed);
   next_item_.store(0, std::memory_order_relaxed);
   done_items_.store(0, std::memory_order_relaxed);
   const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
