@@ -46,7 +46,9 @@ inline constexpr int32_t kCodeOffset = F == PackedFormat::kQ8_0   ? 128
 // For Q4, quant_tile spends 3 vector operations per 64-byte chunk on the nibbles (and, shift,
 // and) and 4 per block on the fp16 scales, for only 2 rows: ~0.75 extra operation per
 // vpdpbusd-cvt-fma triple, on the two ports that triple saturates. Read from here, the weights
-// cost loads only. Byte formats (Q8_0, Q5_1) are copied, for the scales and the prefetch below.
+// cost loads only. Byte formats (Q8_0, Q5_1) are read packed: their codes are bytes already, and
+// a copy cost only its stores (Q8_0 copied: 3-12 % slower at 16-64 rows, K 576-1,536; Q5_1
+// level, 0.95-1.15; matmul_bench --stream-mib 128, copied and packed alternated in one process).
 struct alignas(64) UnpackedBlock {
   uint8_t groups[8][64];  // group g: inputs 4g..4g+3 of the 16 lanes (the Q8 chunk layout)
   float d[kTileOutputs];
@@ -91,6 +93,32 @@ struct UnpackedWeights {
   TROUPE_TARGET_AVX512 __m512 m(int64_t b) const { return _mm512_load_ps(blocks[b].m); }
   TROUPE_TARGET_AVX512 __m512i group(int64_t b, int g) const {
     return _mm512_load_si512(blocks[b].groups[g]);
+  }
+};
+
+// A tile's first pass reads it packed and leaves it unpacked for the passes after it: each block's
+// scales and groups are stored into `out` as the products use them. The stores go to the store
+// ports, beside the pass's vpdpbusd-cvt-FMA work; unpacked in a loop of their own before the
+// passes (as before) they stalled it, ~6 % of a 16-row call at K 576.
+template <PackedFormat F>
+struct UnpackingWeights {
+  PackedWeights<F> packed;
+  UnpackedBlock* out;
+
+  TROUPE_TARGET_AVX512 __m512 d(int64_t b) const {
+    const __m512 v = packed.d(b);
+    _mm512_store_ps(out[b].d, v);
+    return v;
+  }
+  TROUPE_TARGET_AVX512 __m512 m(int64_t b) const {
+    const __m512 v = packed.m(b);
+    _mm512_store_ps(out[b].m, v);
+    return v;
+  }
+  TROUPE_TARGET_AVX512 __m512i group(int64_t b, int g) const {
+    const __m512i v = packed.group(b, g);
+    _mm512_store_si512(out[b].groups[g], v);
+    return v;
   }
 };
 
@@ -143,36 +171,29 @@ TROUPE_TARGET_AVX512 void quant_tile(const TileJob& job, const Weights& w, int64
   }
 }
 
-// Rows of a call from which unpacking pays: measured for Q4_1 on a Xeon (AVX-512 VNNI,
-// 2026-12-06) per 16x4 product, direct vs unpacked: 16+ rows 0.70-0.83 vs 0.65-0.71 ns at
-// every K from 576 to 14,336; 8 rows gain while the scratch stays in L1 (K 1,536: 0.82 vs
-// 0.79 ns) and lose beyond (K 4,096: 0.82 vs 0.87 ns); 4 rows lose everywhere. Checked again
-// with the weights streamed and both paths prefetching (matmul_bench --stream-mib 128, 3
-// alternated runs): unpacked at 2 and 4 rows lost (2 rows 1.9-3.2 vs 1.6-2.2 ns), at 8 rows won
-// at K 576 and lost at K 4,096, from 12 rows won at K <= 1,536 -- the same thresholds. The
-// prefetch itself took the packed path's 1 row from 5.2-5.9 to 3.2-4.1 ns (~11 GB/s of Q4_1, the
-// core's bandwidth here), 2 rows from 2.9-3.3 to 1.8-2.2, 4 rows from 2.0-2.3 to 1.2-1.5.
-constexpr int64_t kUnpackRows = 16;
-constexpr int64_t kUnpackRowsInL1 = 8;
+// Rows of a call from which unpacking a Q4 tile pays, now that the first pass unpacks as it
+// goes: per 16x4 product, unpacked / packed, weights streamed (matmul_bench --stream-mib 128,
+// both forms alternated in one process, 2 runs, Xeon AVX-512 VNNI, 2026-12-06), Q4_1 and Q4_0:
+//   rows        4            6            8            12
+//   K 576    0.96-0.97    0.88-0.94    0.85-0.94    0.84-0.91
+//   K 1,536  1.01-1.06    0.95-0.99    0.91-0.94    0.80-0.89
+//   K 4,096  1.21-1.24    1.13-1.14    1.04-1.09    0.91-0.99
+// So from 12 rows at any width, from 6 while the scratch (20 bytes per input) stays in L1.
+// (With the unpack a loop of its own before the passes, the thresholds were 16 and 8.)
+constexpr int64_t kUnpackRows = 12;
+constexpr int64_t kUnpackRowsInL1 = 6;
 constexpr size_t kUnpackL1Bytes = 32 * 1024;
 
-// A tile's codes and scales into `out` (UnpackedBlock), block by block.
 template <PackedFormat F>
-TROUPE_TARGET_AVX512 void unpack_tile(const uint8_t* tile, int64_t nb, UnpackedBlock* out) {
-  const PackedWeights<F> w{tile};
-  for (int64_t b = 0; b < nb; ++b) {
-    UnpackedBlock& u = out[b];
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) _mm512_store_si512(u.groups[g], w.group(b, g));
-    _mm512_store_ps(u.d, w.d(b));
-    if constexpr (has_packed_min(F)) _mm512_store_ps(u.m, w.m(b));
-  }
-}
-
 bool unpacking_pays(const TileJob& job) {
-  const size_t scratch = static_cast<size_t>(job.num_inputs / kQuantBlock) * sizeof(UnpackedBlock);
-  return job.num_rows >= kUnpackRows ||
-         (job.num_rows >= kUnpackRowsInL1 && scratch <= kUnpackL1Bytes);
+  if constexpr (!PackedWeights<F>::kQ4) {
+    return false;
+  } else {
+    const size_t scratch =
+        static_cast<size_t>(job.num_inputs / kQuantBlock) * sizeof(UnpackedBlock);
+    return job.num_rows >= kUnpackRows ||
+           (job.num_rows >= kUnpackRowsInL1 && scratch <= kUnpackL1Bytes);
+  }
 }
 
 // The calling thread's unpacked tile, at least `blocks` blocks: each thread that multiplies
@@ -185,8 +206,8 @@ UnpackedBlock* thread_scratch(int64_t blocks) {
 }
 
 // The products of tiles [tile_begin, tile_end) for every row: per tile, passes over the row pairs
-// (and a last odd row), reading the packed tile, or (kUnpack) the tile unpacked once into this
-// thread's scratch.
+// (and a last odd row), reading the packed tile, or (kUnpack) the tile unpacked by the first pass
+// into this thread's scratch (UnpackingWeights) for the others.
 //
 // The weights stream from memory once per call (a model's matrices outgrow L2 and, on a shared
 // host, L3; ~11 GB/s per core here), so each tile's passes also ask for the next tile into L2:
@@ -207,24 +228,22 @@ TROUPE_TARGET_AVX512 void run_quant_tiles(const TileJob& job, int64_t tile_begin
   const AheadPlan plan(job, passes);
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const auto* tile = reinterpret_cast<const uint8_t*>(job.tiles + t * job.tile_bytes);
-    if constexpr (kUnpack) unpack_tile<F>(tile, nb, scratch);
-    const auto w = [&] {
-      if constexpr (kUnpack) {
-        return UnpackedWeights{scratch};
-      } else {
-        return PackedWeights<F>{tile};
-      }
-    }();
     const int64_t o0 = t * kTileOutputs;
     const bool last_tile = t + 1 == tile_end;
     const char* next = reinterpret_cast<const char*>(tile + job.tile_bytes);
-    for (int64_t p = 0; p < passes; ++p) {
+    const auto pass = [&](const auto& w, int64_t p) {
       const AheadLines ahead = plan.take(next, p, last_tile);
       if (2 * p + 2 <= job.num_rows) {
         quant_tile<F, 2>(job, w, 2 * p, o0, ahead);
       } else {
         quant_tile<F, 1>(job, w, 2 * p, o0, ahead);
       }
+    };
+    if constexpr (kUnpack) {
+      pass(UnpackingWeights<F>{PackedWeights<F>{tile}, scratch}, 0);
+      for (int64_t p = 1; p < passes; ++p) pass(UnpackedWeights{scratch}, p);
+    } else {
+      for (int64_t p = 0; p < passes; ++p) pass(PackedWeights<F>{tile}, p);
     }
   }
 }
@@ -276,7 +295,7 @@ struct Avx512Runner {
   template <PackedFormat F>
   static void run(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
     if constexpr (is_legacy_format(F)) {
-      if (unpacking_pays(job)) {
+      if (unpacking_pays<F>(job)) {
         run_quant_tiles<F, true>(job, tile_begin, tile_end);
       } else {
         run_quant_tiles<F, false>(job, tile_begin, tile_end);
