@@ -65,7 +65,11 @@ void quantize_row_range(const float* x, int64_t ldx, int64_t row_begin, int64_t 
   if (isa != IsaLevel::kScalar) {
     const detail::QuantizeJob job{x, ldx, num_cols, out.qs.data(), out.scale.data(), out.sum.data(),
                                   out.scaled_sum.data(), out.group_bias.data()};
-    detail::quantize_rows_avx2(job, row_begin, row_end);
+    if (isa == IsaLevel::kAvx512Vnni) {
+      detail::quantize_rows_avx512(job, row_begin, row_end);
+    } else {
+      detail::quantize_rows_avx2(job, row_begin, row_end);
+    }
     return;
   }
 #else

@@ -312,10 +312,77 @@ void matmul_tiles_avx512(const TileJob& job, int64_t tile_begin, int64_t tile_en
   dispatch_format<Avx512Runner>(job, tile_begin, tile_end);
 }
 
+// Codes of 16 activations: round(x * id) to nearest even, clamped to +-127, as bytes.
+TROUPE_TARGET_AVX512 static inline __m128i sixteen_codes(const float* x, __m512 id) {
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), id));
+  return _mm512_cvtepi32_epi8(
+      _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127)));
+}
+
+// Activation quantization, quantize_rows_avx2's operations per element and per block, with what
+// that form does one block at a time in scalar registers -- the divisions d = amax / 127 and
+// 127 / amax (IEEE, so a vector division rounds as the scalar one), the fp16 rounding of d and
+// d * sum -- done for 16 blocks at once, and each block's codes in two 16-lane vectors. vpmovdb
+// truncates codes already clamped to +-127, so they keep their order without packs + permute;
+// vpdpbusd against ones gives the 4-code group sums (maddubs + madd in the AVX2 form).
+TROUPE_TARGET_AVX512 void quantize_rows_avx512(const QuantizeJob& job, int64_t row_begin,
+                                               int64_t row_end) {
+  constexpr int kBlocksAtOnce = 16;
+  const int64_t nb = job.num_cols / kQuantBlock;
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m512 v127 = _mm512_set1_ps(127.0f);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float* xr = job.x + r * job.ldx;
+    for (int64_t b0 = 0; b0 < nb; b0 += kBlocksAtOnce) {
+      const int n = static_cast<int>(std::min<int64_t>(kBlocksAtOnce, nb - b0));
+      const auto lanes = static_cast<__mmask16>((1u << n) - 1);
+      alignas(64) float amax[kBlocksAtOnce];
+      for (int j = 0; j < n; ++j) {
+        const float* xb = xr + (b0 + j) * kQuantBlock;
+        amax[j] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb)),
+                                                     _mm512_abs_ps(_mm512_loadu_ps(xb + 16))));
+      }
+      const __m512 a = _mm512_maskz_load_ps(lanes, amax);
+      const __m512 d = _mm512_div_ps(a, v127);
+      // amax != 0 ? 127 / amax : 0, with C's != (true for NaN).
+      const __mmask16 nonzero = _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+      alignas(64) float inverse[kBlocksAtOnce];
+      _mm512_store_ps(inverse, _mm512_maskz_div_ps(nonzero & lanes, v127, a));
+      alignas(64) int32_t sums[kBlocksAtOnce];
+      for (int j = 0; j < n; ++j) {
+        const int64_t b = b0 + j;
+        const float* xb = xr + b * kQuantBlock;
+        const __m512 id = _mm512_set1_ps(inverse[j]);
+        const __m256i q8 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(sixteen_codes(xb, id)), sixteen_codes(xb + 16, id), 1);
+        _mm256_storeu_si256(
+            reinterpret_cast<__m256i*>(job.qs + r * job.num_cols + b * kQuantBlock), q8);
+        const __m256i groups = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, q8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(job.group_bias + (r * nb + b) * 8),
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(groups, 7)));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(groups),
+                                   _mm256_extracti128_si256(groups, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+        sums[j] = _mm_cvtsi128_si32(s4);
+      }
+      const int64_t rb = r * nb + b0;
+      const __m512i sum = _mm512_maskz_load_epi32(lanes, sums);
+      _mm512_mask_storeu_epi32(job.sum + rb, lanes, sum);
+      const __m512 scaled = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sum));
+      _mm512_mask_storeu_ps(job.scale + rb, lanes,
+                            _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT)));
+      _mm512_mask_storeu_ps(job.scaled_sum + rb, lanes,
+                            _mm512_cvtph_ps(_mm512_cvtps_ph(scaled, _MM_FROUND_TO_NEAREST_INT)));
+    }
+  }
+}
+
 #else
 void matmul_tiles_avx512(const TileJob& job, int64_t tile_begin, int64_t tile_end) {
   matmul_tiles_scalar(job, tile_begin, tile_end);
 }
+void quantize_rows_avx512(const QuantizeJob&, int64_t, int64_t) {}
 #endif
 
 }  // namespace troupe::gpu::cpu::detail

@@ -95,6 +95,7 @@ struct QuantizeJob {
   int32_t* group_bias;
 };
 void quantize_rows_avx2(const QuantizeJob& job, int64_t row_begin, int64_t row_end);
+void quantize_rows_avx512(const QuantizeJob& job, int64_t row_begin, int64_t row_end);
 
 // Writes one output row of `num_inputs` values of a 32-value block type (Q4_0, Q4_1, Q8_0, Q5_0
 // into the Q8_0 layout, Q5_1) into lane `lane` of a tile (matmul_legacy.cpp).

@@ -66,10 +66,19 @@ TEST(QuantizeRows, RoundsToNearestAndKeepsSums) {
 }
 
 // Every ISA's quantization is the scalar one bit for bit: codes, scales, sums, group biases
-// (blocks of zeros, exact .5 ties, large and tiny magnitudes included).
+// (blocks of zeros, exact .5 ties, large and tiny magnitudes included), at widths of fewer,
+// exactly and more than the 16 blocks the AVX-512 form takes at once.
+void quantize_matches_scalar(int64_t rows, int64_t cols);
+
 TEST(QuantizeRows, AllPathsMatchScalarBitExact) {
-  const int64_t rows = 7, cols = 320;
-  auto x = testing::random_floats(rows * cols, 42, 3.0f);
+  for (const int64_t cols : {320, 512, 576, 1056}) {
+    SCOPED_TRACE(cols);
+    quantize_matches_scalar(7, cols);
+  }
+}
+
+void quantize_matches_scalar(int64_t rows, int64_t cols) {
+  auto x = testing::random_floats(rows * cols, 42 + cols, 3.0f);
   for (int i = 0; i < 32; ++i) x[i] = 0.0f;                            // an all-zero block
   for (int i = 32; i < 64; ++i) x[i] = static_cast<float>(i - 48) * 0.5f;  // ties after scaling
   for (int i = 64; i < 96; ++i) x[i] *= 1e4f;
