@@ -98,8 +98,9 @@ struct UnpackedWeights {
 
 // A tile's first pass reads it packed and leaves it unpacked for the passes after it: each block's
 // scales and groups are stored into `out` as the products use them. The stores go to the store
-// ports, beside the pass's vpdpbusd-cvt-FMA work; unpacked in a loop of their own before the
-// passes (as before) they stalled it, ~6 % of a 16-row call at K 576.
+// ports, beside the pass's vpdpbusd-cvt-FMA work; in a loop of their own before the passes (as
+// before) they held the products up: these are 3-5 % cheaper at 16 rows, 5-9 % at 8 (K <=
+// 1,536; matmul_bench, both forms alternated in one process).
 template <PackedFormat F>
 struct UnpackingWeights {
   PackedWeights<F> packed;

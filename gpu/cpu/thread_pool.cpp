@@ -43,13 +43,15 @@ void ThreadPool::run_chunks(int thread_index) {
   const RangeFn& fn = *job_.load(std::memory_order_relaxed);
   const int64_t items = job_items_.load(std::memory_order_relaxed);
   const int64_t share = 2 * static_cast<int64_t>(num_threads_);
+  // No chunk above 1 / (2 share) of the job: what a descheduled thread can hold up.
+  const int64_t largest = std::max<int64_t>(1, items / (2 * share));
   for (;;) {
-    // A chunk of 1 / share of what is left (thread_pool.hpp: the threads finish together).
+    // 1 / share of what is left (thread_pool.hpp: the threads finish together).
     int64_t begin = next_item_.load(std::memory_order_relaxed);
     int64_t end = 0;
     do {
       if (begin >= items) return;
-      end = begin + std::max<int64_t>(1, (items - begin) / share);
+      end = begin + std::clamp<int64_t>((items - begin) / share, 1, largest);
     } while (!next_item_.compare_exchange_weak(begin, end, std::memory_order_relaxed));
     fn(begin, end, thread_index);
     done_items_.fetch_add(end - begin, std::memory_order_release);

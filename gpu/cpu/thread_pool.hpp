@@ -5,7 +5,8 @@
 // whichever workers show up, so which thread runs which range depends on timing: on a shared,
 // oversubscribed host a descheduled worker's share is picked up by the others instead of
 // stalling the job, and a worker that arrives after the job is done skips it. Chunks shrink as
-// the job drains (each claims 1 / (2 * num_threads) of what is left, at least one item), so the
+// the job drains (each claims 1 / (2 * num_threads) of what is left, at least one item and at
+// most 1 / (4 * num_threads) of the job, the most a descheduled thread can hold up), so the
 // last ones are single items and the threads finish together: fixed chunks of an eighth of the
 // job left one thread waiting for the other's last chunk, 4.5 % of a batch-16 decode's CPU
 // samples (perf, cpu_forward_bench; 1.7 % with shrinking chunks). Results never
