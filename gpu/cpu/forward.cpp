@@ -306,6 +306,18 @@ void LlamaForward::for_each_row(int64_t num_rows, ThreadPool& pool, const Fn& fn
   }
 }
 
+template <typename Fn>
+void LlamaForward::for_row_groups(int64_t num_rows, ThreadPool& pool, const Fn& fn) {
+  if (num_rows < kParallelRows) {
+    fn(int64_t{0}, num_rows);
+    return;
+  }
+  const int64_t groups = (num_rows + kRmsNormRows - 1) / kRmsNormRows;
+  pool.parallel_for(groups, [&](int64_t begin, int64_t end, int) {
+    fn(begin * kRmsNormRows, std::min(num_rows, end * kRmsNormRows));
+  });
+}
+
 void LlamaForward::prepare_scratch(const StepBatch& b, ThreadPool& pool) {
   const model::LlamaConfig& c = weights_.config();
   const int64_t T = b.num_tokens();
@@ -432,7 +444,10 @@ void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& po
   const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
   const IsaLevel isa = config_.isa;
   const Layer& L = layers_[l];
-  for_each_row(T, pool, [&](int64_t i) { rmsnorm(x_.data() + i * E, L.attn_norm, h_.data() + i * E, E, c.rms_eps, isa); });
+  for_row_groups(T, pool, [&](int64_t b, int64_t e) {
+    rmsnorm_rows(x_.data() + b * E, E, L.attn_norm, h_.data() + b * E, E, e - b, E, c.rms_eps,
+                 isa);
+  });
   observe("attn_norm", l, h_.data(), T, E, E);
   project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool, q8k_orders_.data());
   observe("qkv", l, qkv_.data(), T, W, W);
@@ -455,12 +470,12 @@ void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
   const int64_t E = c.n_embd, F = c.n_ff;
   const IsaLevel isa = config_.isa;
   const Layer& L = layers_[l];
-  for_each_row(T, pool, [&](int64_t i) {
-    float* x = x_.data() + i * E;
-    float* t = tmp_.data() + i * E;
-    if (L.post_attn_norm) rmsnorm(t, L.post_attn_norm, t, E, c.rms_eps, isa);
-    for (int64_t j = 0; j < E; ++j) x[j] += t[j];
-    rmsnorm(x, L.ffn_norm, h_.data() + i * E, E, c.rms_eps, isa);
+  for_row_groups(T, pool, [&](int64_t b, int64_t e) {
+    float* x = x_.data() + b * E;
+    float* t = tmp_.data() + b * E;
+    if (L.post_attn_norm) rmsnorm_rows(t, E, L.post_attn_norm, t, E, e - b, E, c.rms_eps, isa);
+    for (int64_t j = 0; j < (e - b) * E; ++j) x[j] += t[j];
+    rmsnorm_rows(x, E, L.ffn_norm, h_.data() + b * E, E, e - b, E, c.rms_eps, isa);
   });
   observe("ffn_inp", l, x_.data(), T, E, E);
   observe("ffn_norm", l, h_.data(), T, E, E);
@@ -478,11 +493,11 @@ void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
   observe("ffn_swiglu", l, act_.data(), T, F, F);
   project(L.down, act_.data(), F, T, tmp_.data(), E, pool, q8k_orders_.data());
   observe("ffn_out", l, tmp_.data(), T, E, E);
-  for_each_row(T, pool, [&](int64_t i) {
-    float* x = x_.data() + i * E;
-    float* t = tmp_.data() + i * E;
-    if (L.post_ffn_norm) rmsnorm(t, L.post_ffn_norm, t, E, c.rms_eps, isa);
-    for (int64_t j = 0; j < E; ++j) x[j] += t[j];
+  for_row_groups(T, pool, [&](int64_t b, int64_t e) {
+    float* x = x_.data() + b * E;
+    float* t = tmp_.data() + b * E;
+    if (L.post_ffn_norm) rmsnorm_rows(t, E, L.post_ffn_norm, t, E, e - b, E, c.rms_eps, isa);
+    for (int64_t j = 0; j < (e - b) * E; ++j) x[j] += t[j];
   });
   observe("l_out", l, x_.data(), T, E, E);
 }

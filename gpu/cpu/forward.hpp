@@ -206,6 +206,10 @@ class LlamaForward {
   // Runs fn(i) for every token row, on the pool when there are enough rows.
   template <typename Fn>
   void for_each_row(int64_t num_rows, ThreadPool& pool, const Fn& fn);
+  // Runs fn(begin, end) over the token rows in groups of kRmsNormRows (the last may be short),
+  // each group on one thread (rmsnorm_rows), on the pool when there are enough rows.
+  template <typename Fn>
+  void for_row_groups(int64_t num_rows, ThreadPool& pool, const Fn& fn);
   void observe(const char* name, int32_t layer, const float* data, int64_t rows, int64_t cols,
                int64_t ld) const {
     if (config_.observer) config_.observer(name, layer, data, rows, cols, ld);

@@ -37,6 +37,33 @@ TEST(RmsNorm, MatchesReference) {
   }
 }
 
+// Rows at once (their sums side by side in one vector's lanes at AVX-512) keep each row's bits,
+// in place too, for row counts around the group of kRmsNormRows and widths with a tail.
+TEST(RmsNorm, RowsAtOnceAreBitIdenticalToOneRowEach) {
+  for (IsaLevel isa : runnable_isas()) {
+    for (int64_t n : kSizes) {
+      for (int64_t rows : {1, 7, 8, 9, 16, 17}) {
+        const int64_t ld = n + 3;
+        const auto x = testing::random_floats(rows * ld, 7 * n + rows, 3.0f);
+        const auto w = testing::random_floats(n, n + 2);
+        std::vector<float> want(rows * ld, 0.0f), got(rows * ld, 0.0f);
+        for (int64_t r = 0; r < rows; ++r) {
+          rmsnorm(x.data() + r * ld, w.data(), want.data() + r * ld, n, 1e-5f, IsaLevel::kScalar);
+        }
+        rmsnorm_rows(x.data(), ld, w.data(), got.data(), ld, rows, n, 1e-5f, isa);
+        auto in_place = x;
+        rmsnorm_rows(in_place.data(), ld, w.data(), in_place.data(), ld, rows, n, 1e-5f, isa);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(0, std::memcmp(want.data() + r * ld, got.data() + r * ld, 4 * n))
+              << to_string(isa) << " n=" << n << " rows=" << rows << " row " << r;
+          ASSERT_EQ(0, std::memcmp(want.data() + r * ld, in_place.data() + r * ld, 4 * n))
+              << "in place, " << to_string(isa) << " n=" << n << " rows=" << rows << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(SwiGlu, MatchesReference) {
   for (IsaLevel isa : runnable_isas()) {
     for (int64_t n : kSizes) {
