@@ -11,7 +11,6 @@
 #include "gpu/cpu/geglu.hpp"
 #include "gpu/cpu/hadamard.hpp"
 #include "gpu/cpu/rmsnorm.hpp"
-#include "gpu/kv_table_check.hpp"
 #include "gpu/cpu/rope.hpp"
 #include "gpu/cpu/swiglu.hpp"
 #include "gpu/cpu/vec_math.hpp"
@@ -19,10 +18,6 @@
 
 namespace troupe::gpu::cpu {
 namespace {
-
-[[noreturn]] void bad_batch(const std::string& what) {
-  throw std::invalid_argument("StepBatch: " + what);
-}
 
 // Rows per parallel chunk for row-local elementwise work; below this one thread does it all.
 constexpr int64_t kParallelRows = 8;
@@ -186,113 +181,37 @@ void LlamaForward::resolve_tables(const StepBatch& b) {
   for (int32_t& page : tables_) page = page < 0 ? config_.num_blocks : page;
 }
 
-void LlamaForward::validate(const StepBatch& b) const {
-  const model::LlamaConfig& c = weights_.config();
-  const int32_t T = b.num_tokens();
-  if (b.positions.size() != b.token_ids.size()) bad_batch("positions and token_ids differ in size");
-  if (b.num_kv_groups != kv_groups_.num_groups) {
-    bad_batch(std::to_string(b.num_kv_groups) + " KV groups, the model has " +
-              std::to_string(kv_groups_.num_groups));
-  }
-  if (b.max_blocks_per_seq < 0 ||
-      b.block_tables.size() <
-          static_cast<size_t>(b.num_kv_groups) * b.seqs.size() * static_cast<size_t>(b.max_blocks_per_seq)) {
-    bad_batch("block_tables smaller than groups x seqs x max_blocks_per_seq");
-  }
-  for (int32_t id : b.token_ids) {
-    if (id < 0 || id >= c.n_vocab) bad_batch("token id " + std::to_string(id) + " out of vocabulary");
-  }
-  int64_t covered = 0;
-  for (size_t s = 0; s < b.seqs.size(); ++s) {
-    const SequenceSlice& q = b.seqs[s];
-    const std::string who = "seq " + std::to_string(q.seq_id) + ": ";
-    if (q.num_tokens <= 0 || q.token_offset < 0 || q.token_offset + q.num_tokens > T) {
-      bad_batch(who + "token span out of range");
-    }
-    covered += q.num_tokens;
-    if (q.context_len < q.num_tokens) bad_batch(who + "context_len < num_tokens");
-    if (q.block_table_row < 0 || static_cast<size_t>(q.block_table_row) >= b.seqs.size()) {
-      bad_batch(who + "block_table_row out of range");
-    }
-    const int32_t needed = (q.context_len + config_.block_size - 1) / config_.block_size;
-    if (needed > b.max_blocks_per_seq) bad_batch(who + "context needs more blocks than the table row");
-    if (const auto why =
-            missing_kv_page(kv_groups_, b, q, config_.block_size, config_.num_blocks)) {
-      bad_batch(who + *why);
-    }
-    for (int32_t i = 0; i < q.num_tokens; ++i) {
-      if (b.positions[q.token_offset + i] != q.context_len - q.num_tokens + i) {
-        bad_batch(who + "positions do not match context_len");
-      }
-    }
-    if (q.sample && (q.sampling_index < 0 || static_cast<size_t>(q.sampling_index) >= b.sampling.size())) {
-      bad_batch(who + "sampling_index out of range");
-    }
-    if (q.num_draft_tokens < 0 || (q.num_draft_tokens > 0 && (!q.sample || q.num_draft_tokens >= q.num_tokens))) {
-      bad_batch(who + "num_draft_tokens out of range");
-    }
-    if (q.num_draft_tokens > 0) {
-      // Drafts are verified in order against the unconstrained chain (structured output plans
-      // none), and their penalty window follows the slot's in recent_tokens.
-      const SamplingSlot& slot = b.sampling[static_cast<size_t>(q.sampling_index)];
-      if (slot.bitmask_row >= 0) bad_batch(who + "drafts on a grammar-constrained slot");
-      if (slot.recent_count > 0 && static_cast<size_t>(slot.recent_offset) + slot.recent_count +
-                                           q.num_draft_tokens > b.recent_tokens.size()) {
-        bad_batch(who + "drafts missing from the penalty window");
-      }
-    }
-    validate_prompt_outputs(b, q, who);
-  }
-  if (covered != T) bad_batch("sequence spans do not cover token_ids exactly");
-  for (const SamplingSlot& slot : b.sampling) {
-    if (slot.recent_offset < 0 || slot.recent_count < 0 ||
-        static_cast<size_t>(slot.recent_offset) + slot.recent_count > b.recent_tokens.size()) {
-      bad_batch("sampling slot recent window out of range");
-    }
-  }
+void LlamaForward::size_input(const Projection& w, int64_t rows) {
+  if (w.quantized || w.q8k) resize_quantized_rows(q_, rows, w.parts[0].num_inputs(), w.q8k);
 }
 
-void LlamaForward::validate_prompt_outputs(const StepBatch& b, const SequenceSlice& q,
-                                           const std::string& who) const {
-  const int32_t first = q.context_len - q.num_tokens;
-  const auto inside = [&](int32_t begin, int32_t count) {
-    return count == 0 || (count > 0 && begin >= first && begin + count <= q.context_len);
-  };
-  if (!inside(q.scored_begin, q.num_scored)) bad_batch(who + "scored positions outside the span");
-  if (!inside(q.hidden_begin, q.num_hidden)) bad_batch(who + "hidden positions outside the span");
-  if (q.num_scored > 0 && (q.num_draft_tokens > 0 || q.score_top_n < 0 || q.score_offset < 0 ||
-                           static_cast<size_t>(q.score_offset) + q.num_scored > b.score_targets.size())) {
-    bad_batch(who + "score targets out of range");
-  }
-  for (int32_t i = 0; i < q.num_scored; ++i) {
-    const int32_t target = b.score_targets[static_cast<size_t>(q.score_offset + i)];
-    if (target < 0 || target >= weights_.config().n_vocab) {
-      bad_batch(who + "score target " + std::to_string(target) + " out of vocabulary");
-    }
+void LlamaForward::quantize_input(const Projection& w, const float* x, int64_t ldx,
+                                  int64_t row_begin, int64_t row_end) {
+  // Only the activation rows some part reads: a K-quant-only projection (Gemma's attn_output,
+  // ffn_down) skips the per-32 ones.
+  if (w.quantized) quantize_row_range(x, ldx, row_begin, row_end, q_, config_.isa);
+  if (w.q8k) quantize_q8k_range(x, ldx, row_begin, row_end, q_);
+}
+
+void LlamaForward::multiply(const Projection& w, const float* x, int64_t ldx, int64_t rows,
+                            float* y, int64_t ldy, ThreadPool& pool, const Q8KOrder* orders) {
+  const MatmulInput in{x, ldx, rows, &q_, orders};
+  for (size_t i = 0; i < w.parts.size(); ++i) {
+    matmul(w.parts[i], in, y + w.column_offsets[i], ldy, &pool, config_.isa);
   }
 }
 
 void LlamaForward::project(const Projection& w, const float* x, int64_t ldx, int64_t rows,
                            float* y, int64_t ldy, ThreadPool& pool, const Q8KOrder* orders) {
+  size_input(w, rows);
   if (w.quantized || w.q8k) {
-    // Only the activation rows some part reads: a K-quant-only projection (Gemma's attn_output,
-    // ffn_down) skips the per-32 ones.
-    const int64_t cols = w.parts[0].num_inputs();
-    resize_quantized_rows(q_, rows, cols, w.q8k);
-    auto quantize = [&](int64_t b, int64_t e) {
-      if (w.quantized) quantize_row_range(x, ldx, b, e, q_, config_.isa);
-      if (w.q8k) quantize_q8k_range(x, ldx, b, e, q_);
-    };
     if (rows >= kParallelRows) {
-      pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize(b, e); });
+      pool.parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize_input(w, x, ldx, b, e); });
     } else {
-      quantize(0, rows);
+      quantize_input(w, x, ldx, 0, rows);
     }
   }
-  const MatmulInput in{x, ldx, rows, &q_, orders};
-  for (size_t i = 0; i < w.parts.size(); ++i) {
-    matmul(w.parts[i], in, y + w.column_offsets[i], ldy, &pool, config_.isa);
-  }
+  multiply(w, x, ldx, rows, y, ldy, pool, orders);
 }
 
 template <typename Fn>
@@ -444,12 +363,16 @@ void LlamaForward::attention_block(const StepBatch& b, int32_t l, ThreadPool& po
   const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
   const IsaLevel isa = config_.isa;
   const Layer& L = layers_[l];
+  // Each row group quantized for the QKV product on the thread that normed it (no second job,
+  // no row fetched from the other core's cache).
+  size_input(L.qkv, T);
   for_row_groups(T, pool, [&](int64_t b, int64_t e) {
     rmsnorm_rows(x_.data() + b * E, E, L.attn_norm, h_.data() + b * E, E, e - b, E, c.rms_eps,
                  isa);
+    quantize_input(L.qkv, h_.data(), E, b, e);
   });
   observe("attn_norm", l, h_.data(), T, E, E);
-  project(L.qkv, h_.data(), E, T, qkv_.data(), W, pool, q8k_orders_.data());
+  multiply(L.qkv, h_.data(), E, T, qkv_.data(), W, pool, q8k_orders_.data());
   observe("qkv", l, qkv_.data(), T, W, W);
   for_each_row(T, pool, [&](int64_t i) { prepare_qkv_row(b, l, i); });
   observe("qk_rope", l, qkv_.data(), T, Q + KV, W);  // q already rounded to fp16 here
@@ -470,28 +393,34 @@ void LlamaForward::feed_forward_block(int64_t T, int32_t l, ThreadPool& pool) {
   const int64_t E = c.n_embd, F = c.n_ff;
   const IsaLevel isa = config_.isa;
   const Layer& L = layers_[l];
+  size_input(L.gate_up, T);  // quantized in the norm's job, as the QKV input
   for_row_groups(T, pool, [&](int64_t b, int64_t e) {
     float* x = x_.data() + b * E;
     float* t = tmp_.data() + b * E;
     if (L.post_attn_norm) rmsnorm_rows(t, E, L.post_attn_norm, t, E, e - b, E, c.rms_eps, isa);
     for (int64_t j = 0; j < (e - b) * E; ++j) x[j] += t[j];
     rmsnorm_rows(x, E, L.ffn_norm, h_.data() + b * E, E, e - b, E, c.rms_eps, isa);
+    quantize_input(L.gate_up, h_.data(), E, b, e);
   });
   observe("ffn_inp", l, x_.data(), T, E, E);
   observe("ffn_norm", l, h_.data(), T, E, E);
-  project(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool, q8k_orders_.data());
+  multiply(L.gate_up, h_.data(), E, T, gu_.data(), 2 * F, pool, q8k_orders_.data());
   observe("gate_up", l, gu_.data(), T, 2 * F, 2 * F);
   const bool gelu = c.ffn_activation == model::FfnActivation::kGeluTanh;
-  for_each_row(T, pool, [&](int64_t i) {
-    const float* gate = gu_.data() + i * 2 * F;
-    if (gelu) {
-      geglu(gate, gate + F, act_.data() + i * F, F);
-    } else {
-      swiglu(gate, gate + F, act_.data() + i * F, F, isa);
+  size_input(L.down, T);  // quantized in the activation's job
+  for_row_groups(T, pool, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* gate = gu_.data() + i * 2 * F;
+      if (gelu) {
+        geglu(gate, gate + F, act_.data() + i * F, F);
+      } else {
+        swiglu(gate, gate + F, act_.data() + i * F, F, isa);
+      }
     }
+    quantize_input(L.down, act_.data(), F, b, e);
   });
   observe("ffn_swiglu", l, act_.data(), T, F, F);
-  project(L.down, act_.data(), F, T, tmp_.data(), E, pool, q8k_orders_.data());
+  multiply(L.down, act_.data(), F, T, tmp_.data(), E, pool, q8k_orders_.data());
   observe("ffn_out", l, tmp_.data(), T, E, E);
   for_row_groups(T, pool, [&](int64_t b, int64_t e) {
     float* x = x_.data() + b * E;

@@ -168,6 +168,14 @@ class LlamaForward {
   // llama.cpp computes one per sequence): kVecDot.
   void project(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
                int64_t ldy, ThreadPool& pool, const Q8KOrder* orders = nullptr);
+  // project() in three parts, for callers that quantize rows in a job of their own: size the
+  // quantized input for `rows`, quantize rows [row_begin, row_end) (any thread, disjoint
+  // ranges), then the products.
+  void size_input(const Projection& w, int64_t rows);
+  void quantize_input(const Projection& w, const float* x, int64_t ldx, int64_t row_begin,
+                      int64_t row_end);
+  void multiply(const Projection& w, const float* x, int64_t ldx, int64_t rows, float* y,
+                int64_t ldy, ThreadPool& pool, const Q8KOrder* orders);
   void attention(const StepBatch& batch, int32_t layer, ThreadPool& pool);
   // The block table a layer of `s` reads: its KV group's row (freed pages resolved to the zero
   // page with groups).
