@@ -2,11 +2,14 @@
 // against the CPU backend): random ggml-format weights and inputs, a tiny model config.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -23,6 +26,13 @@ namespace troupe::gpu::cpu::testing {
 // The default model (scripts/setup fetches it), or $TROUPE_TEST_MODEL. Tests that need it skip
 // when the file is missing.
 using ::troupe::test_support::default_model_path;
+
+// The larger of a and b, NaN when either is. std::max(worst, NaN) is worst (its comparison is
+// false), so a "largest difference under a bound" check built on it passes NaN results.
+template <typename T>
+T max_or_nan(T a, T b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
+}
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);
