@@ -239,12 +239,7 @@ TROUPE_TARGET_AVX2 void quantize_rows_avx2(const QuantizeJob& job, int64_t row_b
       const int64_t rb = r * nb + b;
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(job.qs + r * job.num_cols + b * kQuantBlock), q8);
       const __m256i groups = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(job.group_bias + rb * 8),
-                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(groups, 7)));
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(groups), _mm256_extracti128_si256(groups, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-      const int32_t sum = _mm_cvtsi128_si32(s4);
+      const int32_t sum = avx2::store_group_sums(job.group_bias + rb * 8, groups);
       job.sum[rb] = sum;
       const __m128 pair = _mm_setr_ps(d, d * static_cast<float>(sum), 0.0f, 0.0f);
       const __m128 rounded = _mm_cvtph_ps(_mm_cvtps_ph(pair, _MM_FROUND_TO_NEAREST_INT));

@@ -359,13 +359,7 @@ TROUPE_TARGET_AVX512 void quantize_rows_avx512(const QuantizeJob& job, int64_t r
         _mm256_storeu_si256(
             reinterpret_cast<__m256i*>(job.qs + r * job.num_cols + b * kQuantBlock), q8);
         const __m256i groups = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, q8);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(job.group_bias + (r * nb + b) * 8),
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(groups, 7)));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(groups),
-                                   _mm256_extracti128_si256(groups, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-        sums[j] = _mm_cvtsi128_si32(s4);
+        sums[j] = avx2::store_group_sums(job.group_bias + (r * nb + b) * 8, groups);
       }
       const int64_t rb = r * nb + b0;
       const __m512i sum = _mm512_maskz_load_epi32(lanes, sums);

@@ -166,13 +166,6 @@ float dot_scalar(const Block* x, const BlockQ8K* y, int64_t nb, Q8KOrder order, 
 }
 
 #if TROUPE_X86
-TROUPE_TARGET_AVX2 inline int32_t hsum_epi32_avx2(__m256i v) {
-  __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
-  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm_cvtsi128_si32(r);
-}
-
 // One weight super-block made ready for the integer dots with any number of activation rows:
 // its 256 codes as unsigned bytes in eight 32-element chunks (chunk c = elements 32c..32c+31,
 // the activation's order), each chunk's int16 scale lanes, and what the min / offset terms need.

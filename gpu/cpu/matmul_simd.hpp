@@ -17,6 +17,7 @@
 
 #include "gpu/cpu/isa_target.hpp"
 #include "gpu/cpu/matmul_kernels.hpp"
+#include "gpu/cpu/vec_math.hpp"
 
 namespace troupe::gpu::cpu::detail {
 
@@ -144,6 +145,15 @@ TROUPE_TARGET_AVX2 inline __m256 fold_groups(const __m256 (&a)[8]) {
   const __m256 v0 = _mm256_add_ps(a[0], a[4]), v1 = _mm256_add_ps(a[1], a[5]);
   const __m256 v2 = _mm256_add_ps(a[2], a[6]), v3 = _mm256_add_ps(a[3], a[7]);
   return _mm256_add_ps(_mm256_add_ps(v0, v2), _mm256_add_ps(v1, v3));
+}
+
+// Activation quantization's last step for one block, shared by the AVX2 and AVX-512 forms: its
+// eight 4-code group sums stored as QuantizeJob's group biases (-128 x the sum: what Q8_0's
+// +128 code offset adds back in the products); returns the block's code sum.
+TROUPE_TARGET_AVX2 inline int32_t store_group_sums(int32_t* group_bias, __m256i groups) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(group_bias),
+                      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(groups, 7)));
+  return hsum_epi32_avx2(groups);
 }
 
 // The first `valid` of 8 lanes (a tile's last outputs may be padding).

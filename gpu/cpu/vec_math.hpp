@@ -30,6 +30,14 @@ TROUPE_TARGET_AVX2 inline float hsum8_avx2(__m256 x) {
   r = _mm_add_ss(r, _mm_movehdup_ps(r));
   return _mm_cvtss_f32(r);
 }
+
+// The sum of 8 int32 lanes (exact: any order gives the same sum).
+TROUPE_TARGET_AVX2 inline int32_t hsum_epi32_avx2(__m256i v) {
+  __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtsi128_si32(r);
+}
 #endif
 
 // ggml's vectorized expf (ggml_v_expf, from ARM's optimized-routines v_expf), one lane at a
